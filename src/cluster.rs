@@ -1,0 +1,373 @@
+//! The `Cluster` handle: one self-healing connection, two slot-pinned
+//! operations.
+//!
+//! Everything shardlimit sends goes through [`Cluster::eval`] (a Lua script)
+//! or [`Cluster::transaction`] (MULTI/EXEC). Both take a [`KeySet`], which
+//! only exists if its keys share a hash slot, so `CROSSSLOT` cannot happen;
+//! both are routed to the master owning that slot, follow `MOVED`/`ASK`
+//! redirects themselves (see [`exec`](self) notes below) and are bounded by
+//! the command timeout.
+//!
+//! # Timeouts and ambiguous outcomes
+//!
+//! Every call returns within [`ClusterBuilder::command_timeout`]. A call that
+//! times out, or whose connection breaks after it was written, **may or may
+//! not have run** on the server: it is returned as a transient error and is
+//! never resent. Replies that prove the command did not run (`MOVED`, `ASK`,
+//! `TRYAGAIN`, `CLUSTERDOWN`, `NOSCRIPT`, …) are retried within the timeout.
+//! So each operation runs **at most once**.
+//!
+//! # Self-healing
+//!
+//! Repeated transient failures (timeouts, connection errors) on the shared
+//! connection trigger one background rebuild of the connection from the
+//! client; see [`ClusterBuilder::rebuild_after`]. This is what keeps a
+//! limiter from hanging during a failover under load.
+
+mod conn;
+mod exec;
+mod transaction;
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::cluster::ClusterClientBuilder;
+use redis::{FromRedisValue, IntoConnectionInfo, RedisError, ToRedisArgs, Value};
+
+use self::conn::{HealingConfig, HealingConnection};
+use self::exec::Payload;
+pub use self::transaction::{Transaction, TxCommand};
+use crate::error::{Error, Result};
+use crate::keys::{KeyBuilder, KeySet};
+use crate::scripts::Script;
+
+/// Environment variable with the seed nodes, comma-separated
+/// `redis://host:port` URLs; read by [`Cluster::builder_from_env`].
+pub const NODES_ENV: &str = "SHARDLIMIT_NODES";
+
+/// Nodes used when [`NODES_ENV`] is unset: the six-node test cluster of
+/// `cluster-compose/`.
+pub const DEFAULT_NODES: [&str; 6] = [
+    "redis://127.0.0.1:7000",
+    "redis://127.0.0.1:7001",
+    "redis://127.0.0.1:7002",
+    "redis://127.0.0.1:7003",
+    "redis://127.0.0.1:7004",
+    "redis://127.0.0.1:7005",
+];
+
+/// A handle to a Redis Cluster. Cheap to clone; clones share one multiplexed
+/// connection.
+///
+/// ```no_run
+/// # async fn demo() -> shardlimit::Result<()> {
+/// use std::time::Duration;
+/// use shardlimit::Cluster;
+/// let cluster = Cluster::builder(["redis://127.0.0.1:7000"])
+///     .namespace("myapp")
+///     .command_timeout(Duration::from_millis(100))
+///     .build()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Cluster {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    conn: Arc<HealingConnection>,
+    keys: KeyBuilder,
+    command_timeout: Duration,
+}
+
+impl Cluster {
+    /// A builder for a cluster reached through `nodes` (one or more
+    /// `redis://[user:password@]host:port` URLs of any nodes; the rest of the
+    /// topology is discovered).
+    pub fn builder<I, S>(nodes: I) -> ClusterBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        ClusterBuilder::new(nodes.into_iter().map(Into::into).collect())
+    }
+
+    /// A builder for the nodes in `SHARDLIMIT_NODES` (comma-separated URLs),
+    /// or [`DEFAULT_NODES`] when it is unset or empty.
+    pub fn builder_from_env() -> ClusterBuilder {
+        match std::env::var(NODES_ENV) {
+            Ok(list) if !list.trim().is_empty() => Self::builder(
+                list.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned),
+            ),
+            _ => Self::builder(DEFAULT_NODES),
+        }
+    }
+
+    /// The key builder for this cluster's namespace.
+    #[must_use]
+    pub fn keys(&self) -> &KeyBuilder {
+        &self.inner.keys
+    }
+
+    /// The namespace every key starts with.
+    #[must_use]
+    pub fn namespace(&self) -> &str {
+        self.inner.keys.namespace()
+    }
+
+    /// The bound on every call.
+    #[must_use]
+    pub fn command_timeout(&self) -> Duration {
+        self.inner.command_timeout
+    }
+
+    /// How many times the connection was rebuilt after repeated transient
+    /// failures.
+    #[must_use]
+    pub fn connection_rebuilds(&self) -> u64 {
+        self.inner.conn.rebuilds()
+    }
+
+    /// Runs `script` with `KEYS` = `keys` and `ARGV` = `args` on the master
+    /// owning the key set's slot, and converts the reply to `T`.
+    ///
+    /// `EVALSHA` first, `EVAL` after a `NOSCRIPT`. Redirects are followed;
+    /// see the [module docs](self) for what is and is not retried.
+    ///
+    /// ```no_run
+    /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+    /// use shardlimit::{Script, keys::KeyId};
+    /// let script = Script::new("touch", "redis.call('SET', KEYS[1], ARGV[1], 'PX', 60000) return 1");
+    /// let id = KeyId::new("demo", "touch")?;
+    /// let keys = cluster.keys().key_set("user:42", [&id])?;
+    /// let done: i64 = cluster.eval(&script, &keys, "hello").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn eval<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: &KeySet,
+        args: impl ToRedisArgs,
+    ) -> Result<T> {
+        let payload = Payload::script(script, keys, args);
+        let value = self.run(script.name_cow(), keys.slot(), payload).await?;
+        convert(script.name_cow(), value)
+    }
+
+    /// Runs `tx` as one MULTI/EXEC on the master owning the key set's slot and
+    /// converts the EXEC reply (one element per command) to `T`.
+    ///
+    /// An `EXECABORT` caused by a redirect (the slot moved, or is migrating)
+    /// executed nothing, so the whole transaction is resent to the right node
+    /// — redis-rs does not do this itself. Any other abort is returned with
+    /// the queued command's error.
+    ///
+    /// Errors with [`Error::KeyIndex`] before sending if a command refers to a
+    /// key the set does not have.
+    ///
+    /// ```no_run
+    /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+    /// use shardlimit::{Transaction, TxCommand, keys::KeyId};
+    /// let id = KeyId::new("counter", "billing")?;
+    /// let keys = cluster.keys().key_set("session:9", [&id])?;
+    /// let tx = Transaction::new()
+    ///     .command(TxCommand::new("INCRBY").key(0).arg(30))
+    ///     .command(TxCommand::new("PEXPIRE").key(0).arg(900_000));
+    /// let (total, _): (i64, i64) = cluster.transaction(&keys, &tx).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn transaction<T: FromRedisValue>(
+        &self,
+        keys: &KeySet,
+        tx: &Transaction,
+    ) -> Result<T> {
+        tx.validate(keys)?;
+        let payload = Payload::Transaction { tx, keys };
+        let value = self
+            .run(Cow::Borrowed("transaction"), keys.slot(), payload)
+            .await?;
+        convert(Cow::Borrowed("transaction"), value)
+    }
+
+    async fn run(&self, op: Cow<'static, str>, slot: u16, payload: Payload<'_>) -> Result<Value> {
+        let generation = self.inner.conn.current();
+        let mut conn = generation.conn.clone();
+        let timeout = self.inner.command_timeout;
+        let outcome = tokio::time::timeout(timeout, exec::run(&mut conn, slot, payload)).await;
+        match outcome {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(source)) => {
+                if breaks_connection(&source) {
+                    self.inner.conn.report_failure(generation.id);
+                }
+                Err(Error::Redis { op, slot, source })
+            }
+            Err(_elapsed) => {
+                self.inner.conn.report_failure(generation.id);
+                Err(Error::Timeout { op, slot, timeout })
+            }
+        }
+    }
+}
+
+/// Failures that say the connection (not the cluster's configuration) is in
+/// trouble, and so count towards a rebuild.
+fn breaks_connection(err: &RedisError) -> bool {
+    err.is_io_error()
+        || err.is_timeout()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
+        || err.kind() == redis::ErrorKind::ClusterConnectionNotFound
+}
+
+fn convert<T: FromRedisValue>(op: Cow<'static, str>, value: Value) -> Result<T> {
+    T::from_redis_value(value).map_err(|err| Error::UnexpectedReply {
+        op,
+        detail: err.to_string(),
+    })
+}
+
+impl fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cluster")
+            .field("namespace", &self.namespace())
+            .field("command_timeout", &self.inner.command_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configures and connects a [`Cluster`]. Every setter states its default;
+/// [`build`](Self::build) validates everything before connecting.
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct ClusterBuilder {
+    nodes: Vec<String>,
+    namespace: String,
+    command_timeout: Duration,
+    connect_timeout: Duration,
+    rebuild_after: u32,
+    failure_window: Duration,
+    rebuild_interval: Duration,
+}
+
+impl ClusterBuilder {
+    fn new(nodes: Vec<String>) -> Self {
+        ClusterBuilder {
+            nodes,
+            namespace: "sl".to_owned(),
+            command_timeout: Duration::from_millis(250),
+            connect_timeout: Duration::from_secs(2),
+            rebuild_after: 3,
+            failure_window: Duration::from_secs(1),
+            rebuild_interval: Duration::from_millis(500),
+        }
+    }
+
+    /// The namespace all keys start with (`[A-Za-z0-9_.-]{1,64}`). Default
+    /// `"sl"`.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// Bound on every operation, including redirects and retries. Default
+    /// 250 ms — a limiter must not hang the request it protects. Must be
+    /// non-zero.
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// Bound on establishing the connection (at build and on every rebuild).
+    /// Default 2 s. Must be non-zero.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Number of transient failures (timeouts, connection errors) within
+    /// [`failure_window`](Self::failure_window) that triggers a rebuild of the
+    /// connection. Default 3. Must be at least 1.
+    pub fn rebuild_after(mut self, failures: u32) -> Self {
+        self.rebuild_after = failures;
+        self
+    }
+
+    /// Window in which [`rebuild_after`](Self::rebuild_after) failures are
+    /// counted. Default 1 s. Must be non-zero.
+    pub fn failure_window(mut self, window: Duration) -> Self {
+        self.failure_window = window;
+        self
+    }
+
+    /// Least time between two rebuild attempts, so a node that stays down
+    /// costs one reconnect per interval. Default 500 ms.
+    pub fn rebuild_interval(mut self, interval: Duration) -> Self {
+        self.rebuild_interval = interval;
+        self
+    }
+
+    /// Validates the configuration and connects.
+    ///
+    /// Errors with [`Error::Config`] (nothing is contacted) or
+    /// [`Error::Connect`].
+    pub async fn build(self) -> Result<Cluster> {
+        let keys = KeyBuilder::new(&self.namespace)?;
+        if self.nodes.is_empty() {
+            return Err(config("nodes", "at least one node URL is needed"));
+        }
+        for node in &self.nodes {
+            node.as_str()
+                .into_connection_info()
+                .map_err(|err| config("nodes", format!("{node:?}: {err}")))?;
+        }
+        for (field, value) in [
+            ("command_timeout", self.command_timeout),
+            ("connect_timeout", self.connect_timeout),
+            ("failure_window", self.failure_window),
+        ] {
+            if value.is_zero() {
+                return Err(config(field, "must be greater than zero"));
+            }
+        }
+        if self.rebuild_after == 0 {
+            return Err(config("rebuild_after", "must be at least 1"));
+        }
+        let client = ClusterClientBuilder::new(self.nodes.iter().map(String::as_str))
+            // Every retry decision is made in `exec`, where it is known
+            // whether a command may have run; redis-rs would resend after
+            // I/O errors.
+            .retries(0)
+            .connection_timeout(self.connect_timeout)
+            .response_timeout(self.command_timeout)
+            .build()
+            .map_err(|err| config("nodes", err.to_string()))?;
+        let healing = HealingConfig {
+            connect_timeout: self.connect_timeout,
+            rebuild_after: self.rebuild_after,
+            failure_window: self.failure_window,
+            rebuild_interval: self.rebuild_interval,
+        };
+        let conn = HealingConnection::connect(client, self.nodes.join(","), healing).await?;
+        Ok(Cluster {
+            inner: Arc::new(Inner {
+                conn,
+                keys,
+                command_timeout: self.command_timeout,
+            }),
+        })
+    }
+}
+
+fn config(field: &'static str, reason: impl Into<String>) -> Error {
+    Error::Config {
+        field,
+        reason: reason.into(),
+    }
+}

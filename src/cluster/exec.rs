@@ -1,0 +1,363 @@
+//! Sending one slot-pinned operation and following the cluster's redirects.
+//!
+//! redis-rs is configured with `retries(0)`: it still refreshes its slot map
+//! when it sees `MOVED`, but every retry decision is made here, where it is
+//! known which errors prove the operation did **not** run:
+//!
+//! | reply | meaning | what happens |
+//! |---|---|---|
+//! | `MOVED slot host:port` | slot owned elsewhere; not executed | resend to that node (redis-rs refreshes its map in the background) |
+//! | `ASK slot host:port` | slot migrating, key already moved; not executed | resend to that node as `ASKING` + op in one pipeline |
+//! | `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `LOADING`, `READONLY`, no connection for the slot | not executed | short backoff, resend by slot |
+//! | `NOSCRIPT` | script not cached on that node; not executed | resend as `EVAL` with the body |
+//! | timeout, I/O error | **may have run** | never resent; returned to the caller |
+//! | anything else | configuration or script error | returned |
+//!
+//! `ASKING` must immediately precede the command it applies to, and the
+//! connection is multiplexed, so it always travels in the same pipeline as
+//! the operation (a pipeline is written contiguously). For a transaction the
+//! flag survives `MULTI` and covers every queued command and `EXEC`.
+//!
+//! redis-rs returns a MULTI/EXEC pipeline whose queued commands were
+//! redirected as an `EXECABORT`-style failure and does not follow it; here the
+//! whole `MULTI … EXEC` is resent to the redirect target, which is safe
+//! because an aborted transaction executed nothing.
+
+use std::time::Duration;
+
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{Arg, Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
+
+use super::transaction::Transaction;
+use crate::keys::KeySet;
+use crate::scripts::Script;
+
+/// Attempts per operation before the last error is returned (the command
+/// timeout bounds the total time anyway).
+const MAX_ATTEMPTS: u32 = 8;
+
+/// Where the next attempt goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Target {
+    /// The master that redis-rs' slot map says owns the slot.
+    Slot,
+    /// A node named by a redirect.
+    Node {
+        host: String,
+        port: u16,
+        asking: bool,
+    },
+}
+
+/// What is being sent.
+pub(crate) enum Payload<'a> {
+    Script {
+        script: &'a Script,
+        /// `EVALSHA`, replaced by `EVAL` after a `NOSCRIPT`.
+        cmd: Cmd,
+        sent_body: bool,
+    },
+    Transaction {
+        tx: &'a Transaction,
+        keys: &'a KeySet,
+    },
+}
+
+impl<'a> Payload<'a> {
+    pub(crate) fn script(script: &'a Script, keys: &KeySet, args: impl redis::ToRedisArgs) -> Self {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.sha1()).arg(keys.len());
+        for key in keys.keys() {
+            cmd.arg(key);
+        }
+        cmd.arg(args);
+        Payload::Script {
+            script,
+            cmd,
+            sent_body: false,
+        }
+    }
+
+    /// After `NOSCRIPT`: switch to `EVAL`. False if that was already done.
+    fn fall_back_to_eval(&mut self) -> bool {
+        let Payload::Script {
+            script,
+            cmd,
+            sent_body,
+        } = self
+        else {
+            return false;
+        };
+        if *sent_body {
+            return false;
+        }
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(script.code());
+        // Skip "EVALSHA" and the SHA1; keep numkeys, keys and args.
+        for arg in cmd.args_iter().skip(2) {
+            if let Arg::Simple(bytes) = arg {
+                eval.arg(bytes);
+            }
+        }
+        *cmd = eval;
+        *sent_body = true;
+        true
+    }
+}
+
+/// Runs `payload` on the master owning `slot`, following redirects.
+pub(crate) async fn run(
+    conn: &mut ClusterConnection,
+    slot: u16,
+    mut payload: Payload<'_>,
+) -> RedisResult<Value> {
+    let mut target = Target::Slot;
+    let mut attempt = 0;
+    loop {
+        let err = match send(conn, slot, &payload, &target).await {
+            Ok(value) => return Ok(value),
+            Err(err) => err,
+        };
+        attempt += 1;
+        if attempt >= MAX_ATTEMPTS {
+            return Err(err);
+        }
+        match next_step(&err) {
+            Step::Redirect(next) => target = next,
+            Step::Backoff => {
+                tokio::time::sleep(backoff(attempt)).await;
+                target = Target::Slot;
+            }
+            Step::Reload if payload.fall_back_to_eval() => {}
+            Step::Reload | Step::Fail => return Err(err),
+        }
+    }
+}
+
+enum Step {
+    Redirect(Target),
+    Backoff,
+    Reload,
+    Fail,
+}
+
+fn next_step(err: &RedisError) -> Step {
+    match err.kind() {
+        ErrorKind::Server(kind @ (ServerErrorKind::Moved | ServerErrorKind::Ask)) => {
+            match err.redirect_node().and_then(|(addr, _)| split_addr(addr)) {
+                Some((host, port)) => Step::Redirect(Target::Node {
+                    host,
+                    port,
+                    asking: kind == ServerErrorKind::Ask,
+                }),
+                None => Step::Backoff,
+            }
+        }
+        ErrorKind::Server(
+            ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::BusyLoading
+            | ServerErrorKind::ReadOnly,
+        )
+        | ErrorKind::ClusterConnectionNotFound => Step::Backoff,
+        ErrorKind::Server(ServerErrorKind::NoScript) => Step::Reload,
+        _ => Step::Fail,
+    }
+}
+
+fn split_addr(addr: &str) -> Option<(String, u16)> {
+    let (host, port) = addr.rsplit_once(':')?;
+    Some((host.to_owned(), port.parse().ok()?))
+}
+
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis(5u64 << attempt.min(4))
+}
+
+async fn send(
+    conn: &mut ClusterConnection,
+    slot: u16,
+    payload: &Payload<'_>,
+    target: &Target,
+) -> RedisResult<Value> {
+    let route = match target {
+        Target::Slot => SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master)),
+        Target::Node { host, port, .. } => SingleNodeRoutingInfo::ByAddress {
+            host: host.clone(),
+            port: *port,
+        },
+    };
+    let asking = matches!(target, Target::Node { asking: true, .. });
+    match payload {
+        Payload::Script { cmd, .. } if !asking => conn
+            .route_command(cmd.clone(), RoutingInfo::SingleNode(route))
+            .await?
+            .extract_error(),
+        Payload::Script { cmd, .. } => {
+            let mut pipe = redis::pipe();
+            pipe.cmd("ASKING").add_command(cmd.clone());
+            let mut replies = conn.route_pipeline(pipe, 1, 1, route).await?;
+            replies
+                .pop()
+                .ok_or_else(|| unexpected("no reply to the script"))?
+                .extract_error()
+        }
+        Payload::Transaction { tx, keys } => {
+            let mut pipe = redis::pipe();
+            if asking {
+                pipe.cmd("ASKING");
+            }
+            tx.write_to(keys, &mut pipe);
+            let prefix = usize::from(asking);
+            // Ask for every reply, not just EXEC's: redis-rs then sees a
+            // MOVED/ASK/TRYAGAIN queued reply and turns it into the error
+            // `run` follows (and refreshes its slot map on MOVED).
+            let count = pipe.len();
+            let replies = conn.route_pipeline(pipe, 0, count, route).await?;
+            exec_reply(replies, prefix)
+        }
+    }
+}
+
+/// Picks the EXEC reply out of `[ASKING?, MULTI, QUEUED…, EXEC]`; when the
+/// transaction was aborted, returns the error that aborted it.
+fn exec_reply(mut replies: Vec<Value>, prefix: usize) -> RedisResult<Value> {
+    let exec = replies
+        .pop()
+        .ok_or_else(|| unexpected("no reply to EXEC"))?;
+    match exec {
+        Value::Array(items) => Ok(Value::Array(items)),
+        Value::ServerError(abort) => {
+            // The first queued error is the cause; EXECABORT only says
+            // "discarded because of previous errors".
+            let cause = replies
+                .into_iter()
+                .skip(prefix)
+                .find_map(|reply| match reply {
+                    Value::ServerError(err) => Some(err),
+                    _ => None,
+                })
+                .unwrap_or(abort);
+            Err(cause.into())
+        }
+        other => Err(unexpected_owned(format!("EXEC replied {other:?}"))),
+    }
+}
+
+fn unexpected(what: &'static str) -> RedisError {
+    RedisError::from((ErrorKind::UnexpectedReturnType, what))
+}
+
+fn unexpected_owned(what: String) -> RedisError {
+    RedisError::from((ErrorKind::UnexpectedReturnType, "unexpected reply", what))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server_error(text: &str) -> RedisError {
+        match redis::parse_redis_value(format!("-{text}\r\n").as_bytes()).unwrap() {
+            Value::ServerError(err) => err.into(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn redirects_name_the_node() {
+        match next_step(&server_error("MOVED 3999 127.0.0.1:7001")) {
+            Step::Redirect(Target::Node { host, port, asking }) => {
+                assert_eq!((host.as_str(), port, asking), ("127.0.0.1", 7001, false));
+            }
+            _ => panic!("MOVED must redirect"),
+        }
+        match next_step(&server_error("ASK 3999 127.0.0.1:7002")) {
+            Step::Redirect(Target::Node { port, asking, .. }) => {
+                assert_eq!((port, asking), (7002, true));
+            }
+            _ => panic!("ASK must redirect with ASKING"),
+        }
+    }
+
+    #[test]
+    fn reconfiguration_backs_off_and_config_errors_fail() {
+        for text in [
+            "TRYAGAIN Multiple keys request during rehashing of slot",
+            "CLUSTERDOWN The cluster is down",
+            "LOADING Redis is loading the dataset in memory",
+            "READONLY You can't write against a read only replica.",
+        ] {
+            assert!(
+                matches!(next_step(&server_error(text)), Step::Backoff),
+                "{text}"
+            );
+        }
+        assert!(matches!(
+            next_step(&server_error("NOSCRIPT No matching script.")),
+            Step::Reload
+        ));
+        for text in [
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+            "CROSSSLOT Keys in request don't hash to the same slot",
+            "ERR unknown command 'FOO'",
+        ] {
+            assert!(
+                matches!(next_step(&server_error(text)), Step::Fail),
+                "{text}"
+            );
+        }
+        let io = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert!(
+            matches!(next_step(&io), Step::Fail),
+            "may have run: never resent"
+        );
+    }
+
+    #[test]
+    fn noscript_switches_to_eval_once() {
+        let script = Script::new("t", "return 1");
+        let keys = KeySet::from_keys(["{a}:1"]).unwrap();
+        let mut payload = Payload::script(&script, &keys, ("x", 2));
+        assert!(payload.fall_back_to_eval());
+        let Payload::Script { cmd, .. } = &payload else {
+            unreachable!()
+        };
+        let args: Vec<Vec<u8>> = cmd
+            .args_iter()
+            .map(|a| match a {
+                Arg::Simple(b) => b.to_vec(),
+                _ => panic!("no cursor in a script command"),
+            })
+            .collect();
+        assert_eq!(
+            args,
+            [&b"EVAL"[..], b"return 1", b"1", b"{a}:1", b"x", b"2"]
+        );
+        assert!(!payload.fall_back_to_eval());
+    }
+
+    #[test]
+    fn aborted_exec_reports_the_queued_error() {
+        let replies = vec![
+            Value::Okay,
+            redis::parse_redis_value(b"-ERR wrong number of arguments for 'incrby' command\r\n")
+                .unwrap(),
+            redis::parse_redis_value(b"-EXECABORT Transaction discarded\r\n").unwrap(),
+        ];
+        let err = exec_reply(replies, 0).unwrap_err();
+        assert!(
+            err.to_string().contains("wrong number of arguments"),
+            "{err}"
+        );
+        let ok = exec_reply(vec![Value::Okay, Value::Array(vec![Value::Int(1)])], 0).unwrap();
+        assert_eq!(ok, Value::Array(vec![Value::Int(1)]));
+    }
+
+    #[test]
+    fn backoff_is_short_and_capped() {
+        assert_eq!(backoff(1), Duration::from_millis(10));
+        assert_eq!(backoff(30), Duration::from_millis(80));
+    }
+}

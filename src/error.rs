@@ -1,0 +1,236 @@
+//! The one error type of the crate.
+//!
+//! Every fallible function returns [`Result<T>`]. Variants carry the context a
+//! person needs to act on the error (the key, slot, operation, timeout) and the
+//! underlying [`redis::RedisError`] as `source`. [`Error::is_transient`]
+//! separates faults that go away on their own (timeouts, lost connections,
+//! failovers) from configuration faults that never do (CROSSSLOT, WRONGTYPE,
+//! missing permissions) — the failure policy of the limiters is built on it.
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use redis::{ErrorKind, RedisError, ServerErrorKind};
+
+/// `Result` with the crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in shardlimit.
+///
+/// Input errors (`Invalid*`, `EmptySubject`, `SubjectTooLong`, `CrossSlot`,
+/// `EmptyKeySet`, `KeyIndex`) are returned **before anything is sent** to
+/// Redis.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A namespace, kind, name or key part is not `[A-Za-z0-9_.-]{1,64}`.
+    #[error("invalid {field} {value:?}: {reason}")]
+    InvalidIdent {
+        /// Which identifier: `"namespace"`, `"kind"`, `"name"` or `"part"`.
+        field: &'static str,
+        /// The rejected value (lossy UTF-8 if it was not text).
+        value: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+
+    /// The subject (the hash-tag part of a key) is empty.
+    #[error("empty subject: a subject must be at least one byte")]
+    EmptySubject,
+
+    /// The subject is longer than [`MAX_SUBJECT_LEN`](crate::keys::MAX_SUBJECT_LEN).
+    #[error("subject is {len} bytes, the limit is {max}")]
+    SubjectTooLong {
+        /// Length of the rejected subject in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+
+    /// The keys of one atomic operation do not share a hash slot; nothing was
+    /// sent.
+    #[error("keys span several hash slots, so no atomic operation can use them together: {}", describe_slots(.keys))]
+    CrossSlot {
+        /// Every key with its slot (keys shown as lossy UTF-8).
+        keys: Vec<(String, u16)>,
+    },
+
+    /// A key set needs at least one key (the slot it is pinned to comes from
+    /// its keys).
+    #[error("a key set needs at least one key")]
+    EmptyKeySet,
+
+    /// A transaction command referred to a key index outside its key set.
+    #[error("transaction refers to key #{index}, but the key set has {len} keys")]
+    KeyIndex {
+        /// The index used.
+        index: usize,
+        /// Number of keys in the key set.
+        len: usize,
+    },
+
+    /// A key could not be parsed back into its parts.
+    #[error("unparseable key {key:?}: {reason}")]
+    UnparseableKey {
+        /// The key (lossy UTF-8).
+        key: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+
+    /// A configuration value was rejected by a builder.
+    #[error("invalid configuration: {field}: {reason}")]
+    Config {
+        /// The setting.
+        field: &'static str,
+        /// Why it was rejected.
+        reason: String,
+    },
+
+    /// The connection to the cluster could not be established.
+    #[error("could not connect to the cluster at {nodes}")]
+    Connect {
+        /// The seed nodes that were tried.
+        nodes: String,
+        /// The client's error.
+        #[source]
+        source: RedisError,
+    },
+
+    /// The operation did not complete within the command timeout. It may or
+    /// may not have been executed by the server.
+    #[error("{op} on slot {slot} timed out after {timeout:?}")]
+    Timeout {
+        /// The operation (a script's name, or `"transaction"`).
+        op: Cow<'static, str>,
+        /// The hash slot it was pinned to.
+        slot: u16,
+        /// The timeout that expired.
+        timeout: Duration,
+    },
+
+    /// Redis or the client returned an error.
+    #[error("{op} on slot {slot} failed: {source}")]
+    Redis {
+        /// The operation (a script's name, or `"transaction"`).
+        op: Cow<'static, str>,
+        /// The hash slot it was pinned to.
+        slot: u16,
+        /// The client's error.
+        #[source]
+        source: RedisError,
+    },
+
+    /// Redis answered with something the operation did not expect.
+    #[error("{op}: unexpected reply: {detail}")]
+    UnexpectedReply {
+        /// The operation (a script's name, or `"transaction"`).
+        op: Cow<'static, str>,
+        /// What was wrong with the reply.
+        detail: String,
+    },
+}
+
+impl Error {
+    /// Whether the fault is expected to go away on its own: a timeout, a lost
+    /// or refused connection, or the cluster being reconfigured (CLUSTERDOWN,
+    /// TRYAGAIN, MASTERDOWN, LOADING, READONLY during a failover, a redirect
+    /// that could not be followed in time).
+    ///
+    /// Configuration faults — CROSSSLOT, WRONGTYPE, NOSCRIPT, missing
+    /// permissions, unknown commands, bad input — are never transient: retrying
+    /// or bypassing them would hide a bug.
+    #[must_use]
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Timeout { .. } | Error::Connect { .. } => true,
+            Error::Redis { source, .. } => is_transient_redis(source),
+            _ => false,
+        }
+    }
+
+    /// The hash slot the failed operation was pinned to, if it got that far.
+    #[must_use]
+    pub fn slot(&self) -> Option<u16> {
+        match self {
+            Error::Timeout { slot, .. } | Error::Redis { slot, .. } => Some(*slot),
+            _ => None,
+        }
+    }
+}
+
+/// Classifies a client error with the client's own helpers rather than by
+/// matching message text.
+pub(crate) fn is_transient_redis(err: &RedisError) -> bool {
+    if err.is_io_error()
+        || err.is_timeout()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
+    {
+        return true;
+    }
+    matches!(
+        err.kind(),
+        ErrorKind::ClusterConnectionNotFound
+            | ErrorKind::Server(
+                ServerErrorKind::ClusterDown
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::BusyLoading
+                    | ServerErrorKind::ReadOnly
+                    | ServerErrorKind::Moved
+                    | ServerErrorKind::Ask
+            )
+    )
+}
+
+fn describe_slots(keys: &[(String, u16)]) -> String {
+    keys.iter()
+        .map(|(key, slot)| format!("{key:?} (slot {slot})"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cross_slot_message_names_every_key_and_slot() {
+        let err = Error::CrossSlot {
+            keys: vec![("a".into(), 15495), ("b".into(), 3300)],
+        };
+        assert_eq!(
+            err.to_string(),
+            "keys span several hash slots, so no atomic operation can use them together: \
+             \"a\" (slot 15495), \"b\" (slot 3300)"
+        );
+        assert!(!err.is_transient());
+    }
+
+    #[test]
+    fn timeouts_and_cluster_reconfiguration_are_transient() {
+        let timeout = Error::Timeout {
+            op: "eval".into(),
+            slot: 1,
+            timeout: Duration::from_millis(250),
+        };
+        assert!(timeout.is_transient());
+        assert_eq!(timeout.slot(), Some(1));
+        let down = RedisError::from((ErrorKind::Server(ServerErrorKind::ClusterDown), "down"));
+        assert!(is_transient_redis(&down));
+        let io = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert!(is_transient_redis(&io));
+    }
+
+    #[test]
+    fn configuration_faults_are_not_transient() {
+        let cross = RedisError::from((ErrorKind::Server(ServerErrorKind::CrossSlot), "x"));
+        assert!(!is_transient_redis(&cross));
+        let noscript = RedisError::from((ErrorKind::Server(ServerErrorKind::NoScript), "x"));
+        assert!(!is_transient_redis(&noscript));
+        let wrongtype = redis::make_extension_error("WRONGTYPE".into(), None);
+        assert!(!is_transient_redis(&wrongtype));
+        assert!(!Error::EmptySubject.is_transient());
+    }
+}

@@ -1,0 +1,59 @@
+//! # shardlimit
+//!
+//! Rate limits, concurrency leases, fenced locks and TTL-preserving counters
+//! on **Redis Cluster**, for services that run millions of them.
+//!
+//! Every limiter lives in exactly one hash slot — its keys share the
+//! subject's hash tag — so every operation on it is one atomic Lua script or
+//! MULTI/EXEC on one node, and the population spreads evenly over the
+//! cluster.
+//!
+//! # Quick start
+//!
+//! ```no_run
+//! # async fn demo() -> shardlimit::Result<()> {
+//! use shardlimit::{Cluster, Script, keys::KeyId};
+//!
+//! // SHARDLIMIT_NODES, or the six local nodes of cluster-compose/.
+//! let cluster = Cluster::builder_from_env().namespace("myapp").build().await?;
+//!
+//! // Keys are only ever made by the key builder; a KeySet proves one slot.
+//! let hits = KeyId::new("demo", "hits")?;
+//! let keys = cluster.keys().key_set("user:42", [&hits])?;
+//! println!("slot {}", keys.slot());
+//!
+//! let incr = Script::new(
+//!     "incr_with_ttl",
+//!     "local n = redis.call('INCR', KEYS[1]) redis.call('PEXPIRE', KEYS[1], ARGV[1]) return n",
+//! );
+//! let n: i64 = cluster.eval(&incr, &keys, 60_000).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Key layout
+//!
+//! ```text
+//! <namespace>:{<subject>}:<kind>:<name>[:<part>]
+//! sl:{user:42}:gcra:api
+//! ```
+//!
+//! The subject is the hash tag; `{`, `}` and `%` in it are percent-escaped.
+//! See [`keys`] for why, and for the slot calculator and parser.
+//!
+//! # Layout of the crate
+//!
+//! * [`keys`] — key builder, CRC16 slot calculator, [`KeySet`](keys::KeySet), parser.
+//! * [`Cluster`] — the connection (self-healing), [`Cluster::eval`] and
+//!   [`Cluster::transaction`], the only two ways the crate talks to Redis.
+//! * [`Script`] — a Lua script hashed once.
+//! * [`Error`] — the one error type; [`Error::is_transient`] drives failure
+//!   policies.
+
+mod cluster;
+mod error;
+pub mod keys;
+mod scripts;
+
+pub use cluster::{Cluster, ClusterBuilder, DEFAULT_NODES, NODES_ENV, Transaction, TxCommand};
+pub use error::{Error, Result};
+pub use scripts::Script;
