@@ -1,31 +1,9 @@
 //! The `Cluster` handle: one self-healing connection, two slot-pinned
-//! operations.
-//!
-//! Everything shardlimit sends goes through [`Cluster::eval`] (a Lua script)
-//! or [`Cluster::transaction`] (MULTI/EXEC). Both take a [`KeySet`], which
-//! only exists if its keys share a hash slot, so `CROSSSLOT` cannot happen;
-//! both are routed to the master owning that slot, follow `MOVED`/`ASK`
-//! redirects themselves (see [`exec`](self) notes below) and are bounded by
-//! the command timeout.
-//!
-//! # Timeouts and ambiguous outcomes
-//!
-//! Every call returns within [`ClusterBuilder::command_timeout`]. A call that
-//! times out, or whose connection breaks after it was written, **may or may
-//! not have run** on the server: it is returned as a transient error and is
-//! never resent. Replies that prove the command did not run (`MOVED`, `ASK`,
-//! `TRYAGAIN`, `CLUSTERDOWN`, `NOSCRIPT`, …) are retried within the timeout.
-//! So each operation runs **at most once**.
-//!
-//! # Self-healing
-//!
-//! Repeated transient failures (timeouts, connection errors) on the shared
-//! connection trigger one background rebuild of the connection from the
-//! client; see [`ClusterBuilder::rebuild_after`]. This is what keeps a
-//! limiter from hanging during a failover under load.
+//! operations. The public documentation lives on [`Cluster`].
 
 mod conn;
 mod exec;
+mod topology;
 mod transaction;
 
 use std::borrow::Cow;
@@ -34,10 +12,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::cluster::ClusterClientBuilder;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{FromRedisValue, IntoConnectionInfo, RedisError, ToRedisArgs, Value};
 
 use self::conn::{HealingConfig, HealingConnection};
 use self::exec::Payload;
+pub use self::topology::{NodeAddr, Shard, Topology};
 pub use self::transaction::{Transaction, TxCommand};
 use crate::error::{Error, Result};
 use crate::keys::{KeyBuilder, KeySet};
@@ -60,6 +40,39 @@ pub const DEFAULT_NODES: [&str; 6] = [
 
 /// A handle to a Redis Cluster. Cheap to clone; clones share one multiplexed
 /// connection.
+///
+/// Everything shardlimit sends goes through [`Cluster::eval`] (a Lua script)
+/// or [`Cluster::transaction`] (MULTI/EXEC). Both take a [`KeySet`], which
+/// only exists if its keys share a hash slot, so `CROSSSLOT` cannot happen;
+/// both are routed to the master owning that slot, follow `MOVED`/`ASK`
+/// redirects themselves, and are bounded by the command timeout.
+///
+/// # Timeouts and ambiguous outcomes
+///
+/// Every call returns within [`ClusterBuilder::command_timeout`]. Replies
+/// that prove the operation did not run — `MOVED`, `ASK`, `TRYAGAIN`,
+/// `CLUSTERDOWN`, `MASTERDOWN`, `LOADING`, `READONLY`, `NOSCRIPT` — are
+/// retried (after a short backoff where the cluster is reconfiguring) within
+/// that time. A call that times out, or whose connection breaks after it was
+/// written, **may or may not have run** on the server: it is returned as a
+/// transient error and never resent. So every operation runs **at most
+/// once**.
+///
+/// During a slot migration, Redis refuses a multi-key script on the importing
+/// node while some of its keys are still on the source (`TRYAGAIN`); such a
+/// call is retried until the migration moves them or the timeout expires.
+///
+/// # Self-healing
+///
+/// Transient failures (timeouts, connection errors) are counted; when
+/// [`ClusterBuilder::rebuild_after`] of them fall within
+/// [`ClusterBuilder::failure_window`], one caller starts a rebuild of the
+/// connection from the client in the background (single flight; the others
+/// return their own error at once rather than queue), at most once per
+/// [`ClusterBuilder::rebuild_interval`]. The new connection replaces the old
+/// one for every later call. This is what keeps calls from hanging when a
+/// master dies under load, where redis-rs' own connection can wedge or keep a
+/// stale slot map.
 ///
 /// ```no_run
 /// # async fn demo() -> shardlimit::Result<()> {
@@ -138,7 +151,8 @@ impl Cluster {
     /// owning the key set's slot, and converts the reply to `T`.
     ///
     /// `EVALSHA` first, `EVAL` after a `NOSCRIPT`. Redirects are followed;
-    /// see the [module docs](self) for what is and is not retried.
+    /// see [Timeouts and ambiguous outcomes](Cluster#timeouts-and-ambiguous-outcomes)
+    /// for what is and is not retried.
     ///
     /// ```no_run
     /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
@@ -195,6 +209,40 @@ impl Cluster {
         convert(Cow::Borrowed("transaction"), value)
     }
 
+    /// The masters, their slots and replicas, as a node of the cluster sees
+    /// them now (`CLUSTER SLOTS`). Bounded by the command timeout.
+    pub async fn topology(&self) -> Result<Topology> {
+        let generation = self.inner.conn.current();
+        let mut conn = generation.conn.clone();
+        let timeout = self.inner.command_timeout;
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("SLOTS");
+        let request =
+            conn.route_command(cmd, RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random));
+        let op = Cow::Borrowed("cluster slots");
+        match tokio::time::timeout(timeout, request).await {
+            Ok(Ok(reply)) => Topology::from_cluster_slots(reply),
+            Ok(Err(source)) => {
+                if breaks_connection(&source) {
+                    self.inner.conn.report_failure(generation.id);
+                }
+                Err(Error::Redis {
+                    op,
+                    slot: None,
+                    source,
+                })
+            }
+            Err(_) => {
+                self.inner.conn.report_failure(generation.id);
+                Err(Error::Timeout {
+                    op,
+                    slot: None,
+                    timeout,
+                })
+            }
+        }
+    }
+
     async fn run(&self, op: Cow<'static, str>, slot: u16, payload: Payload<'_>) -> Result<Value> {
         let generation = self.inner.conn.current();
         let mut conn = generation.conn.clone();
@@ -206,11 +254,19 @@ impl Cluster {
                 if breaks_connection(&source) {
                     self.inner.conn.report_failure(generation.id);
                 }
-                Err(Error::Redis { op, slot, source })
+                Err(Error::Redis {
+                    op,
+                    slot: Some(slot),
+                    source,
+                })
             }
             Err(_elapsed) => {
                 self.inner.conn.report_failure(generation.id);
-                Err(Error::Timeout { op, slot, timeout })
+                Err(Error::Timeout {
+                    op,
+                    slot: Some(slot),
+                    timeout,
+                })
             }
         }
     }

@@ -99,23 +99,23 @@ pub enum Error {
 
     /// The operation did not complete within the command timeout. It may or
     /// may not have been executed by the server.
-    #[error("{op} on slot {slot} timed out after {timeout:?}")]
+    #[error("{op}{} timed out after {timeout:?}", on_slot(*.slot))]
     Timeout {
-        /// The operation (a script's name, or `"transaction"`).
+        /// The operation (a script's name, `"transaction"`, or a command).
         op: Cow<'static, str>,
-        /// The hash slot it was pinned to.
-        slot: u16,
+        /// The hash slot it was pinned to, for slot-pinned operations.
+        slot: Option<u16>,
         /// The timeout that expired.
         timeout: Duration,
     },
 
     /// Redis or the client returned an error.
-    #[error("{op} on slot {slot} failed: {source}")]
+    #[error("{op}{} failed: {source}", on_slot(*.slot))]
     Redis {
-        /// The operation (a script's name, or `"transaction"`).
+        /// The operation (a script's name, `"transaction"`, or a command).
         op: Cow<'static, str>,
-        /// The hash slot it was pinned to.
-        slot: u16,
+        /// The hash slot it was pinned to, for slot-pinned operations.
+        slot: Option<u16>,
         /// The client's error.
         #[source]
         source: RedisError,
@@ -153,7 +153,7 @@ impl Error {
     #[must_use]
     pub fn slot(&self) -> Option<u16> {
         match self {
-            Error::Timeout { slot, .. } | Error::Redis { slot, .. } => Some(*slot),
+            Error::Timeout { slot, .. } | Error::Redis { slot, .. } => *slot,
             _ => None,
         }
     }
@@ -184,6 +184,10 @@ pub(crate) fn is_transient_redis(err: &RedisError) -> bool {
     )
 }
 
+fn on_slot(slot: Option<u16>) -> String {
+    slot.map(|s| format!(" on slot {s}")).unwrap_or_default()
+}
+
 fn describe_slots(keys: &[(String, u16)]) -> String {
     keys.iter()
         .map(|(key, slot)| format!("{key:?} (slot {slot})"))
@@ -212,10 +216,11 @@ mod tests {
     fn timeouts_and_cluster_reconfiguration_are_transient() {
         let timeout = Error::Timeout {
             op: "eval".into(),
-            slot: 1,
+            slot: Some(1),
             timeout: Duration::from_millis(250),
         };
         assert!(timeout.is_transient());
+        assert_eq!(timeout.to_string(), "eval on slot 1 timed out after 250ms");
         assert_eq!(timeout.slot(), Some(1));
         let down = RedisError::from((ErrorKind::Server(ServerErrorKind::ClusterDown), "down"));
         assert!(is_transient_redis(&down));

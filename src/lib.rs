@@ -54,6 +54,9 @@ mod error;
 pub mod keys;
 mod scripts;
 
-pub use cluster::{Cluster, ClusterBuilder, DEFAULT_NODES, NODES_ENV, Transaction, TxCommand};
+pub use cluster::{
+    Cluster, ClusterBuilder, DEFAULT_NODES, NODES_ENV, NodeAddr, Shard, Topology, Transaction,
+    TxCommand,
+};
 pub use error::{Error, Result};
-pub use scripts::Script;
+pub use scripts::{NO_ARGS, Script};

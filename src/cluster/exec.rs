@@ -18,10 +18,19 @@
 //! the operation (a pipeline is written contiguously). For a transaction the
 //! flag survives `MULTI` and covers every queued command and `EXEC`.
 //!
-//! redis-rs returns a MULTI/EXEC pipeline whose queued commands were
-//! redirected as an `EXECABORT`-style failure and does not follow it; here the
-//! whole `MULTI … EXEC` is resent to the redirect target, which is safe
-//! because an aborted transaction executed nothing.
+//! Transactions are sent as an atomic pipeline, so redis-rs collects the error
+//! of every queued command into one `EXECABORT` — which it does not follow,
+//! and which does not make it refresh its slot map. Here an aborted
+//! transaction (which executed nothing) is resent when the causes say where:
+//!
+//! * every queued command got `MOVED` → resend to that node, after a probe
+//!   command that makes redis-rs see the `MOVED` and refresh its map;
+//! * every queued command got `ASK` → resend as `ASKING MULTI … EXEC` to the
+//!   importing node (every key has left the source already);
+//! * a mix of `ASK` and queued commands, or `TRYAGAIN` → the slot is half
+//!   migrated; following `ASK` now would create keys on the target that still
+//!   exist on the source, so back off until the migration moves them (the
+//!   same rule Redis applies to multi-key commands and scripts).
 
 use std::time::Duration;
 
@@ -35,7 +44,7 @@ use crate::scripts::Script;
 
 /// Attempts per operation before the last error is returned (the command
 /// timeout bounds the total time anyway).
-const MAX_ATTEMPTS: u32 = 8;
+const MAX_ATTEMPTS: u32 = 16;
 
 /// Where the next attempt goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,6 +85,13 @@ impl<'a> Payload<'a> {
             script,
             cmd,
             sent_body: false,
+        }
+    }
+
+    fn queued_commands(&self) -> usize {
+        match self {
+            Payload::Script { .. } => 0,
+            Payload::Transaction { tx, .. } => tx.len(),
         }
     }
 
@@ -121,29 +137,38 @@ pub(crate) async fn run(
         };
         attempt += 1;
         if attempt >= MAX_ATTEMPTS {
-            return Err(err);
+            return Err(cause(err));
         }
-        match next_step(&err) {
+        match next_step(&err, payload.queued_commands()) {
             Step::Redirect(next) => target = next,
+            Step::RefreshAndRedirect(next) => {
+                refresh_slot_map(conn, slot, &payload).await;
+                target = next;
+            }
             Step::Backoff => {
                 tokio::time::sleep(backoff(attempt)).await;
                 target = Target::Slot;
             }
             Step::Reload if payload.fall_back_to_eval() => {}
-            Step::Reload | Step::Fail => return Err(err),
+            Step::Reload | Step::Fail => return Err(cause(err)),
         }
     }
 }
 
 enum Step {
     Redirect(Target),
+    /// Redirect a transaction after making redis-rs refresh its slot map.
+    RefreshAndRedirect(Target),
     Backoff,
     Reload,
     Fail,
 }
 
-fn next_step(err: &RedisError) -> Step {
+/// What to do after `err`; `queued` is the number of commands in a
+/// transaction (0 for a script).
+fn next_step(err: &RedisError, queued: usize) -> Step {
     match err.kind() {
+        ErrorKind::Server(ServerErrorKind::ExecAbort) => abort_step(err, queued),
         ErrorKind::Server(kind @ (ServerErrorKind::Moved | ServerErrorKind::Ask)) => {
             match err.redirect_node().and_then(|(addr, _)| split_addr(addr)) {
                 Some((host, port)) => Step::Redirect(Target::Node {
@@ -154,17 +179,90 @@ fn next_step(err: &RedisError) -> Step {
                 None => Step::Backoff,
             }
         }
-        ErrorKind::Server(
-            ServerErrorKind::TryAgain
-            | ServerErrorKind::ClusterDown
-            | ServerErrorKind::MasterDown
-            | ServerErrorKind::BusyLoading
-            | ServerErrorKind::ReadOnly,
-        )
-        | ErrorKind::ClusterConnectionNotFound => Step::Backoff,
+        ErrorKind::Server(kind) if not_executed_yet(kind) => Step::Backoff,
+        ErrorKind::ClusterConnectionNotFound => Step::Backoff,
         ErrorKind::Server(ServerErrorKind::NoScript) => Step::Reload,
         _ => Step::Fail,
     }
+}
+
+/// Server replies that mean "the cluster is being reconfigured; nothing ran".
+fn not_executed_yet(kind: ServerErrorKind) -> bool {
+    matches!(
+        kind,
+        ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::BusyLoading
+            | ServerErrorKind::ReadOnly
+    )
+}
+
+/// Decides what to do with an aborted transaction from its queued errors
+/// (see the module docs).
+fn abort_step(err: &RedisError, queued: usize) -> Step {
+    let Some(causes) = err.clone().into_server_errors() else {
+        return Step::Fail;
+    };
+    let Some((_, first)) = causes.first() else {
+        return Step::Fail;
+    };
+    let all = |kind| causes.iter().all(|(_, c)| c.kind() == Some(kind));
+    let target = |asking| {
+        first
+            .details()
+            .and_then(|detail| detail.split_ascii_whitespace().nth(1))
+            .and_then(split_addr)
+            .map(|(host, port)| Target::Node { host, port, asking })
+    };
+    if all(ServerErrorKind::Moved) {
+        return target(false).map_or(Step::Backoff, Step::RefreshAndRedirect);
+    }
+    if all(ServerErrorKind::Ask) && causes.len() == queued {
+        return target(true).map_or(Step::Backoff, Step::Redirect);
+    }
+    let reconfiguring = causes.iter().any(|(_, c)| {
+        c.kind().is_some_and(|k| {
+            not_executed_yet(k) || matches!(k, ServerErrorKind::Ask | ServerErrorKind::Moved)
+        })
+    });
+    if reconfiguring {
+        Step::Backoff
+    } else {
+        Step::Fail
+    }
+}
+
+/// The error to show the caller: for an aborted transaction, the queued
+/// command's own error rather than "EXECABORT".
+fn cause(err: RedisError) -> RedisError {
+    if err.kind() != ErrorKind::Server(ServerErrorKind::ExecAbort) {
+        return err;
+    }
+    match err.clone().into_server_errors() {
+        Some(causes) if !causes.is_empty() => causes[0].1.clone().into(),
+        _ => err,
+    }
+}
+
+/// Sends a one-key read through redis-rs' normal slot routing: on a stale map
+/// it gets `MOVED`, which makes redis-rs rebuild its map in the background.
+async fn refresh_slot_map(conn: &mut ClusterConnection, slot: u16, payload: &Payload<'_>) {
+    let Payload::Transaction { keys, .. } = payload else {
+        return;
+    };
+    let mut probe = redis::cmd("EXISTS");
+    probe.arg(&keys.keys()[0]);
+    // The reply does not matter, only that redis-rs sees it.
+    let _ = conn
+        .route_command(
+            probe,
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
+                slot,
+                SlotAddr::Master,
+            ))),
+        )
+        .await;
 }
 
 fn split_addr(addr: &str) -> Option<(String, u16)> {
@@ -190,12 +288,12 @@ async fn send(
         },
     };
     let asking = matches!(target, Target::Node { asking: true, .. });
-    match payload {
-        Payload::Script { cmd, .. } if !asking => conn
+    match (payload, asking) {
+        (Payload::Script { cmd, .. }, false) => conn
             .route_command(cmd.clone(), RoutingInfo::SingleNode(route))
             .await?
             .extract_error(),
-        Payload::Script { cmd, .. } => {
+        (Payload::Script { cmd, .. }, true) => {
             let mut pipe = redis::pipe();
             pipe.cmd("ASKING").add_command(cmd.clone());
             let mut replies = conn.route_pipeline(pipe, 1, 1, route).await?;
@@ -204,24 +302,33 @@ async fn send(
                 .ok_or_else(|| unexpected("no reply to the script"))?
                 .extract_error()
         }
-        Payload::Transaction { tx, keys } => {
+        (Payload::Transaction { tx, keys }, false) => {
+            // Atomic: redis-rs collects every queued error into the abort.
             let mut pipe = redis::pipe();
-            if asking {
-                pipe.cmd("ASKING");
+            pipe.atomic();
+            tx.write_commands(keys, &mut pipe);
+            let mut replies = conn.route_pipeline(pipe, tx.len() + 1, 1, route).await?;
+            match replies.pop() {
+                Some(Value::Array(items)) => Ok(Value::Array(items)),
+                other => Err(unexpected_owned(format!("EXEC replied {other:?}"))),
             }
-            tx.write_to(keys, &mut pipe);
-            let prefix = usize::from(asking);
-            // Ask for every reply, not just EXEC's: redis-rs then sees a
-            // MOVED/ASK/TRYAGAIN queued reply and turns it into the error
-            // `run` follows (and refreshes its slot map on MOVED).
+        }
+        (Payload::Transaction { tx, keys }, true) => {
+            // ASKING must precede MULTI, which an atomic pipeline cannot
+            // express; ask for every reply so redis-rs reports a redirect
+            // among them as an error.
+            let mut pipe = redis::pipe();
+            pipe.cmd("ASKING").cmd("MULTI");
+            tx.write_commands(keys, &mut pipe);
+            pipe.cmd("EXEC");
             let count = pipe.len();
             let replies = conn.route_pipeline(pipe, 0, count, route).await?;
-            exec_reply(replies, prefix)
+            exec_reply(replies, 1)
         }
     }
 }
 
-/// Picks the EXEC reply out of `[ASKING?, MULTI, QUEUED…, EXEC]`; when the
+/// Picks the EXEC reply out of `[ASKING, MULTI, QUEUED…, EXEC]`; when the
 /// transaction was aborted, returns the error that aborted it.
 fn exec_reply(mut replies: Vec<Value>, prefix: usize) -> RedisResult<Value> {
     let exec = replies
@@ -267,13 +374,13 @@ mod tests {
 
     #[test]
     fn redirects_name_the_node() {
-        match next_step(&server_error("MOVED 3999 127.0.0.1:7001")) {
+        match next_step(&server_error("MOVED 3999 127.0.0.1:7001"), 0) {
             Step::Redirect(Target::Node { host, port, asking }) => {
                 assert_eq!((host.as_str(), port, asking), ("127.0.0.1", 7001, false));
             }
             _ => panic!("MOVED must redirect"),
         }
-        match next_step(&server_error("ASK 3999 127.0.0.1:7002")) {
+        match next_step(&server_error("ASK 3999 127.0.0.1:7002"), 0) {
             Step::Redirect(Target::Node { port, asking, .. }) => {
                 assert_eq!((port, asking), (7002, true));
             }
@@ -290,12 +397,12 @@ mod tests {
             "READONLY You can't write against a read only replica.",
         ] {
             assert!(
-                matches!(next_step(&server_error(text)), Step::Backoff),
+                matches!(next_step(&server_error(text), 0), Step::Backoff),
                 "{text}"
             );
         }
         assert!(matches!(
-            next_step(&server_error("NOSCRIPT No matching script.")),
+            next_step(&server_error("NOSCRIPT No matching script."), 0),
             Step::Reload
         ));
         for text in [
@@ -304,13 +411,13 @@ mod tests {
             "ERR unknown command 'FOO'",
         ] {
             assert!(
-                matches!(next_step(&server_error(text)), Step::Fail),
+                matches!(next_step(&server_error(text), 0), Step::Fail),
                 "{text}"
             );
         }
         let io = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
         assert!(
-            matches!(next_step(&io), Step::Fail),
+            matches!(next_step(&io, 0), Step::Fail),
             "may have run: never resent"
         );
     }

@@ -78,10 +78,9 @@ impl Transaction {
         Ok(())
     }
 
-    /// Appends `MULTI`, the commands with their keys filled in, and `EXEC`.
+    /// Appends the commands with their keys filled in (no `MULTI`/`EXEC`).
     /// Call [`Transaction::validate`] first.
-    pub(crate) fn write_to(&self, keys: &KeySet, pipe: &mut redis::Pipeline) {
-        pipe.cmd("MULTI");
+    pub(crate) fn write_commands(&self, keys: &KeySet, pipe: &mut redis::Pipeline) {
         for command in &self.commands {
             let cmd = pipe.cmd(command.name);
             for arg in &command.args {
@@ -91,7 +90,6 @@ impl Transaction {
                 };
             }
         }
-        pipe.cmd("EXEC");
     }
 }
 
@@ -135,11 +133,12 @@ mod tests {
     }
 
     #[test]
-    fn writes_multi_commands_exec() {
+    fn writes_commands_with_keys_filled_in() {
         let keys = KeySet::from_keys(["{a}:1"]).unwrap();
         let tx = Transaction::new().command(TxCommand::new("INCRBY").key(0).arg(5));
         let mut pipe = redis::pipe();
-        tx.write_to(&keys, &mut pipe);
+        pipe.atomic();
+        tx.write_commands(&keys, &mut pipe);
         let packed = String::from_utf8(pipe.get_packed_pipeline()).unwrap();
         assert_eq!(
             packed,

@@ -8,6 +8,9 @@
 use std::borrow::Cow;
 use std::fmt;
 
+/// `ARGV` for a script that takes none: `cluster.eval(&script, &keys, NO_ARGS)`.
+pub const NO_ARGS: &[&str] = &[];
+
 /// A Lua script, hashed once.
 ///
 /// Keep scripts in `static`s (e.g. a `LazyLock`) so the SHA1 is computed once

@@ -1,0 +1,175 @@
+//! Support shared by the integration tests: a cluster handle under a fresh
+//! namespace, direct connections to single nodes, the live topology, and the
+//! "every key has a TTL" check.
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+
+use rand::Rng;
+use redis::Value;
+use shardlimit::{Cluster, ClusterBuilder, DEFAULT_NODES, NODES_ENV};
+
+/// Seed node URLs, from `SHARDLIMIT_NODES` or the six local ports.
+pub fn node_urls() -> Vec<String> {
+    match std::env::var(NODES_ENV) {
+        Ok(list) if !list.trim().is_empty() => list
+            .split(',')
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect(),
+        _ => DEFAULT_NODES.iter().map(|s| (*s).to_owned()).collect(),
+    }
+}
+
+/// A namespace no other test uses.
+pub fn unique_namespace(prefix: &str) -> String {
+    format!("{prefix}-{:08x}", rand::rng().random::<u32>())
+}
+
+/// A builder for the test cluster under a fresh namespace.
+pub fn builder(prefix: &str) -> ClusterBuilder {
+    Cluster::builder(node_urls()).namespace(unique_namespace(prefix))
+}
+
+/// A connected handle under a fresh namespace.
+pub async fn cluster(prefix: &str) -> Cluster {
+    builder(prefix)
+        .build()
+        .await
+        .expect("the test cluster is not reachable; start it with cluster-compose/up.sh")
+}
+
+/// A direct (non-cluster) connection to one node, e.g. `"127.0.0.1:7000"`.
+pub async fn node(addr: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(format!("redis://{addr}"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// One master as `CLUSTER SLOTS` describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Master {
+    pub addr: String,
+    pub id: String,
+    pub ranges: Vec<(u16, u16)>,
+}
+
+impl Master {
+    pub fn owns(&self, slot: u16) -> bool {
+        self.ranges.iter().any(|&(a, b)| (a..=b).contains(&slot))
+    }
+}
+
+/// The masters and their slot ranges, asked of the first reachable seed.
+pub async fn masters() -> Vec<Master> {
+    let mut last_err = None;
+    for url in node_urls() {
+        let addr = url.trim_start_matches("redis://").to_owned();
+        let Ok(client) = redis::Client::open(format!("redis://{addr}")) else {
+            continue;
+        };
+        let mut conn = match client.get_multiplexed_async_connection().await {
+            Ok(conn) => conn,
+            Err(err) => {
+                last_err = Some(err);
+                continue;
+            }
+        };
+        let slots: Value = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        return parse_slots(slots);
+    }
+    panic!("no seed node answered: {last_err:?}");
+}
+
+fn parse_slots(slots: Value) -> Vec<Master> {
+    let mut by_addr: BTreeMap<String, Master> = BTreeMap::new();
+    let Value::Array(ranges) = slots else {
+        panic!("CLUSTER SLOTS: {slots:?}")
+    };
+    for range in ranges {
+        let Value::Array(fields) = range else {
+            panic!()
+        };
+        let start: u16 = redis::from_redis_value(fields[0].clone()).unwrap();
+        let end: u16 = redis::from_redis_value(fields[1].clone()).unwrap();
+        let Value::Array(master) = &fields[2] else {
+            panic!()
+        };
+        let host: String = redis::from_redis_value(master[0].clone()).unwrap();
+        let port: u16 = redis::from_redis_value(master[1].clone()).unwrap();
+        let id: String = redis::from_redis_value(master[2].clone()).unwrap();
+        let addr = format!("{host}:{port}");
+        by_addr
+            .entry(addr.clone())
+            .or_insert_with(|| Master {
+                addr,
+                id,
+                ranges: Vec::new(),
+            })
+            .ranges
+            .push((start, end));
+    }
+    by_addr.into_values().collect()
+}
+
+/// The master that owns `slot`.
+pub async fn owner(slot: u16) -> Master {
+    masters()
+        .await
+        .into_iter()
+        .find(|m| m.owns(slot))
+        .unwrap_or_else(|| panic!("no master owns slot {slot}"))
+}
+
+/// Every key under `namespace` on every master, with its PTTL.
+pub async fn keys_with_pttl(namespace: &str) -> Vec<(Vec<u8>, i64)> {
+    let mut out = Vec::new();
+    for master in masters().await {
+        let mut conn = node(&master.addr).await;
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(format!("{namespace}:*"))
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            for key in keys {
+                let pttl: i64 = redis::cmd("PTTL")
+                    .arg(&key)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                // -2: expired between SCAN and PTTL, which is fine.
+                if pttl != -2 {
+                    out.push((key, pttl));
+                }
+            }
+            cursor = next;
+            if cursor == 0 {
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// Fails the test if any key under `namespace` has no TTL.
+pub async fn assert_every_key_has_ttl(namespace: &str) {
+    let immortal: Vec<String> = keys_with_pttl(namespace)
+        .await
+        .into_iter()
+        .filter(|(_, pttl)| *pttl < 0)
+        .map(|(key, _)| String::from_utf8_lossy(&key).into_owned())
+        .collect();
+    assert!(immortal.is_empty(), "keys without TTL: {immortal:?}");
+}
