@@ -22,6 +22,7 @@ pub use self::transaction::{Transaction, TxCommand};
 use crate::error::{Error, Result};
 use crate::keys::{KeyBuilder, KeySet};
 use crate::scripts::Script;
+use crate::stats::{Counters, Registry, Stats};
 
 /// Environment variable with the seed nodes, comma-separated
 /// `redis://host:port` URLs; read by [`Cluster::builder_from_env`].
@@ -94,6 +95,7 @@ struct Inner {
     conn: Arc<HealingConnection>,
     keys: KeyBuilder,
     command_timeout: Duration,
+    registry: Registry,
 }
 
 impl Cluster {
@@ -145,6 +147,21 @@ impl Cluster {
     #[must_use]
     pub fn connection_rebuilds(&self) -> u64 {
         self.inner.conn.rebuilds()
+    }
+
+    /// Allowed / denied / bypassed / error counts of every primitive built
+    /// from this handle (or its clones), by kind and name.
+    #[must_use]
+    pub fn stats(&self) -> Stats {
+        Stats {
+            primitives: self.inner.registry.snapshot(),
+            connection_rebuilds: self.connection_rebuilds(),
+        }
+    }
+
+    /// The outcome counters of primitive `kind`/`name`.
+    pub(crate) fn counters(&self, kind: &str, name: &str) -> Arc<Counters> {
+        self.inner.registry.counters(kind, name)
     }
 
     /// Runs `script` with `KEYS` = `keys` and `ARGV` = `args` on the master
@@ -416,6 +433,7 @@ impl ClusterBuilder {
                 conn,
                 keys,
                 command_timeout: self.command_timeout,
+                registry: Registry::default(),
             }),
         })
     }

@@ -52,11 +52,15 @@
 mod cluster;
 mod error;
 pub mod keys;
+mod policy;
 mod scripts;
+mod stats;
 
 pub use cluster::{
     Cluster, ClusterBuilder, DEFAULT_NODES, NODES_ENV, NodeAddr, Shard, Topology, Transaction,
     TxCommand,
 };
 pub use error::{Error, Result};
+pub use policy::{BypassReason, FailurePolicy};
 pub use scripts::{NO_ARGS, Script};
+pub use stats::{PrimitiveStats, Stats};

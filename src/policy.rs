@@ -1,0 +1,213 @@
+//! What a limiter does when Redis cannot answer: fail open or fail closed,
+//! and never silently.
+//!
+//! The rule of thumb (seed 000): fail **closed** when the failure mode is
+//! duplicated work or corrupted data (locks always do); fail **open** when it
+//! is a policy the service can survive not enforcing for ten minutes (most
+//! rate limits). Either way the outcome is counted in
+//! [`Cluster::stats`](crate::Cluster::stats) and, for bypasses, logged with a
+//! rate-limited `tracing::warn!` — the bypass counter is the only thing that
+//! tells you the limiter has been off since Tuesday.
+//!
+//! Only **transient** faults are ever bypassed ([`Error::is_transient`]):
+//! timeouts, lost connections, a cluster being reconfigured. Configuration
+//! faults — `WRONGTYPE`, `CROSSSLOT`, a script error, missing permissions —
+//! return `Err` even under [`FailurePolicy::FailOpen`]; bypassing them is how
+//! limiters end up silently off for weeks.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use redis::{ErrorKind, ServerErrorKind};
+
+use crate::error::Error;
+
+/// Per-limiter choice of behaviour when Redis cannot answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum FailurePolicy {
+    /// Admit the request, marked [`bypassed`](crate::Decision::bypassed),
+    /// count it and warn. For limits the service can survive not enforcing.
+    FailOpen,
+    /// Return the error. For limits whose breach is worse than an outage.
+    /// The default: opening a limit must be a decision.
+    #[default]
+    FailClosed,
+}
+
+/// Why a decision was made without Redis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BypassReason {
+    /// The command timeout expired.
+    Timeout,
+    /// No connection to the node, or it broke.
+    Connection,
+    /// The cluster was failing over, migrating or loading (`CLUSTERDOWN`,
+    /// `TRYAGAIN`, `MASTERDOWN`, `LOADING`, `READONLY`, unresolved redirect).
+    ClusterUnavailable,
+}
+
+impl BypassReason {
+    /// The reason for a transient error; `None` for errors that must never be
+    /// bypassed.
+    #[must_use]
+    pub fn of(err: &Error) -> Option<Self> {
+        if !err.is_transient() {
+            return None;
+        }
+        Some(match err {
+            Error::Timeout { .. } => BypassReason::Timeout,
+            Error::Redis { source, .. }
+                if matches!(
+                    source.kind(),
+                    ErrorKind::Server(
+                        ServerErrorKind::ClusterDown
+                            | ServerErrorKind::TryAgain
+                            | ServerErrorKind::MasterDown
+                            | ServerErrorKind::BusyLoading
+                            | ServerErrorKind::ReadOnly
+                            | ServerErrorKind::Moved
+                            | ServerErrorKind::Ask
+                    )
+                ) =>
+            {
+                BypassReason::ClusterUnavailable
+            }
+            Error::Redis { source, .. } if source.is_timeout() => BypassReason::Timeout,
+            _ => BypassReason::Connection,
+        })
+    }
+
+    /// A short label: `timeout`, `connection`, `cluster_unavailable`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BypassReason::Timeout => "timeout",
+            BypassReason::Connection => "connection",
+            BypassReason::ClusterUnavailable => "cluster_unavailable",
+        }
+    }
+}
+
+impl fmt::Display for BypassReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How often a limiter may log a bypass warning.
+const WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// Rate limit for the bypass warning of one limiter: the first bypass warns
+/// at once; later ones are summed into the next warning, at most one per
+/// [`WARN_EVERY`].
+#[derive(Debug)]
+pub(crate) struct WarnLimiter {
+    epoch: Instant,
+    /// Milliseconds since `epoch` of the last warning, plus one (0 = never).
+    last_warn: AtomicU64,
+    suppressed: AtomicU64,
+}
+
+impl WarnLimiter {
+    pub(crate) fn new() -> Self {
+        WarnLimiter {
+            epoch: Instant::now(),
+            last_warn: AtomicU64::new(0),
+            suppressed: AtomicU64::new(0),
+        }
+    }
+
+    /// Returns `Some(n)` when a warning should be logged now, `n` being the
+    /// bypasses since the last warning (this one included).
+    pub(crate) fn should_warn(&self) -> Option<u64> {
+        let now = u64::try_from(self.epoch.elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .saturating_add(1);
+        let last = self.last_warn.load(Ordering::Relaxed);
+        let every = u64::try_from(WARN_EVERY.as_millis()).unwrap_or(u64::MAX);
+        if last != 0 && now.saturating_sub(last) < every {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        // One winner per window; a loser counts as suppressed.
+        if self
+            .last_warn
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(self.suppressed.swap(0, Ordering::Relaxed) + 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn redis_err(kind: ErrorKind) -> Error {
+        Error::Redis {
+            op: "t".into(),
+            slot: Some(1),
+            source: redis::RedisError::from((kind, "x")),
+        }
+    }
+
+    #[test]
+    fn reasons_follow_the_error() {
+        let timeout = Error::Timeout {
+            op: "t".into(),
+            slot: Some(1),
+            timeout: Duration::from_millis(1),
+        };
+        assert_eq!(BypassReason::of(&timeout), Some(BypassReason::Timeout));
+        assert_eq!(
+            BypassReason::of(&redis_err(ErrorKind::Server(ServerErrorKind::ClusterDown))),
+            Some(BypassReason::ClusterUnavailable)
+        );
+        let io = Error::Redis {
+            op: "t".into(),
+            slot: Some(1),
+            source: std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into(),
+        };
+        assert_eq!(BypassReason::of(&io), Some(BypassReason::Connection));
+    }
+
+    #[test]
+    fn configuration_faults_are_never_bypassed() {
+        let wrongtype = Error::Redis {
+            op: "t".into(),
+            slot: Some(1),
+            source: redis::make_extension_error("WRONGTYPE".into(), None),
+        };
+        assert_eq!(BypassReason::of(&wrongtype), None);
+        assert_eq!(
+            BypassReason::of(&redis_err(ErrorKind::Server(ServerErrorKind::CrossSlot))),
+            None
+        );
+        assert_eq!(
+            BypassReason::of(&redis_err(ErrorKind::Server(ServerErrorKind::NoScript))),
+            None
+        );
+        assert_eq!(BypassReason::of(&Error::EmptySubject), None);
+    }
+
+    #[test]
+    fn warnings_are_rate_limited_and_count_what_they_hid() {
+        let w = WarnLimiter::new();
+        assert_eq!(w.should_warn(), Some(1));
+        assert_eq!(w.should_warn(), None);
+        assert_eq!(w.should_warn(), None);
+        // Pretend the window passed.
+        w.last_warn.store(1, Ordering::Relaxed);
+        let w2 = WarnLimiter {
+            epoch: Instant::now() - WARN_EVERY - Duration::from_millis(5),
+            last_warn: AtomicU64::new(1),
+            suppressed: AtomicU64::new(w.suppressed.load(Ordering::Relaxed)),
+        };
+        assert_eq!(w2.should_warn(), Some(3));
+    }
+}
