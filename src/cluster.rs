@@ -8,10 +8,12 @@ mod transaction;
 
 use std::borrow::Cow;
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{FromRedisValue, IntoConnectionInfo, RedisError, ToRedisArgs, Value};
 
@@ -229,61 +231,100 @@ impl Cluster {
     /// The masters, their slots and replicas, as a node of the cluster sees
     /// them now (`CLUSTER SLOTS`). Bounded by the command timeout.
     pub async fn topology(&self) -> Result<Topology> {
-        let generation = self.inner.conn.current();
-        let mut conn = generation.conn.clone();
-        let timeout = self.inner.command_timeout;
         let mut cmd = redis::cmd("CLUSTER");
         cmd.arg("SLOTS");
-        let request =
-            conn.route_command(cmd, RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random));
-        let op = Cow::Borrowed("cluster slots");
-        match tokio::time::timeout(timeout, request).await {
-            Ok(Ok(reply)) => Topology::from_cluster_slots(reply),
-            Ok(Err(source)) => {
-                if breaks_connection(&source) {
-                    self.inner.conn.report_failure(generation.id);
-                }
-                Err(Error::Redis {
-                    op,
-                    slot: None,
-                    source,
-                })
-            }
-            Err(_) => {
-                self.inner.conn.report_failure(generation.id);
-                Err(Error::Timeout {
-                    op,
-                    slot: None,
-                    timeout,
-                })
-            }
-        }
+        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
+        let reply = self
+            .bounded(
+                "cluster slots".into(),
+                None,
+                self.command_timeout(),
+                |mut conn| async move { conn.route_command(cmd, routing).await },
+            )
+            .await?;
+        Topology::from_cluster_slots(reply)
+    }
+
+    /// Sends `cmd` to one node, by the address the cluster announces for it.
+    /// Bounded by the command timeout.
+    pub(crate) async fn node_command<T: FromRedisValue>(
+        &self,
+        op: &'static str,
+        node: &NodeAddr,
+        cmd: redis::Cmd,
+    ) -> Result<T> {
+        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+            host: node.host.clone(),
+            port: node.port,
+        });
+        let reply = self
+            .bounded(
+                op.into(),
+                None,
+                self.command_timeout(),
+                |mut conn| async move { conn.route_command(cmd, routing).await?.extract_error() },
+            )
+            .await?;
+        convert(op.into(), reply)
+    }
+
+    /// Sends `cmd` to the master owning `slot` on the shared connection (so
+    /// e.g. `WAIT` covers this connection's earlier writes), bounded by
+    /// `timeout` rather than the command timeout.
+    pub(crate) async fn slot_command<T: FromRedisValue>(
+        &self,
+        op: &'static str,
+        slot: u16,
+        cmd: redis::Cmd,
+        timeout: Duration,
+    ) -> Result<T> {
+        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+            redis::cluster_routing::Route::new(slot, redis::cluster_routing::SlotAddr::Master),
+        ));
+        let reply = self
+            .bounded(op.into(), Some(slot), timeout, |mut conn| async move {
+                conn.route_command(cmd, routing).await?.extract_error()
+            })
+            .await?;
+        convert(op.into(), reply)
     }
 
     async fn run(&self, op: Cow<'static, str>, slot: u16, payload: Payload<'_>) -> Result<Value> {
+        self.bounded(
+            op,
+            Some(slot),
+            self.command_timeout(),
+            |mut conn| async move { exec::run(&mut conn, slot, payload).await },
+        )
+        .await
+    }
+
+    /// Runs `request` on the current connection within `timeout`, reporting
+    /// connection trouble to the healing logic.
+    async fn bounded<F, Fut>(
+        &self,
+        op: Cow<'static, str>,
+        slot: Option<u16>,
+        timeout: Duration,
+        request: F,
+    ) -> Result<Value>
+    where
+        F: FnOnce(ClusterConnection) -> Fut,
+        Fut: Future<Output = redis::RedisResult<Value>>,
+    {
         let generation = self.inner.conn.current();
-        let mut conn = generation.conn.clone();
-        let timeout = self.inner.command_timeout;
-        let outcome = tokio::time::timeout(timeout, exec::run(&mut conn, slot, payload)).await;
+        let outcome = tokio::time::timeout(timeout, request(generation.conn.clone())).await;
         match outcome {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(source)) => {
                 if breaks_connection(&source) {
                     self.inner.conn.report_failure(generation.id);
                 }
-                Err(Error::Redis {
-                    op,
-                    slot: Some(slot),
-                    source,
-                })
+                Err(Error::Redis { op, slot, source })
             }
             Err(_elapsed) => {
                 self.inner.conn.report_failure(generation.id);
-                Err(Error::Timeout {
-                    op,
-                    slot: Some(slot),
-                    timeout,
-                })
+                Err(Error::Timeout { op, slot, timeout })
             }
         }
     }
