@@ -7,6 +7,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::LazyLock;
 
 /// `ARGV` for a script that takes none: `cluster.eval(&script, &keys, NO_ARGS)`.
 pub const NO_ARGS: &[&str] = &[];
@@ -72,5 +73,56 @@ impl fmt::Debug for Script {
             .field("name", &self.name)
             .field("sha1", &self.sha1)
             .finish_non_exhaustive()
+    }
+}
+
+/// Declares the crate's scripts: `NAME => "file"` makes a `static NAME`
+/// loaded from `src/scripts/file.lua`, hashed on first use, and lists it in
+/// `all()` for the tests below.
+macro_rules! scripts {
+    ($($ident:ident => $file:literal),* $(,)?) => {
+        $(
+            pub(crate) static $ident: LazyLock<Script> =
+                LazyLock::new(|| Script::new($file, include_str!(concat!($file, ".lua"))));
+        )*
+
+        #[cfg(test)]
+        pub(crate) fn all() -> Vec<&'static Script> {
+            vec![$(&*$ident),*]
+        }
+    };
+}
+
+scripts! {
+    // limiters
+    // locks, leases, counters
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_script_documents_keys_argv_and_reply() {
+        for script in all() {
+            let header: String = script
+                .code()
+                .lines()
+                .take_while(|l| l.starts_with("--"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            for section in ["KEYS", "ARGV", "Reply"] {
+                assert!(
+                    header.contains(section),
+                    "{}.lua: header must document {section}",
+                    script.name()
+                );
+            }
+            assert!(
+                !script.code().contains("KEYS[") || header.contains("KEYS["),
+                "{}.lua: document each KEYS[i] it uses",
+                script.name()
+            );
+        }
     }
 }
