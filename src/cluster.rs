@@ -161,6 +161,11 @@ impl Cluster {
         }
     }
 
+    /// Whether `other` is this handle or a clone of it.
+    pub(crate) fn same_connection(&self, other: &Cluster) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// The outcome counters of primitive `kind`/`name`.
     pub(crate) fn counters(&self, kind: &str, name: &str) -> Arc<Counters> {
         self.inner.registry.counters(kind, name)
@@ -313,17 +318,29 @@ impl Cluster {
         Fut: Future<Output = redis::RedisResult<Value>>,
     {
         let generation = self.inner.conn.current();
-        let outcome = tokio::time::timeout(timeout, request(generation.conn.clone())).await;
+        let Some(conn) = generation.conn.clone() else {
+            // Built lazily and not connected yet: fail fast, connect soon.
+            self.inner.conn.report_failure(generation.id, true);
+            return Err(Error::Connect {
+                nodes: self.inner.conn.nodes().to_owned(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotConnected,
+                    "not connected to the cluster yet",
+                )
+                .into(),
+            });
+        };
+        let outcome = tokio::time::timeout(timeout, request(conn)).await;
         match outcome {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(source)) => {
                 if breaks_connection(&source) {
-                    self.inner.conn.report_failure(generation.id);
+                    self.inner.conn.report_failure(generation.id, false);
                 }
                 Err(Error::Redis { op, slot, source })
             }
             Err(_elapsed) => {
-                self.inner.conn.report_failure(generation.id);
+                self.inner.conn.report_failure(generation.id, false);
                 Err(Error::Timeout { op, slot, timeout })
             }
         }
@@ -368,6 +385,7 @@ pub struct ClusterBuilder {
     rebuild_after: u32,
     failure_window: Duration,
     rebuild_interval: Duration,
+    lazy: bool,
 }
 
 impl ClusterBuilder {
@@ -380,6 +398,7 @@ impl ClusterBuilder {
             rebuild_after: 3,
             failure_window: Duration::from_secs(1),
             rebuild_interval: Duration::from_millis(500),
+            lazy: false,
         }
     }
 
@@ -427,7 +446,21 @@ impl ClusterBuilder {
         self
     }
 
-    /// Validates the configuration and connects.
+    /// Return from [`build`](Self::build) without connecting, and connect in
+    /// the background. Default `false` (connect in `build`, and fail there).
+    ///
+    /// For services that must start while Redis is unreachable: until the
+    /// first connection succeeds, every call fails with a transient
+    /// [`Error::Connect`] — which fail-open limiters turn into bypassed
+    /// decisions — and a connection is retried at most once per
+    /// [`rebuild_interval`](Self::rebuild_interval).
+    pub fn lazy_connect(mut self, lazy: bool) -> Self {
+        self.lazy = lazy;
+        self
+    }
+
+    /// Validates the configuration and connects (see
+    /// [`lazy_connect`](Self::lazy_connect)).
     ///
     /// Errors with [`Error::Config`] (nothing is contacted) or
     /// [`Error::Connect`].
@@ -468,7 +501,8 @@ impl ClusterBuilder {
             failure_window: self.failure_window,
             rebuild_interval: self.rebuild_interval,
         };
-        let conn = HealingConnection::connect(client, self.nodes.join(","), healing).await?;
+        let conn =
+            HealingConnection::connect(client, self.nodes.join(","), healing, self.lazy).await?;
         Ok(Cluster {
             inner: Arc::new(Inner {
                 conn,

@@ -69,6 +69,18 @@ pub enum Error {
         len: usize,
     },
 
+    /// A request's cost is zero or more than the limiter could ever admit at
+    /// once; nothing was sent.
+    #[error(
+        "cost {cost} is outside 1..={max}: a request costing more than the capacity can never be admitted"
+    )]
+    InvalidCost {
+        /// The cost asked for.
+        cost: u64,
+        /// The most one request may cost (the limit, or a GCRA's burst).
+        max: u64,
+    },
+
     /// A key could not be parsed back into its parts.
     #[error("unparseable key {key:?}: {reason}")]
     UnparseableKey {

@@ -45,6 +45,8 @@
 //! * [`keys`] — key builder, CRC16 slot calculator, [`KeySet`](keys::KeySet), parser.
 //! * [`Cluster`] — the connection (self-healing), [`Cluster::eval`] and
 //!   [`Cluster::transaction`], the only two ways the crate talks to Redis.
+//! * [`limit`] — rate limiters ([`RateLimiter`], [`MultiLimiter`],
+//!   [`Quota`], [`Decision`]) and their [`FailurePolicy`].
 //! * [`Script`] — a Lua script hashed once.
 //! * [`Error`] — the one error type; [`Error::is_transient`] drives failure
 //!   policies.
@@ -52,6 +54,7 @@
 mod cluster;
 mod error;
 pub mod keys;
+pub mod limit;
 mod policy;
 mod scripts;
 mod stats;
@@ -61,6 +64,9 @@ pub use cluster::{
     TxCommand,
 };
 pub use error::{Error, Result};
+pub use limit::{
+    Algorithm, Decision, MultiDecision, MultiLimiter, Quota, RateLimiter, RateLimiterBuilder,
+};
 pub use policy::{BypassReason, FailurePolicy};
 pub use scripts::{NO_ARGS, Script};
 pub use stats::{PrimitiveStats, Stats};

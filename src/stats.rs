@@ -83,6 +83,11 @@ impl Counters {
         self.denied.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts a bypass whose warning another primitive already logged.
+    pub(crate) fn bypassed(&self) {
+        self.bypassed.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn error(&self) {
         self.errors.fetch_add(1, Ordering::Relaxed);
     }

@@ -34,9 +34,10 @@ use redis::cluster_async::ClusterConnection;
 use crate::error::{Error, Result};
 
 /// One connection and the number that tells it apart from its successors.
+/// `conn` is `None` until a lazily built handle first connects.
 pub(crate) struct Generation {
     pub(crate) id: u64,
-    pub(crate) conn: ClusterConnection,
+    pub(crate) conn: Option<ClusterConnection>,
 }
 
 /// Rebuild tuning, copied from the builder.
@@ -69,13 +70,20 @@ struct RebuildState {
 }
 
 impl HealingConnection {
+    /// Connects now, or — when `lazy` — returns at once and connects in the
+    /// background (calls fail as transient errors until then).
     pub(crate) async fn connect(
         client: ClusterClient,
         nodes: String,
         config: HealingConfig,
+        lazy: bool,
     ) -> Result<Arc<Self>> {
-        let conn = open(&client, &nodes, config.connect_timeout).await?;
-        Ok(Arc::new(HealingConnection {
+        let conn = if lazy {
+            None
+        } else {
+            Some(open(&client, &nodes, config.connect_timeout).await?)
+        };
+        let this = Arc::new(HealingConnection {
             client,
             nodes,
             config,
@@ -87,7 +95,16 @@ impl HealingConnection {
             }),
             rebuild: Arc::new(tokio::sync::Mutex::new(RebuildState { last_attempt: None })),
             rebuilds: AtomicU64::new(0),
-        }))
+        });
+        if lazy {
+            this.report_failure(0, true);
+        }
+        Ok(this)
+    }
+
+    /// The seed nodes, for error messages.
+    pub(crate) fn nodes(&self) -> &str {
+        &self.nodes
     }
 
     /// The connection to use now.
@@ -106,8 +123,9 @@ impl HealingConnection {
     }
 
     /// Records a transient failure seen on `generation`; may start a rebuild.
-    pub(crate) fn report_failure(self: &Arc<Self>, generation: u64) {
-        if !self.count_failure(generation) {
+    /// `urgent` skips the failure count (there is no connection at all).
+    pub(crate) fn report_failure(self: &Arc<Self>, generation: u64, urgent: bool) {
+        if !self.count_failure(generation) && !urgent {
             return;
         }
         // Single flight: whoever gets the lock rebuilds; everyone else
@@ -161,7 +179,10 @@ impl HealingConnection {
             Ok(conn) => {
                 let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
                 let id = current.id + 1;
-                *current = Arc::new(Generation { id, conn });
+                *current = Arc::new(Generation {
+                    id,
+                    conn: Some(conn),
+                });
                 drop(current);
                 self.rebuilds.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(

@@ -77,13 +77,14 @@ impl fmt::Debug for Script {
 }
 
 /// Declares the crate's scripts: `NAME => "file"` makes a `static NAME`
-/// loaded from `src/scripts/file.lua`, hashed on first use, and lists it in
-/// `all()` for the tests below.
+/// loaded from `src/scripts/file.lua`; `NAME => "name" ["a", "b", ...]`
+/// concatenates `a.lua`, `b.lua`, ... into one script. Each is hashed on first
+/// use and listed in `all()` for the tests below.
 macro_rules! scripts {
-    ($($ident:ident => $file:literal),* $(,)?) => {
+    ($($ident:ident => $name:literal $([$($part:literal),+ $(,)?])?),* $(,)?) => {
         $(
             pub(crate) static $ident: LazyLock<Script> =
-                LazyLock::new(|| Script::new($file, include_str!(concat!($file, ".lua"))));
+                LazyLock::new(|| Script::new($name, scripts!(@code $name $([$($part),+])?)));
         )*
 
         #[cfg(test)]
@@ -91,10 +92,21 @@ macro_rules! scripts {
             vec![$(&*$ident),*]
         }
     };
+    (@code $name:literal) => { include_str!(concat!($name, ".lua")) };
+    (@code $name:literal [$($part:literal),+]) => {
+        concat!($(include_str!(concat!($part, ".lua"))),+)
+    };
 }
 
 scripts! {
-    // limiters
+    // limiters: the prelude, the algorithms used, the driver
+    FIXED_WINDOW => "fixed_window" ["limit_prelude", "fixed_window", "limit_main"],
+    SLIDING_LOG => "sliding_log" ["limit_prelude", "sliding_log", "limit_main"],
+    SLIDING_WINDOW => "sliding_window" ["limit_prelude", "sliding_window", "limit_main"],
+    GCRA => "gcra" ["limit_prelude", "gcra", "limit_main"],
+    MULTI_LIMIT => "multi_limit" [
+        "limit_prelude", "fixed_window", "sliding_log", "sliding_window", "gcra", "limit_main",
+    ],
     // locks, leases, counters
 }
 

@@ -173,3 +173,33 @@ pub async fn assert_every_key_has_ttl(namespace: &str) {
         .collect();
     assert!(immortal.is_empty(), "keys without TTL: {immortal:?}");
 }
+
+/// `DUMP` of `key` on its master (None if absent): equal dumps mean the
+/// value was not written.
+pub async fn dump(key: &[u8]) -> Option<Vec<u8>> {
+    let owner = owner(shardlimit::keys::slot(key)).await;
+    let mut conn = node(&owner.addr).await;
+    redis::cmd("DUMP")
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
+/// `PTTL` of `key` on its master (-2 absent, -1 no TTL).
+pub async fn pttl(key: &[u8]) -> i64 {
+    let owner = owner(shardlimit::keys::slot(key)).await;
+    let mut conn = node(&owner.addr).await;
+    redis::cmd("PTTL")
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
+/// Runs `cmd` with `key` on the key's master (for planting test state).
+pub async fn on_owner<T: redis::FromRedisValue>(key: &[u8], cmd: &mut redis::Cmd) -> T {
+    let owner = owner(shardlimit::keys::slot(key)).await;
+    let mut conn = node(&owner.addr).await;
+    cmd.query_async(&mut conn).await.unwrap()
+}

@@ -1,0 +1,134 @@
+//! `Decision`: the answer to one rate-limit check. Being limited is a value,
+//! not an error.
+
+use std::time::Duration;
+
+use crate::policy::BypassReason;
+
+/// The outcome of one check.
+///
+/// ```
+/// # fn show(decision: shardlimit::Decision) {
+/// if decision.allowed {
+///     // serve; decision.remaining more fit before the limit
+/// } else if let Some(wait) = decision.retry_after {
+///     // 429 with Retry-After: wait
+/// }
+/// if let Some(reason) = decision.bypassed {
+///     // admitted without Redis (fail-open): counted and logged
+/// }
+/// # }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[must_use]
+#[non_exhaustive]
+pub struct Decision {
+    /// Whether the request may proceed (for a peek: would).
+    pub allowed: bool,
+    /// The most one burst may take: the limit, or a GCRA's burst.
+    pub limit: u32,
+    /// Units left, after this request if it was admitted.
+    pub remaining: u32,
+    /// When the same request would next be admitted; `None` when it was.
+    pub retry_after: Option<Duration>,
+    /// When the limiter is back to full (nothing in use).
+    pub reset_after: Duration,
+    /// Set when the decision was made without Redis under
+    /// [`FailurePolicy::FailOpen`](crate::FailurePolicy::FailOpen); `allowed`
+    /// is then `true`.
+    pub bypassed: Option<BypassReason>,
+}
+
+impl Decision {
+    pub(crate) fn bypass(limit: u32, reason: BypassReason) -> Self {
+        Decision {
+            allowed: true,
+            limit,
+            remaining: 0,
+            retry_after: None,
+            reset_after: Duration::ZERO,
+            bypassed: Some(reason),
+        }
+    }
+}
+
+/// The outcome of a check of several limits at once: all admitted (and all
+/// consumed) or none consumed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[must_use]
+#[non_exhaustive]
+pub struct MultiDecision {
+    /// Whether every limit admitted the request.
+    pub allowed: bool,
+    /// One decision per limit, in the order the limits were given.
+    pub decisions: Vec<Decision>,
+}
+
+impl MultiDecision {
+    /// The decision that binds: if denied, the denying limit that frees up
+    /// last; if allowed, the one with the fewest units left.
+    pub fn binding(&self) -> &Decision {
+        let pick = if self.allowed {
+            self.decisions.iter().min_by_key(|d| d.remaining)
+        } else {
+            self.decisions
+                .iter()
+                .filter(|d| !d.allowed)
+                .max_by_key(|d| d.retry_after)
+        };
+        // A MultiDecision always holds at least one decision.
+        pick.unwrap_or(&self.decisions[0])
+    }
+
+    /// When the request could next be admitted: the longest wait among the
+    /// limits that denied it; `None` when it was admitted.
+    #[must_use]
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.decisions.iter().filter_map(|d| d.retry_after).max()
+    }
+
+    /// Whether the decision was made without Redis.
+    #[must_use]
+    pub fn bypassed(&self) -> Option<BypassReason> {
+        self.decisions.first().and_then(|d| d.bypassed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(allowed: bool, remaining: u32, retry_ms: Option<u64>) -> Decision {
+        Decision {
+            allowed,
+            limit: 10,
+            remaining,
+            retry_after: retry_ms.map(Duration::from_millis),
+            reset_after: Duration::ZERO,
+            bypassed: None,
+        }
+    }
+
+    #[test]
+    fn binding_decision() {
+        let denied = MultiDecision {
+            allowed: false,
+            decisions: vec![
+                d(true, 5, None),
+                d(false, 0, Some(10)),
+                d(false, 0, Some(900)),
+            ],
+        };
+        assert_eq!(
+            denied.binding().retry_after,
+            Some(Duration::from_millis(900))
+        );
+        assert_eq!(denied.retry_after(), Some(Duration::from_millis(900)));
+        let allowed = MultiDecision {
+            allowed: true,
+            decisions: vec![d(true, 5, None), d(true, 2, None)],
+        };
+        assert_eq!(allowed.binding().remaining, 2);
+        assert_eq!(allowed.retry_after(), None);
+    }
+}

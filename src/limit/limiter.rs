@@ -1,0 +1,423 @@
+//! `RateLimiter`: one quota, one algorithm, applied per subject.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+
+use super::algorithm::Algorithm;
+use super::decision::Decision;
+use super::quota::Quota;
+use crate::cluster::{Cluster, Transaction, TxCommand};
+use crate::error::{Error, Result};
+use crate::keys::KeyId;
+use crate::policy::FailurePolicy;
+use crate::scripts::Script;
+use crate::stats::Counters;
+
+/// A rate limiter definition: a name, a [`Quota`], an [`Algorithm`] and a
+/// [`FailurePolicy`], built once and checked per subject. Cheap to clone.
+///
+/// Every subject's state lives in one key in the subject's hash slot
+/// (`<namespace>:{<subject>}:<kind>:<name>`), so millions of subjects spread
+/// over the cluster and each check is one script on one node.
+///
+/// ```no_run
+/// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+/// use std::num::NonZeroU32;
+/// use shardlimit::{Algorithm, FailurePolicy, Quota, RateLimiter};
+///
+/// let api = RateLimiter::builder(&cluster, "api", Quota::per_minute(NonZeroU32::new(60).unwrap()))
+///     .algorithm(Algorithm::SlidingLog)
+///     .policy(FailurePolicy::FailOpen)
+///     .build()?;
+/// let decision = api.check("user:42").await?;
+/// if !decision.allowed {
+///     println!("retry in {:?}", decision.retry_after);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct RateLimiter {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    cluster: Cluster,
+    spec: LimitSpec,
+    policy: FailurePolicy,
+    counters: Arc<Counters>,
+}
+
+/// What the scripts need to know about one limit.
+#[derive(Debug)]
+pub(crate) struct LimitSpec {
+    pub(crate) id: KeyId,
+    pub(crate) algorithm: Algorithm,
+    pub(crate) quota: Quota,
+    pub(crate) capacity: u32,
+    /// `code, limit, period_us, burst`, formatted once.
+    pub(crate) args: [String; 4],
+}
+
+impl LimitSpec {
+    fn new(name: &str, algorithm: Algorithm, quota: Quota) -> Result<Self> {
+        let period = algorithm.validate(&quota)?;
+        Ok(LimitSpec {
+            id: KeyId::new(algorithm.kind(), name)?,
+            algorithm,
+            quota,
+            capacity: algorithm.capacity(&quota),
+            args: [
+                algorithm.kind().to_owned(),
+                quota.limit().to_string(),
+                period.to_string(),
+                quota.burst().to_string(),
+            ],
+        })
+    }
+}
+
+/// Builds a [`RateLimiter`]; [`build`](Self::build) validates.
+#[derive(Debug)]
+#[must_use]
+pub struct RateLimiterBuilder {
+    cluster: Cluster,
+    name: String,
+    quota: Quota,
+    algorithm: Algorithm,
+    policy: FailurePolicy,
+}
+
+impl RateLimiterBuilder {
+    /// The algorithm. Default [`Algorithm::Gcra`].
+    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
+        self.algorithm = algorithm;
+        self
+    }
+
+    /// What to do when Redis cannot answer. Default
+    /// [`FailurePolicy::FailClosed`].
+    pub fn policy(mut self, policy: FailurePolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Validates the name (`[A-Za-z0-9_.-]{1,64}`) and the quota for the
+    /// algorithm (period: whole milliseconds, 1 ms to a year; a burst only
+    /// for GCRA). Sends nothing.
+    pub fn build(self) -> Result<RateLimiter> {
+        let spec = LimitSpec::new(&self.name, self.algorithm, self.quota)?;
+        let counters = self.cluster.counters(spec.id.kind(), spec.id.name());
+        Ok(RateLimiter {
+            inner: Arc::new(Inner {
+                cluster: self.cluster,
+                spec,
+                policy: self.policy,
+                counters,
+            }),
+        })
+    }
+}
+
+impl RateLimiter {
+    /// A builder for a limiter named `name` enforcing `quota`.
+    pub fn builder(cluster: &Cluster, name: impl Into<String>, quota: Quota) -> RateLimiterBuilder {
+        RateLimiterBuilder {
+            cluster: cluster.clone(),
+            name: name.into(),
+            quota,
+            algorithm: Algorithm::default(),
+            policy: FailurePolicy::default(),
+        }
+    }
+
+    /// The limiter's name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        self.inner.spec.id.name()
+    }
+
+    /// Its quota.
+    #[must_use]
+    pub fn quota(&self) -> Quota {
+        self.inner.spec.quota
+    }
+
+    /// Its algorithm.
+    #[must_use]
+    pub fn algorithm(&self) -> Algorithm {
+        self.inner.spec.algorithm
+    }
+
+    /// Its failure policy.
+    #[must_use]
+    pub fn policy(&self) -> FailurePolicy {
+        self.inner.policy
+    }
+
+    /// The most one request may cost: the limit, or a GCRA's burst.
+    #[must_use]
+    pub fn capacity(&self) -> u32 {
+        self.inner.spec.capacity
+    }
+
+    pub(crate) fn cluster(&self) -> &Cluster {
+        &self.inner.cluster
+    }
+
+    pub(crate) fn spec(&self) -> &LimitSpec {
+        &self.inner.spec
+    }
+
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.inner.counters
+    }
+
+    /// The key this limiter keeps for `subject`.
+    pub fn key(&self, subject: impl AsRef<[u8]>) -> Result<Vec<u8>> {
+        self.inner
+            .cluster
+            .keys()
+            .key(subject.as_ref(), &self.inner.spec.id)
+    }
+
+    /// Checks and, if admitted, consumes one unit for `subject`.
+    ///
+    /// One script call, at most once (see
+    /// [`Cluster`](crate::Cluster#timeouts-and-ambiguous-outcomes)): a
+    /// transient failure under fail-open returns an admitted decision with
+    /// [`bypassed`](Decision::bypassed) set; under fail-closed it returns the
+    /// error. Configuration faults are always errors.
+    pub async fn check(&self, subject: impl AsRef<[u8]>) -> Result<Decision> {
+        self.check_n(subject, 1).await
+    }
+
+    /// Like [`check`](Self::check) for a request costing `cost` units
+    /// (points, weight). A rejected request consumes nothing. Errors with
+    /// [`Error::InvalidCost`] before sending if `cost` is 0 or above
+    /// [`capacity`](Self::capacity).
+    pub async fn check_n(&self, subject: impl AsRef<[u8]>, cost: u32) -> Result<Decision> {
+        let inner = &*self.inner;
+        let specs = [&inner.spec];
+        let outcome = evaluate(
+            &inner.cluster,
+            inner.spec.algorithm.script(),
+            &specs,
+            subject.as_ref(),
+            cost,
+            true,
+        )
+        .await;
+        match outcome {
+            Ok((_, mut decisions)) => {
+                let decision = decisions.swap_remove(0);
+                if decision.allowed {
+                    inner.counters.allowed();
+                } else {
+                    inner.counters.denied();
+                }
+                Ok(decision)
+            }
+            Err(err) => inner.counters.fail(inner.policy, err, |reason| {
+                Decision::bypass(inner.spec.capacity, reason)
+            }),
+        }
+    }
+
+    /// What a one-unit request would get now, without consuming anything or
+    /// writing any key. Failures follow the policy like a check (not counted
+    /// as decisions).
+    pub async fn peek(&self, subject: impl AsRef<[u8]>) -> Result<Decision> {
+        self.peek_n(subject, 1).await
+    }
+
+    /// What a request costing `cost` would get now; consumes nothing.
+    pub async fn peek_n(&self, subject: impl AsRef<[u8]>, cost: u32) -> Result<Decision> {
+        let inner = &*self.inner;
+        let specs = [&inner.spec];
+        let outcome = evaluate(
+            &inner.cluster,
+            inner.spec.algorithm.script(),
+            &specs,
+            subject.as_ref(),
+            cost,
+            false,
+        )
+        .await;
+        match outcome {
+            Ok((_, mut decisions)) => Ok(decisions.swap_remove(0)),
+            Err(err) => inner.counters.fail(inner.policy, err, |reason| {
+                Decision::bypass(inner.spec.capacity, reason)
+            }),
+        }
+    }
+
+    /// Forgets `subject`'s usage: deletes its key for this limiter only.
+    /// Never bypassed.
+    pub async fn reset(&self, subject: impl AsRef<[u8]>) -> Result<()> {
+        let inner = &*self.inner;
+        let keys = inner.cluster.keys().key_set(subject, [&inner.spec.id])?;
+        let tx = Transaction::new().command(TxCommand::new("DEL").key(0));
+        let _: redis::Value = inner.cluster.transaction(&keys, &tx).await?;
+        Ok(())
+    }
+
+    /// Checks until admitted, sleeping `retry_after` (plus jitter, so waiting
+    /// clients do not retry in lockstep) between attempts, for at most
+    /// `max_wait`. Returns the admitting decision, or the last denial when
+    /// the next admission would come after the deadline.
+    pub async fn until_ready(
+        &self,
+        subject: impl AsRef<[u8]>,
+        cost: u32,
+        max_wait: Duration,
+    ) -> Result<Decision> {
+        let subject = subject.as_ref();
+        let deadline = Instant::now() + max_wait;
+        loop {
+            let decision = self.check_n(subject, cost).await?;
+            match wait_for(&decision, deadline) {
+                Some(wait) => tokio::time::sleep(wait).await,
+                None => return Ok(decision),
+            }
+        }
+    }
+}
+
+/// How long to sleep before retrying after `decision`, or `None` to stop:
+/// admitted, never admissible, or admissible only after `deadline`.
+pub(crate) fn wait_for(decision: &Decision, deadline: Instant) -> Option<Duration> {
+    if decision.allowed {
+        return None;
+    }
+    let wait = decision.retry_after?;
+    // Up to 10% (at most 50 ms) later, so a crowd of waiters spreads out.
+    let spread = u64::try_from((wait / 10).min(Duration::from_millis(50)).as_micros()).unwrap_or(0);
+    let wait = wait + Duration::from_micros(rand::rng().random_range(0..=spread));
+    (Instant::now() + wait <= deadline).then_some(wait)
+}
+
+/// Runs `script` for `specs` (one subject) and parses the reply into one
+/// decision per spec. `consume = false` is a peek.
+pub(crate) async fn evaluate(
+    cluster: &Cluster,
+    script: &Script,
+    specs: &[&LimitSpec],
+    subject: &[u8],
+    cost: u32,
+    consume: bool,
+) -> Result<(bool, Vec<Decision>)> {
+    for spec in specs {
+        if cost == 0 || cost > spec.capacity {
+            return Err(Error::InvalidCost {
+                cost: u64::from(cost),
+                max: u64::from(spec.capacity),
+            });
+        }
+    }
+    let keys = cluster
+        .keys()
+        .key_set(subject, specs.iter().map(|s| &s.id))?;
+    let mode = if consume { "1" } else { "0" };
+    let reply: Vec<i64> = match specs {
+        [one] => {
+            cluster
+                .eval(script, &keys, (cost, mode, &one.args[..]))
+                .await?
+        }
+        many => {
+            let args: Vec<&str> = many
+                .iter()
+                .flat_map(|s| s.args.iter().map(String::as_str))
+                .collect();
+            cluster.eval(script, &keys, (cost, mode, args)).await?
+        }
+    };
+    parse_reply(script, specs, &reply)
+}
+
+fn parse_reply(
+    script: &Script,
+    specs: &[&LimitSpec],
+    reply: &[i64],
+) -> Result<(bool, Vec<Decision>)> {
+    let bad = || Error::UnexpectedReply {
+        op: script.name().to_owned().into(),
+        detail: format!("{} integers for {} limits", reply.len(), specs.len()),
+    };
+    let (&all, rest) = reply.split_first().ok_or_else(bad)?;
+    if rest.len() != specs.len() * 4 {
+        return Err(bad());
+    }
+    let micros = |v: i64| u64::try_from(v).ok().map(Duration::from_micros);
+    let decisions = specs
+        .iter()
+        .zip(rest.chunks_exact(4))
+        .map(|(spec, f)| Decision {
+            allowed: f[0] == 1,
+            limit: spec.capacity,
+            remaining: u32::try_from(f[1].max(0)).unwrap_or(u32::MAX),
+            retry_after: micros(f[2]),
+            reset_after: micros(f[3]).unwrap_or_default(),
+            bypassed: None,
+        })
+        .collect();
+    Ok((all == 1, decisions))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU32;
+
+    use super::*;
+
+    fn spec(capacity: u32) -> LimitSpec {
+        LimitSpec::new(
+            "api",
+            Algorithm::Gcra,
+            Quota::per_second(NonZeroU32::new(capacity).unwrap()),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn spec_args_are_what_the_script_reads() {
+        let s = spec(10);
+        assert_eq!(s.args, ["gcra", "10", "1000000", "10"]);
+        assert_eq!(s.id.kind(), "gcra");
+    }
+
+    #[test]
+    fn replies_become_decisions() {
+        let s = spec(10);
+        let script = Script::new("gcra", "");
+        let (all, d) = parse_reply(&script, &[&s], &[0, 0, 3, 250_000, 1_000_000]).unwrap();
+        assert!(!all);
+        assert!(!d[0].allowed);
+        assert_eq!(d[0].remaining, 3);
+        assert_eq!(d[0].retry_after, Some(Duration::from_millis(250)));
+        assert_eq!(d[0].reset_after, Duration::from_secs(1));
+        let (all, d) = parse_reply(&script, &[&s], &[1, 1, 9, -1, 100]).unwrap();
+        assert!(all && d[0].allowed && d[0].retry_after.is_none());
+        assert!(parse_reply(&script, &[&s], &[1, 1]).is_err());
+    }
+
+    #[test]
+    fn waiting_stops_when_allowed_or_past_the_deadline() {
+        let mut d = Decision::bypass(1, crate::BypassReason::Timeout);
+        let later = Instant::now() + Duration::from_secs(10);
+        assert_eq!(wait_for(&d, later), None);
+        d.allowed = false;
+        d.retry_after = Some(Duration::from_millis(100));
+        let wait = wait_for(&d, later).unwrap();
+        assert!(wait >= Duration::from_millis(100) && wait <= Duration::from_millis(110));
+        assert_eq!(
+            wait_for(&d, Instant::now() + Duration::from_millis(50)),
+            None
+        );
+        d.retry_after = None;
+        assert_eq!(wait_for(&d, later), None);
+    }
+}

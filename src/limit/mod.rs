@@ -1,0 +1,33 @@
+//! Rate limiters: fixed window, sliding log, sliding window counter and GCRA,
+//! with costs, server time, multi-limit checks and an explicit failure
+//! policy.
+//!
+//! * [`Quota`] — how much per how long (and a burst, for GCRA).
+//! * [`Algorithm`] — how it is counted; see its table for memory and
+//!   exactness.
+//! * [`RateLimiter`] — a definition, built once, checked per subject:
+//!   [`check`](RateLimiter::check), [`check_n`](RateLimiter::check_n),
+//!   [`peek`](RateLimiter::peek), [`reset`](RateLimiter::reset),
+//!   [`until_ready`](RateLimiter::until_ready).
+//! * [`MultiLimiter`] — several limits on one subject, all or nothing, in
+//!   one script.
+//! * [`Decision`] — being limited is a value, not an error.
+//!
+//! Every check is one Lua script on the master owning the subject's slot,
+//! timed by the server's clock (`TIME`); a rejected request writes nothing;
+//! every key written expires when its state is no longer needed.
+//!
+//! Delivery: a check runs **at most once**. If it times out it may have been
+//! counted on the server without the caller knowing; it is never resent.
+
+mod algorithm;
+mod decision;
+mod limiter;
+mod multi;
+mod quota;
+
+pub use algorithm::Algorithm;
+pub use decision::{Decision, MultiDecision};
+pub use limiter::{RateLimiter, RateLimiterBuilder};
+pub use multi::MultiLimiter;
+pub use quota::Quota;

@@ -1,0 +1,59 @@
+-- Sliding window counter: cheap, approximate sliding window.
+--
+-- KEYS: one hash {w = window index, c = units in window w, p = units in
+--       window w-1}; expires when window w+1 ends.
+-- ARGV: limit = units per period; period (us, whole ms); burst unused.
+-- Reply (per limit, see limit_prelude.lua).
+-- The estimate is c + p * (1 - elapsed fraction of the current window): the
+-- previous window's traffic is assumed evenly spread. Exact when it was; in
+-- the worst case (all of the previous window's traffic at its very end) up to
+-- 2x the limit can pass within one period, the fixed window's bound.
+
+ALGOS.swc = function(key, limit, period, _burst, cost)
+  local w = math.floor(NOW / period)
+  local start = w * period
+  local fraction = (NOW - start) / period
+  local stored = redis.call('HMGET', key, 'w', 'c', 'p')
+  local sw = tonumber(stored[1])
+  local cur, prev = 0, 0
+  if sw == w then
+    cur, prev = tonumber(stored[2]) or 0, tonumber(stored[3]) or 0
+  elseif sw == w - 1 then
+    prev = tonumber(stored[2]) or 0
+  end
+  local estimate = cur + prev * (1 - fraction)
+  local ok = estimate + cost <= limit
+  local retry = -1
+  if not ok then
+    local room = limit - cur - cost
+    if room >= 0 and prev > 0 then
+      -- Later in this window, once enough of prev's weight has decayed.
+      retry = start + (1 - room / prev) * period - NOW
+    else
+      -- In the next window, where this window's count becomes prev.
+      local f = 0
+      if cur > 0 then
+        f = math.max(0, 1 - (limit - cost) / cur)
+      end
+      retry = start + period + f * period - NOW
+    end
+    retry = math.ceil(retry)
+  end
+  local reset_now = 0
+  if cur > 0 then
+    reset_now = start + 2 * period - NOW
+  elseif prev > 0 then
+    reset_now = start + period - NOW
+  end
+  return state(
+    ok,
+    math.floor(limit - estimate),
+    math.floor(limit - estimate - cost),
+    retry,
+    reset_now,
+    start + 2 * period - NOW,
+    function()
+      redis.call('HSET', key, 'w', int(w), 'c', cur + cost, 'p', prev)
+      redis.call('PEXPIREAT', key, int((start + 2 * period) / 1000))
+    end)
+end
