@@ -11,7 +11,12 @@
 use std::time::Duration;
 
 use shardlimit::keys::{KeyId, ParsedKey};
-use shardlimit::{Cluster, Script, Transaction, TxCommand};
+use std::num::NonZeroU32;
+
+use shardlimit::{
+    Algorithm, Cluster, FailurePolicy, MultiLimiter, Quota, RateLimiter, Script, Transaction,
+    TxCommand,
+};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -87,6 +92,55 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .command(TxCommand::new("PTTL").key(0));
     let (total, _, pttl): (i64, i64, i64) = cluster.transaction(&keys, &add).await?;
     println!("session:9 billed {total} s so far, key expires in {pttl} ms");
+
+    let five = NonZeroU32::new(5).ok_or("five")?;
+    println!("\n== rate limiters: 5 per second for one subject, every algorithm");
+    for algorithm in Algorithm::ALL {
+        let limiter = RateLimiter::builder(&cluster, "tour", Quota::per_second(five))
+            .algorithm(algorithm)
+            .policy(FailurePolicy::FailOpen)
+            .build()?;
+        limiter.reset("user:42").await?; // so every run of the tour starts fresh
+        let mut line = Vec::new();
+        for _ in 0..7 {
+            let d = limiter.check("user:42").await?;
+            line.push(if d.allowed {
+                "ok".to_owned()
+            } else {
+                format!(
+                    "429 (retry in {} ms)",
+                    d.retry_after.unwrap_or_default().as_millis()
+                )
+            });
+        }
+        println!("{:<24} {}", algorithm.to_string(), line.join(", "));
+    }
+    let per_second = RateLimiter::builder(&cluster, "tour-1s", Quota::per_second(five)).build()?;
+    let per_hour = RateLimiter::builder(
+        &cluster,
+        "tour-1h",
+        Quota::per_hour(NonZeroU32::MIN.saturating_add(2)),
+    )
+    .build()?;
+    for limiter in [&per_second, &per_hour] {
+        limiter.reset("api-key:9c1e").await?;
+    }
+    let both = MultiLimiter::new([per_second, per_hour])?;
+    for i in 1..=4 {
+        let d = both.check("api-key:9c1e").await?;
+        println!(
+            "5/s and 3/h together, request {i}: allowed {} (binding limit {})",
+            d.allowed,
+            d.binding().limit
+        );
+    }
+    let stats = cluster.stats();
+    if let Some(s) = stats.get("gcra", "tour") {
+        println!(
+            "stats for gcra/tour: {} allowed, {} denied, {} bypassed",
+            s.allowed, s.denied, s.bypassed
+        );
+    }
 
     println!("\nevery key above lives under the namespace 'tour' and expires on its own.");
     Ok(())
