@@ -419,6 +419,10 @@ impl ClusterBuilder {
 
     /// Bound on establishing the connection (at build and on every rebuild).
     /// Default 2 s. Must be non-zero.
+    ///
+    /// Each node gets the command timeout (at least 100 ms, at most half of
+    /// this) to accept a connection and answer: a hung node then fails alone
+    /// and the attempt completes with the others.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -459,6 +463,12 @@ impl ClusterBuilder {
         self
     }
 
+    fn node_connect_timeout(&self) -> Duration {
+        self.command_timeout
+            .max(Duration::from_millis(100))
+            .min(self.connect_timeout / 2)
+    }
+
     /// Validates the configuration and connects (see
     /// [`lazy_connect`](Self::lazy_connect)).
     ///
@@ -491,7 +501,12 @@ impl ClusterBuilder {
             // whether a command may have run; redis-rs would resend after
             // I/O errors.
             .retries(0)
-            .connection_timeout(self.connect_timeout)
+            // redis-rs waits for every seed node before it asks for the slot
+            // map, so one hung (paused) node would stall every rebuild for
+            // the whole budget. A node gets no longer to connect than a
+            // command gets to answer (at least 100 ms, at most half the
+            // budget): a hung node then fails alone and quickly.
+            .connection_timeout(self.node_connect_timeout())
             .response_timeout(self.command_timeout)
             .build()
             .map_err(|err| config("nodes", err.to_string()))?;

@@ -8,69 +8,12 @@
 
 mod common;
 
-use common::Master;
+use common::{cmd, finish_move, migrate_keys, move_slot};
 use redis::Value;
 use shardlimit::keys::KeyId;
 use shardlimit::{Error, Script, Transaction, TxCommand};
 
 const INCR_SCRIPT: &str = "local n = redis.call('INCRBY', KEYS[1], ARGV[1]) redis.call('PEXPIRE', KEYS[1], 600000) return n";
-
-async fn cmd(addr: &str, args: &[&str]) -> Value {
-    let mut conn = common::node(addr).await;
-    let mut c = redis::cmd(args[0]);
-    for a in &args[1..] {
-        c.arg(*a);
-    }
-    c.query_async(&mut conn).await.unwrap()
-}
-
-/// Moves `slot` and its keys from `from` to `to`, then tells every master.
-async fn move_slot(slot: u16, from: &Master, to: &Master, all: &[Master]) {
-    let s = slot.to_string();
-    cmd(&to.addr, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &from.id]).await;
-    cmd(&from.addr, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &to.id]).await;
-    migrate_keys(slot, from, to).await;
-    finish_move(slot, to, all).await;
-}
-
-async fn migrate_keys(slot: u16, from: &Master, to: &Master) {
-    let keys: Vec<Vec<u8>> = {
-        let mut conn = common::node(&from.addr).await;
-        redis::cmd("CLUSTER")
-            .arg("GETKEYSINSLOT")
-            .arg(slot)
-            .arg(1000)
-            .query_async(&mut conn)
-            .await
-            .unwrap()
-    };
-    if keys.is_empty() {
-        return;
-    }
-    let (host, port) = to.addr.rsplit_once(':').unwrap();
-    let mut conn = common::node(&from.addr).await;
-    let mut migrate = redis::cmd("MIGRATE");
-    migrate
-        .arg(host)
-        .arg(port)
-        .arg("")
-        .arg(0)
-        .arg(5000)
-        .arg("KEYS");
-    for key in &keys {
-        migrate.arg(key);
-    }
-    let _: Value = migrate.query_async(&mut conn).await.unwrap();
-}
-
-async fn finish_move(slot: u16, to: &Master, all: &[Master]) {
-    let s = slot.to_string();
-    // The new owner first, so the slot is never without one.
-    cmd(&to.addr, &["CLUSTER", "SETSLOT", &s, "NODE", &to.id]).await;
-    for m in all.iter().filter(|m| m.addr != to.addr) {
-        cmd(&m.addr, &["CLUSTER", "SETSLOT", &s, "NODE", &to.id]).await;
-    }
-}
 
 /// Reads `key` on `addr` with ASKING, as the importing node would serve it.
 async fn get_asking(addr: &str, key: &[u8]) -> Option<i64> {

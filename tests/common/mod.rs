@@ -203,3 +203,63 @@ pub async fn on_owner<T: redis::FromRedisValue>(key: &[u8], cmd: &mut redis::Cmd
     let mut conn = node(&owner.addr).await;
     cmd.query_async(&mut conn).await.unwrap()
 }
+
+// ---- slot migration ---------------------------------------------------------
+
+/// Runs a command given as words on one node.
+pub async fn cmd(addr: &str, args: &[&str]) -> Value {
+    let mut conn = node(addr).await;
+    let mut c = redis::cmd(args[0]);
+    for a in &args[1..] {
+        c.arg(*a);
+    }
+    c.query_async(&mut conn).await.unwrap()
+}
+
+/// Moves `slot` and its keys from `from` to `to`, then tells every master.
+pub async fn move_slot(slot: u16, from: &Master, to: &Master, all: &[Master]) {
+    let s = slot.to_string();
+    cmd(&to.addr, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &from.id]).await;
+    cmd(&from.addr, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &to.id]).await;
+    migrate_keys(slot, from, to).await;
+    finish_move(slot, to, all).await;
+}
+
+pub async fn migrate_keys(slot: u16, from: &Master, to: &Master) {
+    let keys: Vec<Vec<u8>> = {
+        let mut conn = node(&from.addr).await;
+        redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(slot)
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+            .unwrap()
+    };
+    if keys.is_empty() {
+        return;
+    }
+    let (host, port) = to.addr.rsplit_once(':').unwrap();
+    let mut conn = node(&from.addr).await;
+    let mut migrate = redis::cmd("MIGRATE");
+    migrate
+        .arg(host)
+        .arg(port)
+        .arg("")
+        .arg(0)
+        .arg(5000)
+        .arg("KEYS");
+    for key in &keys {
+        migrate.arg(key);
+    }
+    let _: Value = migrate.query_async(&mut conn).await.unwrap();
+}
+
+pub async fn finish_move(slot: u16, to: &Master, all: &[Master]) {
+    let s = slot.to_string();
+    // The new owner first, so the slot is never without one.
+    cmd(&to.addr, &["CLUSTER", "SETSLOT", &s, "NODE", &to.id]).await;
+    for m in all.iter().filter(|m| m.addr != to.addr) {
+        cmd(&m.addr, &["CLUSTER", "SETSLOT", &s, "NODE", &to.id]).await;
+    }
+}
