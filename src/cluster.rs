@@ -273,6 +273,34 @@ impl Cluster {
         convert(op.into(), reply)
     }
 
+    /// Sends `pipe` (not a transaction) to one node and returns every reply,
+    /// server errors included as values. Bounded by the command timeout.
+    pub(crate) async fn node_pipeline(
+        &self,
+        op: &'static str,
+        node: &NodeAddr,
+        pipe: redis::Pipeline,
+    ) -> Result<Vec<Value>> {
+        let routing = SingleNodeRoutingInfo::ByAddress {
+            host: node.host.clone(),
+            port: node.port,
+        };
+        let count = pipe.len();
+        let reply = self
+            .bounded(op.into(), None, self.command_timeout(), |mut conn| async move {
+                let replies = conn.route_pipeline(pipe, 0, count, routing).await?;
+                Ok(Value::Array(replies))
+            })
+            .await?;
+        match reply {
+            Value::Array(replies) => Ok(replies),
+            other => Err(Error::UnexpectedReply {
+                op: op.into(),
+                detail: format!("pipeline replied {other:?}"),
+            }),
+        }
+    }
+
     /// Sends `cmd` to the master owning `slot` on the shared connection (so
     /// e.g. `WAIT` covers this connection's earlier writes), bounded by
     /// `timeout` rather than the command timeout.

@@ -51,6 +51,7 @@
 //! * [`Error`] — the one error type; [`Error::is_transient`] drives failure
 //!   policies.
 
+pub mod admin;
 mod cluster;
 mod error;
 pub mod keys;

@@ -1,0 +1,131 @@
+//! What the scanner reports about one primitive of one subject.
+
+use std::time::Duration;
+
+/// One primitive (rate limiter, lock, lease, counter, …) of one subject, as
+/// found on the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LimiterInfo {
+    /// The primitive's kind (`fw`, `slog`, `swc`, `gcra`, `lock`, `lease`,
+    /// `counter`, or whatever kind a user's own keys use).
+    pub kind: String,
+    /// Its name.
+    pub name: String,
+    /// The subject, unescaped.
+    pub subject: Vec<u8>,
+    /// The hash slot of its keys.
+    pub slot: u16,
+    /// The master it was read from (`host:port`).
+    pub node: String,
+    /// Time to live of its main key; `None` when the key has **no TTL**
+    /// (which [`Scanner::audit`](super::Scanner::audit) reports).
+    pub ttl: Option<Duration>,
+    /// Its current state.
+    pub usage: Usage,
+    /// The keys read for it (the main key first).
+    pub keys: Vec<Vec<u8>>,
+}
+
+impl LimiterInfo {
+    /// The subject as text (lossy for binary subjects).
+    #[must_use]
+    pub fn subject_lossy(&self) -> String {
+        String::from_utf8_lossy(&self.subject).into_owned()
+    }
+}
+
+/// The state of a primitive, by kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Usage {
+    /// Fixed window: units used in the current window.
+    FixedWindow {
+        /// Units used.
+        used: u64,
+    },
+    /// Sliding log: entries in the log (expired ones are trimmed by the next
+    /// check).
+    SlidingLog {
+        /// Entries.
+        entries: u64,
+    },
+    /// Sliding window counter.
+    SlidingWindow {
+        /// Units in the current window.
+        current: u64,
+        /// Units in the previous window.
+        previous: u64,
+    },
+    /// GCRA: the bucket is full again when the key expires (see `ttl`).
+    Gcra {
+        /// The theoretical arrival time, microseconds since the Unix epoch.
+        theoretical_arrival_us: u64,
+    },
+    /// Concurrency lease: permits held (expired ones are reclaimed by the
+    /// next acquire).
+    Lease {
+        /// Permits.
+        holders: u64,
+    },
+    /// Lock.
+    Lock {
+        /// Whether someone holds it.
+        held: bool,
+        /// The last fencing token issued, if the fence is still kept.
+        fencing_token: Option<u64>,
+    },
+    /// TTL-preserving counter.
+    Counter {
+        /// Its value.
+        value: i64,
+    },
+    /// A kind the scanner does not know: its Redis type.
+    Other {
+        /// `string`, `hash`, `zset`, …
+        redis_type: String,
+    },
+}
+
+impl Usage {
+    /// A short human description, e.g. `used 7`.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        match self {
+            Usage::FixedWindow { used } => format!("used {used}"),
+            Usage::SlidingLog { entries } => format!("{entries} in log"),
+            Usage::SlidingWindow { current, previous } => {
+                format!("current {current}, previous {previous}")
+            }
+            Usage::Gcra { .. } => "bucket refilling".to_owned(),
+            Usage::Lease { holders } => format!("{holders} holders"),
+            Usage::Lock {
+                held,
+                fencing_token,
+            } => match (held, fencing_token) {
+                (true, Some(t)) => format!("held, fence {t}"),
+                (true, None) => "held".to_owned(),
+                (false, Some(t)) => format!("free, last fence {t}"),
+                (false, None) => "free".to_owned(),
+            },
+            Usage::Counter { value } => format!("value {value}"),
+            Usage::Other { redis_type } => format!("({redis_type})"),
+        }
+    }
+}
+
+/// Progress of a scan on one master.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Progress {
+    /// The master (`host:port`).
+    pub node: String,
+    /// Keys returned by SCAN so far (all keys of the namespace, matching the
+    /// filters or not).
+    pub scanned: u64,
+    /// The node's `DBSIZE` when its scan started (every key, any
+    /// namespace): an upper bound for `scanned`.
+    pub dbsize: u64,
+    /// Whether the node's scan is complete.
+    pub done: bool,
+}

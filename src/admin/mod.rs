@@ -1,0 +1,20 @@
+//! The cluster-wide view: every primitive under a namespace, on every
+//! master, without transactions and without blocking any node.
+//!
+//! Hash tags buy scale but lose the global view: a `SCAN` on one node sees
+//! only the keys of its slots, so "show me all limiters" needs a walk over
+//! every master. [`Scanner`] does that walk concurrently, parses every key
+//! back into its subject and primitive with the key parser, reads each
+//! primitive's state in pipelines, and streams [`LimiterInfo`]s. It also
+//! counts primitives per node, kind and name ([`Scanner::count_limiters`]),
+//! audits the namespace for keys without a TTL — the seed-003 leak — and
+//! keys the parser does not recognise ([`Scanner::audit`]), and deletes one
+//! subject's keys in one slot-pinned transaction ([`Scanner::reset`]).
+//!
+//! The `shardlimit` command-line tool (feature `cli`) is built on it.
+
+mod info;
+mod scanner;
+
+pub use info::{LimiterInfo, Progress, Usage};
+pub use scanner::{AuditReport, CountReport, DEFAULT_SCAN_COUNT, ScanEvent, Scanner};

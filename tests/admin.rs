@@ -1,0 +1,294 @@
+//! The admin scanner against the six-node cluster: it finds every primitive
+//! exactly once, filters, audits, and resets one subject.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use rand::Rng;
+use shardlimit::admin::{LimiterInfo, ScanEvent, Scanner, Usage};
+use shardlimit::keys::slot;
+use shardlimit::{Algorithm, Cluster, Quota, RateLimiter};
+
+type Id = (String, String, Vec<u8>);
+
+async fn collect(scanner: &Scanner) -> (Vec<LimiterInfo>, Vec<Vec<u8>>) {
+    let mut limiters = Vec::new();
+    let mut unrecognized = Vec::new();
+    let mut events = Box::pin(scanner.scan());
+    while let Some(event) = events.next().await {
+        match event {
+            ScanEvent::Limiter(info) => limiters.push(info),
+            ScanEvent::Unrecognized { key, .. } => unrecognized.push(key),
+            ScanEvent::Incomplete { node, error } => panic!("{node} incomplete: {error}"),
+            other => panic!("{other:?}"),
+        }
+    }
+    (limiters, unrecognized)
+}
+
+fn id(info: &LimiterInfo) -> Id {
+    (info.kind.clone(), info.name.clone(), info.subject.clone())
+}
+
+/// One limiter per algorithm. 10 per hour: a GCRA key lives 6 minutes after
+/// one check (it expires when the bucket is full again), longer than any
+/// test here.
+fn limiters(cluster: &Cluster) -> Vec<RateLimiter> {
+    Algorithm::ALL
+        .into_iter()
+        .map(|a| {
+            RateLimiter::builder(
+                cluster,
+                "api",
+                Quota::per_hour(NonZeroU32::new(10).unwrap()),
+            )
+            .algorithm(a)
+            .build()
+            .unwrap()
+        })
+        .collect()
+}
+
+/// Creates `n` primitives of mixed kinds over random subjects (some with
+/// braces, percent signs and binary bytes) and returns their ids.
+async fn populate(cluster: &Cluster, n: usize) -> BTreeSet<Id> {
+    let limiters = Arc::new(limiters(cluster));
+    let made = Arc::new(Mutex::new(BTreeSet::new()));
+    let tasks: Vec<_> = (0..64)
+        .map(|task| {
+            let (limiters, made) = (limiters.clone(), made.clone());
+            tokio::spawn(async move {
+                for i in (task..n).step_by(64) {
+                    let salt: u32 = rand::rng().random();
+                    let mut subject = format!("u{i}-{salt}").into_bytes();
+                    if i % 10 == 0 {
+                        subject.extend_from_slice(b"{%}\xff:x");
+                    }
+                    let limiter = &limiters[i % limiters.len()];
+                    assert!(limiter.check(&subject).await.unwrap().allowed);
+                    made.lock().unwrap().insert((
+                        limiter.algorithm().kind().to_owned(),
+                        limiter.name().to_owned(),
+                        subject,
+                    ));
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    Arc::try_unwrap(made).unwrap().into_inner().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finds_exactly_every_primitive_spread_over_every_master() {
+    let cluster = common::cluster("scan30k").await;
+    let expected = populate(&cluster, 30_000).await;
+    assert_eq!(expected.len(), 30_000);
+
+    let progress = Arc::new(Mutex::new(BTreeMap::new()));
+    let seen_progress = progress.clone();
+    let scanner = Scanner::new(&cluster).on_progress(move |p| {
+        seen_progress
+            .lock()
+            .unwrap()
+            .insert(p.node.clone(), (p.scanned, p.dbsize, p.done));
+    });
+    let (found, unrecognized) = collect(&scanner).await;
+    assert!(unrecognized.is_empty());
+    assert_eq!(found.len(), 30_000, "each primitive exactly once");
+    let ids: BTreeSet<Id> = found.iter().map(id).collect();
+    assert_eq!(ids.len(), 30_000, "no duplicates");
+    assert_eq!(ids, expected, "none missing, none extra");
+
+    let masters: BTreeSet<String> = common::masters()
+        .await
+        .into_iter()
+        .map(|m| m.addr)
+        .collect();
+    let nodes: BTreeSet<String> = found.iter().map(|i| i.node.clone()).collect();
+    assert_eq!(nodes, masters, "keys spread over every master");
+    for info in &found {
+        assert_eq!(info.slot, slot(&info.keys[0]));
+        assert!(info.ttl.is_some(), "{info:?}");
+        match (&*info.kind, &info.usage) {
+            ("fw", Usage::FixedWindow { used: 1 })
+            | ("slog", Usage::SlidingLog { entries: 1 })
+            | (
+                "swc",
+                Usage::SlidingWindow {
+                    current: 1,
+                    previous: 0,
+                },
+            )
+            | ("gcra", Usage::Gcra { .. }) => {}
+            other => panic!("unexpected state {other:?}"),
+        }
+    }
+    let progress = progress.lock().unwrap();
+    assert_eq!(progress.len(), 3);
+    let scanned: u64 = progress.values().map(|p| p.0).sum();
+    assert_eq!(scanned, 30_000);
+    assert!(
+        progress
+            .values()
+            .all(|&(s, dbsize, done)| done && s <= dbsize)
+    );
+
+    let counts = Scanner::new(&cluster).count_limiters().await.unwrap();
+    assert_eq!(counts.total(), 30_000);
+    assert!(counts.incomplete.is_empty());
+    for kind in ["fw", "slog", "swc", "gcra"] {
+        let per_kind: u64 = counts
+            .counts
+            .iter()
+            .filter(|((_, k, _), _)| k == kind)
+            .map(|(_, n)| n)
+            .sum();
+        assert_eq!(per_kind, 7_500, "{kind}");
+    }
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
+#[tokio::test]
+async fn filters_return_exactly_the_matching_primitives() {
+    let cluster = common::cluster("filters").await;
+    let all = limiters(&cluster);
+    let other = RateLimiter::builder(
+        &cluster,
+        "other",
+        Quota::per_hour(NonZeroU32::new(5).unwrap()),
+    )
+    .build()
+    .unwrap();
+    for subject in ["user:1", "user:2", "team:1", "user:10"] {
+        for l in all.iter().chain([&other]) {
+            let _ = l.check(subject).await.unwrap();
+        }
+    }
+    let names = |found: Vec<LimiterInfo>| -> BTreeSet<(String, String, String)> {
+        found
+            .into_iter()
+            .map(|i| (i.kind.clone(), i.name.clone(), i.subject_lossy()))
+            .collect()
+    };
+    let (by_kind, _) = collect(&Scanner::new(&cluster).kind("gcra")).await;
+    assert_eq!(by_kind.len(), 8);
+    assert!(by_kind.iter().all(|i| i.kind == "gcra"));
+    let (by_name, _) = collect(&Scanner::new(&cluster).name("other")).await;
+    assert_eq!(
+        names(by_name),
+        ["user:1", "user:2", "team:1", "user:10"]
+            .into_iter()
+            .map(|s| ("gcra".into(), "other".into(), s.into()))
+            .collect()
+    );
+    let (by_glob, _) = collect(&Scanner::new(&cluster).subject_glob("user:?")).await;
+    assert_eq!(by_glob.len(), 10);
+    assert!(
+        by_glob
+            .iter()
+            .all(|i| i.subject == b"user:1" || i.subject == b"user:2")
+    );
+    let (combined, _) = collect(
+        &Scanner::new(&cluster)
+            .kind("fw")
+            .name("api")
+            .subject_glob("*1*"),
+    )
+    .await;
+    assert_eq!(
+        names(combined),
+        ["user:1", "team:1", "user:10"]
+            .into_iter()
+            .map(|s| ("fw".into(), "api".into(), s.into()))
+            .collect()
+    );
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
+#[tokio::test]
+async fn audit_flags_immortal_and_unrecognised_keys() {
+    let cluster = common::cluster("audit").await;
+    for l in limiters(&cluster) {
+        let _ = l.check("fine").await.unwrap();
+    }
+    let scanner = Scanner::new(&cluster);
+    let clean = scanner.audit().await.unwrap();
+    assert!(clean.is_clean(), "{clean:?}");
+    assert_eq!(clean.scanned, 4);
+
+    let ns = cluster.namespace().to_owned();
+    let immortal = format!("{ns}:{{leaky}}:counter:billing").into_bytes();
+    let garbage = format!("{ns}:no-hash-tag-here").into_bytes();
+    let _: () = common::on_owner(&immortal, redis::cmd("SET").arg(&immortal).arg(42)).await;
+    let _: () = common::on_owner(
+        &garbage,
+        redis::cmd("SET")
+            .arg(&garbage)
+            .arg("x")
+            .arg("PX")
+            .arg(600_000),
+    )
+    .await;
+
+    let report = scanner.audit().await.unwrap();
+    assert!(!report.is_clean());
+    assert_eq!(report.immortal.len(), 1);
+    assert_eq!(report.immortal[0].0, immortal);
+    assert_eq!(report.unrecognized.len(), 1);
+    assert_eq!(report.unrecognized[0].0, garbage);
+    assert_eq!(report.scanned, 6);
+
+    // The listing reports the stranger too, and the immortal key's missing TTL.
+    let (found, unrecognized) = collect(&scanner).await;
+    assert_eq!(unrecognized, vec![garbage.clone()]);
+    let leaky = found.iter().find(|i| i.subject == b"leaky").unwrap();
+    assert_eq!(leaky.ttl, None);
+    assert_eq!(leaky.usage, Usage::Counter { value: 42 });
+
+    for key in [&immortal, &garbage] {
+        let _: i64 = common::on_owner(key, redis::cmd("DEL").arg(key)).await;
+    }
+    assert!(scanner.audit().await.unwrap().is_clean());
+}
+
+#[tokio::test]
+async fn reset_removes_exactly_one_subjects_keys() {
+    let cluster = common::cluster("adminreset").await;
+    let all = limiters(&cluster);
+    // A second subject in the same slot, to prove the reset looks at
+    // subjects, not slots.
+    let target = "victim";
+    let neighbour = (0..)
+        .map(|i| format!("neighbour-{i}"))
+        .find(|s| slot(s.as_bytes()) == slot(target.as_bytes()))
+        .unwrap();
+    for l in &all {
+        for s in [target, neighbour.as_str(), "elsewhere"] {
+            let _ = l.check(s).await.unwrap();
+        }
+    }
+    let scanner = Scanner::new(&cluster);
+    assert_eq!(scanner.reset(target, Some("fw"), None).await.unwrap(), 1);
+    assert_eq!(scanner.reset(target, None, Some("api")).await.unwrap(), 3);
+    assert_eq!(scanner.reset(target, None, None).await.unwrap(), 0);
+    let (found, _) = collect(&scanner).await;
+    let subjects: BTreeMap<String, usize> = found.iter().fold(BTreeMap::new(), |mut m, i| {
+        *m.entry(i.subject_lossy()).or_default() += 1;
+        m
+    });
+    assert_eq!(
+        subjects,
+        [(neighbour.clone(), 4), ("elsewhere".to_owned(), 4)]
+            .into_iter()
+            .collect()
+    );
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
