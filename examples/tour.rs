@@ -142,6 +142,43 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
 
+    println!("\n== a lock with a fencing token, and a TTL-preserving counter");
+    let health = cluster.health().await?;
+    for m in &health.masters {
+        if let Ok(s) = &m.status {
+            println!(
+                "master {} aof {} connected replicas {}",
+                m.master,
+                if s.aof_enabled { "on" } else { "OFF" },
+                s.connected_replicas
+            );
+        }
+    }
+    match health.lock_problems().as_slice() {
+        [] => println!("fit for locks: AOF on and a replica everywhere"),
+        problems => println!("locks are at risk: {}", problems.join("; ")),
+    }
+    let lock = shardlimit::Lock::builder(&cluster, "job")
+        .ttl(Duration::from_secs(60))
+        .build()?;
+    if let Some(guard) = lock.try_acquire("nightly-export").await? {
+        let rival = lock.try_acquire("nightly-export").await?;
+        println!(
+            "nightly-export: acquired with fencing token {}, a second try gets {:?}",
+            guard.fencing_token(),
+            rival.map(|g| g.fencing_token())
+        );
+        println!("released: {}", guard.release().await?);
+    }
+    let billable = shardlimit::Counter::builder(&cluster, "billable")
+        .idle_ttl(Duration::from_secs(900))
+        .build()?;
+    billable.add("session:9", 30).await?;
+    let before = billable.get_with_ttl("session:9").await?;
+    let drained = billable.drain("session:9").await?;
+    let after = billable.get_with_ttl("session:9").await?;
+    println!("session:9 counter {before:?} -> drained {drained:?} -> {after:?} (TTL kept)");
+
     println!("\nevery key above lives under the namespace 'tour' and expires on its own.");
     Ok(())
 }

@@ -287,10 +287,15 @@ impl Cluster {
         };
         let count = pipe.len();
         let reply = self
-            .bounded(op.into(), None, self.command_timeout(), |mut conn| async move {
-                let replies = conn.route_pipeline(pipe, 0, count, routing).await?;
-                Ok(Value::Array(replies))
-            })
+            .bounded(
+                op.into(),
+                None,
+                self.command_timeout(),
+                |mut conn| async move {
+                    let replies = conn.route_pipeline(pipe, 0, count, routing).await?;
+                    Ok(Value::Array(replies))
+                },
+            )
             .await?;
         match reply {
             Value::Array(replies) => Ok(replies),

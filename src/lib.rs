@@ -47,15 +47,24 @@
 //!   [`Cluster::transaction`], the only two ways the crate talks to Redis.
 //! * [`limit`] — rate limiters ([`RateLimiter`], [`MultiLimiter`],
 //!   [`Quota`], [`Decision`]) and their [`FailurePolicy`].
+//! * [`Lock`] — fenced locks with watchdog and replica acknowledgement;
+//!   [`ConcurrencyLimiter`] — at most N leases per subject; [`Counter`] —
+//!   TTL-preserving counters (add / drain / get); [`Cluster::health`] — is
+//!   the cluster fit to hold locks (AOF, replicas).
 //! * [`Script`] — a Lua script hashed once.
 //! * [`Error`] — the one error type; [`Error::is_transient`] drives failure
 //!   policies.
 
 pub mod admin;
+mod backoff;
 mod cluster;
+mod counter;
 mod error;
+mod health;
 pub mod keys;
+mod lease;
 pub mod limit;
+mod lock;
 mod policy;
 mod scripts;
 mod stats;
@@ -64,10 +73,14 @@ pub use cluster::{
     Cluster, ClusterBuilder, DEFAULT_NODES, NODES_ENV, NodeAddr, Shard, Topology, Transaction,
     TxCommand,
 };
+pub use counter::{Counter, CounterBuilder};
 pub use error::{Error, Result};
+pub use health::{Health, MasterHealth, NodeHealth};
+pub use lease::{ConcurrencyLimiter, ConcurrencyLimiterBuilder, Permit};
 pub use limit::{
     Algorithm, Decision, MultiDecision, MultiLimiter, Quota, RateLimiter, RateLimiterBuilder,
 };
+pub use lock::{Lock, LockBuilder, LockGuard};
 pub use policy::{BypassReason, FailurePolicy};
 pub use scripts::{NO_ARGS, Script};
 pub use stats::{PrimitiveStats, Stats};

@@ -131,7 +131,7 @@ async fn finds_exactly_every_primitive_spread_over_every_master() {
             other => panic!("unexpected state {other:?}"),
         }
     }
-    let progress = progress.lock().unwrap();
+    let progress = progress.lock().unwrap().clone();
     assert_eq!(progress.len(), 3);
     let scanned: u64 = progress.values().map(|p| p.0).sum();
     assert_eq!(scanned, 30_000);

@@ -568,3 +568,35 @@ async fn bad_quotas_and_costs_are_refused_before_sending() {
     ));
     common::assert_every_key_has_ttl(cluster.namespace()).await;
 }
+
+#[tokio::test]
+async fn invocation_is_exactly_what_a_check_sends() {
+    let cluster = common::cluster("invocation").await;
+    let l = RateLimiter::builder(&cluster, "inv", Quota::per_hour(nz(3)))
+        .build()
+        .unwrap();
+    let invocation = l.invocation("s", 2).unwrap();
+    assert_eq!(invocation.keys.keys(), [l.key("s").unwrap()]);
+    // Run it through a bare redis-rs connection: same effect as check_n(2).
+    let mut bare = redis::cluster::ClusterClient::new(common::node_urls())
+        .unwrap()
+        .get_async_connection()
+        .await
+        .unwrap();
+    let script = redis::Script::new(invocation.script.code());
+    let mut call = script.prepare_invoke();
+    for key in invocation.keys.keys() {
+        call.key(key);
+    }
+    for arg in &invocation.args {
+        call.arg(arg);
+    }
+    let reply: Vec<i64> = call.invoke_async(&mut bare).await.unwrap();
+    assert_eq!(&reply[..4], [1, 1, 1, -1], "admitted, remaining 1");
+    assert_eq!(l.peek("s").await.unwrap().remaining, 1);
+    assert!(matches!(
+        l.invocation("s", 4),
+        Err(Error::InvalidCost { cost: 4, max: 3 })
+    ));
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}

@@ -51,6 +51,7 @@ const MAX_ATTEMPTS: u32 = 5;
 ///         ScanEvent::Limiter(info) => println!("{} {} {}", info.kind, info.subject_lossy(), info.usage.describe()),
 ///         ScanEvent::Unrecognized { key, .. } => println!("not ours: {}", String::from_utf8_lossy(&key)),
 ///         ScanEvent::Incomplete { node, error } => eprintln!("{node} not fully scanned: {error}"),
+///         _ => {}
 ///     }
 /// }
 /// # Ok(()) }
@@ -63,8 +64,11 @@ pub struct Scanner {
     kind: Option<String>,
     name: Option<String>,
     subject_glob: Option<Vec<u8>>,
-    progress: Option<Arc<dyn Fn(&Progress) + Send + Sync>>,
+    progress: Option<ProgressFn>,
 }
+
+/// A progress callback.
+type ProgressFn = Arc<dyn Fn(&Progress) + Send + Sync>;
 
 /// One thing a scan found.
 #[derive(Debug)]
@@ -270,6 +274,27 @@ impl Scanner {
         Ok(report)
     }
 
+    /// Every primitive of one subject (all kinds and names; the filters do
+    /// not apply), read from the subject's slot on its master — no walk.
+    pub async fn subject(&self, subject: impl AsRef<[u8]>) -> Result<Vec<LimiterInfo>> {
+        let (owner, keys) = self.subject_keys(subject.as_ref(), None, None).await?;
+        let found = Scanner {
+            kind: None,
+            name: None,
+            subject_glob: None,
+            ..self.clone()
+        }
+        .read_page(Mode::List, &owner, keys)
+        .await?;
+        Ok(found
+            .into_iter()
+            .filter_map(|f| match f {
+                Found::Limiter(info) => Some(info),
+                _ => None,
+            })
+            .collect())
+    }
+
     /// Deletes one subject's keys — all of them, or only those of `kind`
     /// and/or `name` — in one MULTI/EXEC on the subject's slot. Returns how
     /// many keys were deleted.
@@ -283,7 +308,30 @@ impl Scanner {
         kind: Option<&str>,
         name: Option<&str>,
     ) -> Result<u64> {
-        let subject = subject.as_ref();
+        let (_, mine) = self.subject_keys(subject.as_ref(), kind, name).await?;
+        if mine.is_empty() {
+            return Ok(0);
+        }
+        let keys = KeySet::from_keys(mine)?;
+        let mut del = TxCommand::new("DEL");
+        for i in 0..keys.len() {
+            del = del.key(i);
+        }
+        let (deleted,): (u64,) = self
+            .cluster
+            .transaction(&keys, &Transaction::new().command(del))
+            .await?;
+        Ok(deleted)
+    }
+
+    /// The master serving `subject`'s slot and the subject's keys there (of
+    /// `kind` and `name`, if given).
+    async fn subject_keys(
+        &self,
+        subject: &[u8],
+        kind: Option<&str>,
+        name: Option<&str>,
+    ) -> Result<(NodeAddr, Vec<Vec<u8>>)> {
         let probe = self
             .cluster
             .keys()
@@ -305,7 +353,7 @@ impl Scanner {
             .node_command("cluster countkeysinslot", &owner, count_cmd)
             .await?;
         if in_slot == 0 {
-            return Ok(0);
+            return Ok((owner, Vec::new()));
         }
         let mut list = redis::cmd("CLUSTER");
         list.arg("GETKEYSINSLOT").arg(the_slot).arg(in_slot);
@@ -314,7 +362,7 @@ impl Scanner {
             .node_command("cluster getkeysinslot", &owner, list)
             .await?;
         let namespace = self.cluster.namespace();
-        let mine: Vec<Vec<u8>> = keys
+        let mine = keys
             .into_iter()
             .filter(|key| {
                 ParsedKey::parse(key).is_ok_and(|p| {
@@ -325,19 +373,7 @@ impl Scanner {
                 })
             })
             .collect();
-        if mine.is_empty() {
-            return Ok(0);
-        }
-        let keys = KeySet::from_keys(mine)?;
-        let mut del = TxCommand::new("DEL");
-        for i in 0..keys.len() {
-            del = del.key(i);
-        }
-        let (deleted,): (u64,) = self
-            .cluster
-            .transaction(&keys, &Transaction::new().command(del))
-            .await?;
-        Ok(deleted)
+        Ok((owner, mine))
     }
 
     /// Starts one task per master; events arrive on the returned channel,

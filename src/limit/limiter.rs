@@ -10,7 +10,7 @@ use super::decision::Decision;
 use super::quota::Quota;
 use crate::cluster::{Cluster, Transaction, TxCommand};
 use crate::error::{Error, Result};
-use crate::keys::KeyId;
+use crate::keys::{KeyId, KeySet};
 use crate::policy::FailurePolicy;
 use crate::scripts::Script;
 use crate::stats::Counters;
@@ -264,6 +264,23 @@ impl RateLimiter {
         Ok(())
     }
 
+    /// Exactly what [`check_n`](Self::check_n) sends for `subject` and
+    /// `cost`: the script, its `KEYS` and its `ARGV`. For running the check
+    /// through another client — the bench harness uses it to measure this
+    /// crate against bare redis-rs with identical work on the server.
+    pub fn invocation(&self, subject: impl AsRef<[u8]>, cost: u32) -> Result<Invocation> {
+        let spec = &self.inner.spec;
+        check_cost(&[spec], cost)?;
+        let keys = self.inner.cluster.keys().key_set(subject, [&spec.id])?;
+        let mut args = vec![cost.to_string().into_bytes(), b"1".to_vec()];
+        args.extend(spec.args.iter().map(|a| a.clone().into_bytes()));
+        Ok(Invocation {
+            script: spec.algorithm.script().clone(),
+            keys,
+            args,
+        })
+    }
+
     /// Checks until admitted, sleeping `retry_after` (plus jitter, so waiting
     /// clients do not retry in lockstep) between attempts, for at most
     /// `max_wait`. Returns the admitting decision, or the last denial when
@@ -309,14 +326,7 @@ pub(crate) async fn evaluate(
     cost: u32,
     consume: bool,
 ) -> Result<(bool, Vec<Decision>)> {
-    for spec in specs {
-        if cost == 0 || cost > spec.capacity {
-            return Err(Error::InvalidCost {
-                cost: u64::from(cost),
-                max: u64::from(spec.capacity),
-            });
-        }
-    }
+    check_cost(specs, cost)?;
     let keys = cluster
         .keys()
         .key_set(subject, specs.iter().map(|s| &s.id))?;
@@ -336,6 +346,30 @@ pub(crate) async fn evaluate(
         }
     };
     parse_reply(script, specs, &reply)
+}
+
+/// A cost every limit can admit at once: 1 to its capacity.
+fn check_cost(specs: &[&LimitSpec], cost: u32) -> Result<()> {
+    match specs.iter().find(|s| cost == 0 || cost > s.capacity) {
+        Some(spec) => Err(Error::InvalidCost {
+            cost: u64::from(cost),
+            max: u64::from(spec.capacity),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// What one check sends: a script with its `KEYS` (one slot, proven) and
+/// `ARGV`. See [`RateLimiter::invocation`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Invocation {
+    /// The script.
+    pub script: Script,
+    /// `KEYS`.
+    pub keys: KeySet,
+    /// `ARGV`.
+    pub args: Vec<Vec<u8>>,
 }
 
 fn parse_reply(

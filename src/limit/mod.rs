@@ -28,6 +28,6 @@ mod quota;
 
 pub use algorithm::Algorithm;
 pub use decision::{Decision, MultiDecision};
-pub use limiter::{RateLimiter, RateLimiterBuilder};
+pub use limiter::{Invocation, RateLimiter, RateLimiterBuilder};
 pub use multi::MultiLimiter;
 pub use quota::Quota;

@@ -108,6 +108,15 @@ scripts! {
         "limit_prelude", "fixed_window", "sliding_log", "sliding_window", "gcra", "limit_main",
     ],
     // locks, leases, counters
+    LOCK_ACQUIRE => "lock_acquire",
+    LOCK_EXTEND => "lock_extend",
+    LOCK_RELEASE => "lock_release",
+    LOCK_TTL => "lock_ttl",
+    LEASE_ACQUIRE => "lease_acquire",
+    LEASE_EXTEND => "lease_extend",
+    LEASE_RELEASE => "lease_release",
+    COUNTER_DRAIN => "counter_drain",
+    COUNTER_GET => "counter_get",
 }
 
 #[cfg(test)]

@@ -1,0 +1,304 @@
+//! TTL-preserving counters: the billing counter of seed 003, without the
+//! GETSET leak. The public documentation lives on [`Counter`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::backoff::millis;
+use crate::cluster::{Cluster, Transaction, TxCommand};
+use crate::error::{Error, Result};
+use crate::keys::{KeyId, KeySet};
+use crate::scripts::{COUNTER_DRAIN, COUNTER_GET};
+use crate::stats::Counters;
+
+/// The key kind of counters: `<ns>:{<subject>}:counter:<name>`.
+const KIND: &str = "counter";
+
+/// A named integer counter per subject that lives while it is used and
+/// expires `idle_ttl` after the last [`add`](Self::add).
+///
+/// ```no_run
+/// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+/// use std::time::Duration;
+/// use shardlimit::Counter;
+///
+/// let billable = Counter::builder(&cluster, "billing")
+///     .idle_ttl(Duration::from_secs(900))
+///     .build()?;
+/// billable.add("session:9", 30).await?;          // the session's worker
+/// if let Some(seconds) = billable.drain("session:9").await? {
+///     println!("bill {seconds} s");             // the collector
+/// }
+/// # Ok(()) }
+/// ```
+///
+/// # Only `add` touches the TTL (seed 003)
+///
+/// * [`add`](Self::add) is `INCRBY` + `PEXPIRE idle_ttl` in one MULTI/EXEC:
+///   the value and the TTL always move together.
+/// * [`drain`](Self::drain) is one script: `GET`, and only if the key exists,
+///   `SET 0 KEEPTTL`. It never changes the TTL (a `GETSET` would remove it,
+///   and a session that stops right after a collection would leave an
+///   immortal key), and it never creates a missing key. It runs atomically
+///   against concurrent adds: every unit added is drained exactly once or is
+///   still in the counter.
+/// * [`get`](Self::get) reads. So a session that stops being added to — a
+///   "zombie" — ends with its key gone `idle_ttl` after its last add, drained
+///   or not.
+///
+/// # At most once
+///
+/// Each operation runs at most once (see
+/// [Timeouts and ambiguous outcomes](crate::Cluster#timeouts-and-ambiguous-outcomes)):
+/// after a timeout, an `add` may or may not have counted, and a `drain` may
+/// have reset the counter without its value reaching you. Counters have no
+/// fail-open mode: a billing figure must not be guessed.
+///
+/// [`Cluster::stats`](crate::Cluster::stats) counts, under kind `counter`,
+/// each successful operation as `allowed` and each error as `errors`.
+///
+/// Needs Redis 6.0 or later (`KEEPTTL`).
+#[derive(Clone, Debug)]
+pub struct Counter {
+    inner: Arc<CounterInner>,
+}
+
+#[derive(Debug)]
+struct CounterInner {
+    cluster: Cluster,
+    id: KeyId,
+    idle_ms: u64,
+    counters: Arc<Counters>,
+}
+
+impl Counter {
+    /// A builder for the counter named `name` (`[A-Za-z0-9_.-]{1,64}`).
+    ///
+    /// ```no_run
+    /// # fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+    /// use std::time::Duration;
+    /// let c = shardlimit::Counter::builder(&cluster, "billing")
+    ///     .idle_ttl(Duration::from_secs(900))
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder(cluster: &Cluster, name: impl Into<String>) -> CounterBuilder {
+        CounterBuilder {
+            cluster: cluster.clone(),
+            name: name.into(),
+            idle_ttl: Duration::from_secs(900),
+        }
+    }
+
+    /// The counter's name.
+    ///
+    /// ```no_run
+    /// # fn demo(billable: shardlimit::Counter) {
+    /// assert_eq!(billable.name(), "billing");
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn name(&self) -> &str {
+        self.inner.id.name()
+    }
+
+    /// Adds `n` (may be negative) to the subject's counter, creating it at 0
+    /// first if needed, sets its TTL to the idle TTL, and returns the new
+    /// value. One MULTI/EXEC: `INCRBY`, `PEXPIRE`.
+    ///
+    /// Errors when Redis did not answer (the add may or may not have
+    /// happened), or when the key holds something other than an integer.
+    ///
+    /// ```no_run
+    /// # async fn demo(billable: shardlimit::Counter) -> shardlimit::Result<()> {
+    /// let total = billable.add("session:9", 30).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn add(&self, subject: impl AsRef<[u8]>, n: i64) -> Result<i64> {
+        let inner = &self.inner;
+        let keys = self.keys(subject.as_ref())?;
+        let tx = Transaction::new()
+            .command(TxCommand::new("INCRBY").key(0).arg(n))
+            .command(TxCommand::new("PEXPIRE").key(0).arg(inner.idle_ms));
+        let outcome: Result<(i64, i64)> = inner.cluster.transaction(&keys, &tx).await;
+        self.count(outcome).map(|(total, _)| total)
+    }
+
+    /// Reads the subject's counter and resets it to 0 in one script, keeping
+    /// its TTL: `Some(value)` read, or `None` when there is no counter — then
+    /// nothing is written.
+    ///
+    /// Errors when Redis did not answer (the counter may have been reset
+    /// without the value reaching you), or when the key holds something
+    /// other than an integer (then it is left untouched).
+    ///
+    /// ```no_run
+    /// # async fn demo(billable: shardlimit::Counter) -> shardlimit::Result<()> {
+    /// match billable.drain("session:9").await? {
+    ///     Some(seconds) => println!("bill {seconds} s"),
+    ///     None => println!("session gone: nothing to bill"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn drain(&self, subject: impl AsRef<[u8]>) -> Result<Option<i64>> {
+        let keys = self.keys(subject.as_ref())?;
+        let outcome: Result<Option<i64>> = self
+            .inner
+            .cluster
+            .eval(&COUNTER_DRAIN, &keys, crate::scripts::NO_ARGS)
+            .await;
+        self.count(outcome)
+    }
+
+    /// The subject's counter, or `None` when there is none.
+    ///
+    /// ```no_run
+    /// # async fn demo(billable: shardlimit::Counter) -> shardlimit::Result<()> {
+    /// let pending = billable.get("session:9").await?.unwrap_or(0);
+    /// # Ok(()) }
+    /// ```
+    pub async fn get(&self, subject: impl AsRef<[u8]>) -> Result<Option<i64>> {
+        Ok(self.get_with_ttl(subject).await?.map(|(value, _)| value))
+    }
+
+    /// The subject's counter and its remaining TTL, or `None` when there is
+    /// none.
+    ///
+    /// A counter without a TTL — the seed-003 leak, which only something
+    /// outside this crate can cause — is reported as
+    /// [`Error::UnexpectedReply`] rather than hidden.
+    ///
+    /// ```no_run
+    /// # async fn demo(billable: shardlimit::Counter) -> shardlimit::Result<()> {
+    /// if let Some((value, ttl)) = billable.get_with_ttl("session:9").await? {
+    ///     println!("{value} pending, expires in {} s", ttl.as_secs());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn get_with_ttl(&self, subject: impl AsRef<[u8]>) -> Result<Option<(i64, Duration)>> {
+        let keys = self.keys(subject.as_ref())?;
+        let outcome: Result<Value> = self
+            .inner
+            .cluster
+            .eval(&COUNTER_GET, &keys, crate::scripts::NO_ARGS)
+            .await;
+        let parsed = outcome.and_then(|reply| parse_get(&keys, reply));
+        self.count(parsed)
+    }
+
+    fn keys(&self, subject: &[u8]) -> Result<KeySet> {
+        let keys = self.inner.cluster.keys().key_set(subject, [&self.inner.id]);
+        if keys.is_err() {
+            self.inner.counters.error();
+        }
+        keys
+    }
+
+    fn count<T>(&self, outcome: Result<T>) -> Result<T> {
+        match &outcome {
+            Ok(_) => self.inner.counters.allowed(),
+            Err(_) => self.inner.counters.error(),
+        }
+        outcome
+    }
+}
+
+/// Parses `[]` or `[value, pttl]`.
+fn parse_get(keys: &KeySet, reply: Value) -> Result<Option<(i64, Duration)>> {
+    let bad = |detail: String| Error::UnexpectedReply {
+        op: COUNTER_GET.name().to_owned().into(),
+        detail,
+    };
+    let (value, pttl): (i64, i64) = match reply {
+        Value::Array(items) if items.is_empty() => return Ok(None),
+        other => redis::from_redis_value(other).map_err(|err| bad(err.to_string()))?,
+    };
+    match u64::try_from(pttl) {
+        Ok(ms) => Ok(Some((value, Duration::from_millis(ms)))),
+        Err(_) => Err(bad(format!(
+            "counter {} has no TTL (PTTL {pttl}): something outside shardlimit wrote it",
+            String::from_utf8_lossy(&keys.keys()[0])
+        ))),
+    }
+}
+
+/// Configures a [`Counter`]. Every setter states its default;
+/// [`build`](Self::build) validates everything and contacts nothing.
+///
+/// ```no_run
+/// # fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+/// use std::time::Duration;
+/// let billable = shardlimit::Counter::builder(&cluster, "billing")
+///     .idle_ttl(Duration::from_secs(900)) // default 15 min
+///     .build()?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct CounterBuilder {
+    cluster: Cluster,
+    name: String,
+    idle_ttl: Duration,
+}
+
+impl CounterBuilder {
+    /// How long a counter lives after its last [`add`](Counter::add).
+    /// Default 15 minutes (seed 003's session TTL). At least 1 ms (whole
+    /// milliseconds).
+    pub fn idle_ttl(mut self, ttl: Duration) -> Self {
+        self.idle_ttl = ttl;
+        self
+    }
+
+    /// Validates the configuration. Nothing is sent to Redis.
+    ///
+    /// Errors with [`Error::InvalidIdent`] for a bad name and
+    /// [`Error::Config`] for a bad idle TTL.
+    pub fn build(self) -> Result<Counter> {
+        let id = KeyId::new(KIND, &self.name)?;
+        let idle_ms = millis("idle_ttl", self.idle_ttl)?;
+        let counters = self.cluster.counters(KIND, &self.name);
+        Ok(Counter {
+            inner: Arc::new(CounterInner {
+                cluster: self.cluster,
+                id,
+                idle_ms,
+                counters,
+            }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys() -> KeySet {
+        KeySet::from_keys(["sl:{s}:counter:c"]).unwrap()
+    }
+
+    #[test]
+    fn get_reply_parses_value_and_ttl() {
+        assert_eq!(parse_get(&keys(), Value::Array(vec![])).unwrap(), None);
+        let reply = Value::Array(vec![Value::BulkString(b"-42".to_vec()), Value::Int(1500)]);
+        assert_eq!(
+            parse_get(&keys(), reply).unwrap(),
+            Some((-42, Duration::from_millis(1500)))
+        );
+        // i64::MAX survives: the script returns the value as a string.
+        let big = Value::Array(vec![
+            Value::BulkString(i64::MAX.to_string().into_bytes()),
+            Value::Int(1),
+        ]);
+        assert_eq!(parse_get(&keys(), big).unwrap().unwrap().0, i64::MAX);
+    }
+
+    #[test]
+    fn a_counter_without_ttl_is_an_error_not_a_value() {
+        let reply = Value::Array(vec![Value::BulkString(b"7".to_vec()), Value::Int(-1)]);
+        let err = parse_get(&keys(), reply).unwrap_err();
+        assert!(err.to_string().contains("has no TTL"), "{err}");
+    }
+}

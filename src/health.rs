@@ -1,0 +1,285 @@
+//! `Cluster::health`: is this cluster fit to hold locks?
+//!
+//! A lock lives in one master's memory. It survives a restart only with AOF
+//! on, and survives a failover only if a replica had it — which asynchronous
+//! replication does not promise unless the lock waits for one
+//! ([`LockBuilder::replica_ack`](crate::LockBuilder::replica_ack)), and which
+//! is impossible without a connected replica. This report checks both, per
+//! master (seed 000: "a Redis restart with no AOF loses every lock
+//! instantly, and the jobs holding them do not find out").
+
+use futures::future::join_all;
+
+use crate::cluster::{Cluster, NodeAddr};
+use crate::error::Result;
+use crate::keys::SLOT_COUNT;
+
+/// What [`Cluster::health`] found: every master with its persistence and
+/// replication state.
+///
+/// ```no_run
+/// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+/// let health = cluster.health().await?;
+/// for problem in health.lock_problems() {
+///     eprintln!("locks are not safe here: {problem}");
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Health {
+    /// One entry per master, sorted by address.
+    pub masters: Vec<MasterHealth>,
+    /// Slots with an owner; 16384 on a complete cluster.
+    pub covered_slots: usize,
+}
+
+/// One master of the cluster and what it reported.
+///
+/// ```no_run
+/// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+/// for m in cluster.health().await?.masters {
+///     println!("{} has {} replicas in the topology", m.master, m.known_replicas);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct MasterHealth {
+    /// The master, as the cluster announces it.
+    pub master: NodeAddr,
+    /// Replicas the topology lists for it (connected or not).
+    pub known_replicas: usize,
+    /// Its `INFO` and `CLUSTER INFO`, or why it could not be asked.
+    pub status: Result<NodeHealth>,
+}
+
+/// What one master reported about itself.
+///
+/// ```no_run
+/// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+/// for m in cluster.health().await?.masters {
+///     if let Ok(node) = &m.status {
+///         assert!(node.aof_enabled, "{}: a restart would lose every lock", m.master);
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeHealth {
+    /// `aof_enabled:1` — without AOF a restart loses every lock.
+    pub aof_enabled: bool,
+    /// `aof_last_write_status:ok` — false when the disk is failing writes.
+    pub aof_last_write_ok: bool,
+    /// `role`, e.g. `master` (anything else: the topology is changing).
+    pub role: String,
+    /// `connected_slaves`: replicas streaming from it now. Zero means a
+    /// failover has nothing up to date to promote, and `WAIT` cannot succeed.
+    pub connected_replicas: u32,
+    /// `cluster_state:ok` as this node sees the cluster.
+    pub cluster_state_ok: bool,
+    /// `used_memory`: bytes the node's data and overhead take.
+    pub used_memory: u64,
+}
+
+impl Health {
+    /// Everything that makes locks on this cluster unsafe, one sentence
+    /// each; empty when every master answered, has AOF on and writing, has a
+    /// connected replica, and sees the cluster as `ok` with every slot
+    /// covered.
+    ///
+    /// ```no_run
+    /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+    /// let problems = cluster.health().await?.lock_problems();
+    /// assert!(problems.is_empty(), "{problems:?}");
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn lock_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.covered_slots != usize::from(SLOT_COUNT) {
+            problems.push(format!(
+                "only {} of {SLOT_COUNT} slots have a master",
+                self.covered_slots
+            ));
+        }
+        for m in &self.masters {
+            let node = &m.master;
+            let status = match &m.status {
+                Ok(status) => status,
+                Err(err) => {
+                    problems.push(format!("{node}: did not answer: {err}"));
+                    continue;
+                }
+            };
+            if !status.aof_enabled {
+                problems.push(format!(
+                    "{node}: AOF is off, so a restart loses every lock on it"
+                ));
+            } else if !status.aof_last_write_ok {
+                problems.push(format!("{node}: the last AOF write failed"));
+            }
+            if status.connected_replicas == 0 {
+                problems.push(format!(
+                    "{node}: no connected replica, so a failover loses its locks and WAIT cannot succeed"
+                ));
+            }
+            if status.role != "master" {
+                problems.push(format!("{node}: reports role {:?}", status.role));
+            }
+            if !status.cluster_state_ok {
+                problems.push(format!("{node}: sees the cluster state as not ok"));
+            }
+        }
+        problems
+    }
+
+    /// Whether [`lock_problems`](Self::lock_problems) is empty.
+    ///
+    /// ```no_run
+    /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+    /// if !cluster.health().await?.fit_for_locks() {
+    ///     eprintln!("refusing to run the export: locks are not durable here");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn fit_for_locks(&self) -> bool {
+        self.lock_problems().is_empty()
+    }
+}
+
+impl Cluster {
+    /// Asks every master (as `CLUSTER SLOTS` lists them) for its persistence
+    /// and replication state: `INFO persistence`, `INFO replication` and
+    /// `CLUSTER INFO`, all masters at once, each call bounded by the command
+    /// timeout.
+    ///
+    /// Errors only when the topology cannot be read; a master that does not
+    /// answer is reported in its [`MasterHealth::status`]. Writes nothing.
+    ///
+    /// Why it matters for locks: see [`Lock`](crate::Lock#why-persistence-and-replication-matter).
+    ///
+    /// ```no_run
+    /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+    /// for m in cluster.health().await?.masters {
+    ///     match m.status {
+    ///         Ok(s) => println!("{} aof={} replicas={}", m.master, s.aof_enabled, s.connected_replicas),
+    ///         Err(err) => println!("{} unreachable: {err}", m.master),
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn health(&self) -> Result<Health> {
+        let topology = self.topology().await?;
+        let masters = join_all(topology.shards.iter().map(|shard| async move {
+            MasterHealth {
+                master: shard.master.clone(),
+                known_replicas: shard.replicas.len(),
+                status: self.probe(&shard.master).await,
+            }
+        }))
+        .await;
+        Ok(Health {
+            masters,
+            covered_slots: topology.covered_slots(),
+        })
+    }
+
+    async fn probe(&self, node: &NodeAddr) -> Result<NodeHealth> {
+        let mut persistence = redis::cmd("INFO");
+        persistence.arg("persistence");
+        let mut replication = redis::cmd("INFO");
+        replication.arg("replication");
+        let mut cluster_info = redis::cmd("CLUSTER");
+        cluster_info.arg("INFO");
+        let mut memory = redis::cmd("INFO");
+        memory.arg("memory");
+        let (persistence, replication, cluster_info, memory): (String, String, String, String) = futures::try_join!(
+            self.node_command("info persistence", node, persistence),
+            self.node_command("info replication", node, replication),
+            self.node_command("cluster info", node, cluster_info),
+            self.node_command("info memory", node, memory),
+        )?;
+        Ok(NodeHealth {
+            aof_enabled: field(&persistence, "aof_enabled") == Some("1"),
+            aof_last_write_ok: field(&persistence, "aof_last_write_status") == Some("ok"),
+            role: field(&replication, "role").unwrap_or_default().to_owned(),
+            connected_replicas: field(&replication, "connected_slaves")
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0),
+            cluster_state_ok: field(&cluster_info, "cluster_state") == Some("ok"),
+            used_memory: field(&memory, "used_memory")
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0),
+        })
+    }
+}
+
+/// The value of `key:value` in an `INFO`-style reply.
+fn field<'a>(info: &'a str, key: &str) -> Option<&'a str> {
+    info.lines()
+        .filter_map(|line| line.trim_end().split_once(':'))
+        .find_map(|(k, v)| (k == key).then_some(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PERSISTENCE: &str = "# Persistence\r\nloading:0\r\naof_enabled:1\r\naof_rewrite_in_progress:0\r\naof_last_write_status:ok\r\n";
+    const REPLICATION: &str = "# Replication\r\nrole:master\r\nconnected_slaves:1\r\nslave0:ip=127.0.0.1,port=7003,state=online,offset=1,lag=0\r\n";
+
+    #[test]
+    fn info_fields_are_found_by_exact_key() {
+        assert_eq!(field(PERSISTENCE, "aof_enabled"), Some("1"));
+        assert_eq!(field(PERSISTENCE, "aof_last_write_status"), Some("ok"));
+        assert_eq!(field(REPLICATION, "connected_slaves"), Some("1"));
+        assert_eq!(field(REPLICATION, "role"), Some("master"));
+        // "slave0" holds colons in its value; the key is still exact.
+        assert_eq!(
+            field(REPLICATION, "slave0"),
+            Some("ip=127.0.0.1,port=7003,state=online,offset=1,lag=0")
+        );
+        assert_eq!(field(REPLICATION, "connected"), None);
+    }
+
+    fn node(aof: bool, replicas: u32) -> MasterHealth {
+        MasterHealth {
+            master: NodeAddr {
+                host: "127.0.0.1".into(),
+                port: 7000,
+                id: "a".into(),
+            },
+            known_replicas: 1,
+            status: Ok(NodeHealth {
+                aof_enabled: aof,
+                aof_last_write_ok: true,
+                role: "master".into(),
+                connected_replicas: replicas,
+                cluster_state_ok: true,
+                used_memory: 1 << 20,
+            }),
+        }
+    }
+
+    #[test]
+    fn problems_name_the_node_and_the_risk() {
+        let good = Health {
+            masters: vec![node(true, 1)],
+            covered_slots: 16384,
+        };
+        assert!(good.fit_for_locks());
+        let bad = Health {
+            masters: vec![node(false, 0)],
+            covered_slots: 16000,
+        };
+        let problems = bad.lock_problems();
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(problems[0].contains("16000"));
+        assert!(problems[1].contains("127.0.0.1:7000: AOF is off"));
+        assert!(problems[2].contains("no connected replica"));
+        assert!(!bad.fit_for_locks());
+    }
+}

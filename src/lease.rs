@@ -1,0 +1,500 @@
+//! Concurrency leases: at most N holders per subject (Sidekiq's "concurrent"
+//! limiter). The public documentation lives on [`ConcurrencyLimiter`].
+
+use std::fmt;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::backoff::{Backoff, millis, random_id};
+use crate::cluster::Cluster;
+use crate::error::{Error, Result};
+use crate::keys::{KeyId, KeySet};
+use crate::policy::{BypassReason, FailurePolicy};
+use crate::scripts::{LEASE_ACQUIRE, LEASE_EXTEND, LEASE_RELEASE};
+use crate::stats::Counters;
+
+/// The key kind of leases: `<ns>:{<subject>}:lease:<name>`.
+const KIND: &str = "lease";
+
+/// At most N concurrent holders per subject: a distributed semaphore whose
+/// permits expire, so a crashed holder's permit comes back on its own.
+///
+/// State per subject is one sorted set `<ns>:{<subject>}:lease:<name>`:
+/// member = a permit's random 128-bit id, score = its expiry in the server's
+/// milliseconds. Acquire is one script that first reclaims expired permits,
+/// then grants one if fewer than N are live. The key's TTL follows the
+/// longest live lease, so an idle subject leaves nothing behind.
+///
+/// ```no_run
+/// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+/// use std::num::NonZeroU32;
+/// use std::time::Duration;
+/// use shardlimit::ConcurrencyLimiter;
+///
+/// let exports = ConcurrencyLimiter::builder(&cluster, "exports")
+///     .max_holders(NonZeroU32::new(5).expect("non-zero"))
+///     .lease_ttl(Duration::from_secs(120))
+///     .build()?;
+/// if let Some(permit) = exports.try_acquire("tenant:42").await? {
+///     // ... at most 5 of these run at once for tenant:42 ...
+///     permit.release().await?;
+/// }
+/// # Ok(()) }
+/// ```
+///
+/// # Guarantees
+///
+/// * Never more than N live permits per subject: the count and the grant
+///   are one atomic script on the subject's master, with expiry judged by
+///   the server's clock.
+/// * A holder that crashes (or drops its [`Permit`] — dropping sends nothing)
+///   keeps its slot only until its lease runs out; the next acquisition
+///   reclaims it. Long work must [`extend`](Permit::extend) its permit.
+/// * As with locks, a failover can lose a just-granted permit (replication is
+///   asynchronous), letting N+1 run for at most one lease.
+///
+/// # Failure policy and stats
+///
+/// With [`FailurePolicy::FailClosed`] (the default) errors are returned.
+/// With [`FailurePolicy::FailOpen`] a transient fault (timeout, connection,
+/// cluster reconfiguring) yields a **bypassed** permit
+/// ([`Permit::bypassed`] is `Some`): the work runs unlimited, the bypass is
+/// counted and warned about. Configuration faults are always errors.
+///
+/// [`Cluster::stats`](crate::Cluster::stats) counts under kind `lease`:
+/// granted as `allowed`, all N taken as `denied`, `bypassed`, and every error
+/// returned by any lease operation as `errors`.
+#[derive(Clone, Debug)]
+pub struct ConcurrencyLimiter {
+    inner: Arc<LeaseInner>,
+}
+
+#[derive(Debug)]
+struct LeaseInner {
+    cluster: Cluster,
+    id: KeyId,
+    max_holders: NonZeroU32,
+    lease_ms: u64,
+    policy: FailurePolicy,
+    retry_min: Duration,
+    retry_max: Duration,
+    counters: Arc<Counters>,
+}
+
+enum Attempt {
+    Granted(Permit),
+    /// All taken; the soonest lease expires in about this long.
+    Full(Duration),
+}
+
+impl ConcurrencyLimiter {
+    /// A builder for the limiter named `name` (`[A-Za-z0-9_.-]{1,64}`).
+    /// Limiters with the same name on the same namespace share their permits.
+    ///
+    /// ```no_run
+    /// # fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+    /// use std::num::NonZeroU32;
+    /// use shardlimit::{ConcurrencyLimiter, FailurePolicy};
+    /// let limiter = ConcurrencyLimiter::builder(&cluster, "uploads")
+    ///     .max_holders(NonZeroU32::new(3).expect("non-zero"))
+    ///     .failure_policy(FailurePolicy::FailOpen)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder(cluster: &Cluster, name: impl Into<String>) -> ConcurrencyLimiterBuilder {
+        ConcurrencyLimiterBuilder {
+            cluster: cluster.clone(),
+            name: name.into(),
+            max_holders: NonZeroU32::MIN,
+            lease_ttl: Duration::from_secs(60),
+            policy: FailurePolicy::default(),
+            retry_min: Duration::from_millis(10),
+            retry_max: Duration::from_millis(250),
+        }
+    }
+
+    /// The limiter's name.
+    ///
+    /// ```no_run
+    /// # fn demo(limiter: shardlimit::ConcurrencyLimiter) {
+    /// assert_eq!(limiter.name(), "exports");
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn name(&self) -> &str {
+        self.inner.id.name()
+    }
+
+    /// The most permits held at once per subject.
+    ///
+    /// ```no_run
+    /// # fn demo(limiter: shardlimit::ConcurrencyLimiter) {
+    /// println!("up to {} at once", limiter.max_holders());
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn max_holders(&self) -> NonZeroU32 {
+        self.inner.max_holders
+    }
+
+    /// One attempt: a permit if fewer than N are held on `subject`, `None`
+    /// if all are.
+    ///
+    /// Errors with [`Error::EmptySubject`] / [`Error::SubjectTooLong`]
+    /// before sending, and when Redis did not answer under
+    /// [`FailurePolicy::FailClosed`]. When an attempt fails ambiguously (a
+    /// timeout after sending), the script may have granted the permit; a
+    /// best-effort release of it is sent in the background.
+    ///
+    /// ```no_run
+    /// # async fn demo(limiter: shardlimit::ConcurrencyLimiter) -> shardlimit::Result<()> {
+    /// match limiter.try_acquire("tenant:42").await? {
+    ///     Some(permit) => { permit.release().await?; }
+    ///     None => println!("5 already running, try later"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire(&self, subject: impl AsRef<[u8]>) -> Result<Option<Permit>> {
+        match self.attempt(subject.as_ref()).await {
+            Ok(Attempt::Granted(permit)) => {
+                self.inner.counters.allowed();
+                Ok(Some(permit))
+            }
+            Ok(Attempt::Full(_)) => {
+                self.inner.counters.denied();
+                Ok(None)
+            }
+            Err(err) => self.fail(subject.as_ref(), err),
+        }
+    }
+
+    /// Tries until a permit on `subject` is granted or `wait` has passed;
+    /// `Ok(None)` means all N stayed taken until the deadline.
+    ///
+    /// Between attempts it sleeps with jittered exponential backoff
+    /// ([`retry_backoff`](ConcurrencyLimiterBuilder::retry_backoff)), never
+    /// past the soonest lease expiry the server reported, nor past the
+    /// deadline, where one last attempt is made. An error ends the wait at
+    /// once (and is handled by the failure policy).
+    ///
+    /// ```no_run
+    /// # async fn demo(limiter: shardlimit::ConcurrencyLimiter) -> shardlimit::Result<()> {
+    /// use std::time::Duration;
+    /// if let Some(permit) = limiter.acquire("tenant:42", Duration::from_secs(2)).await? {
+    ///     permit.release().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire(
+        &self,
+        subject: impl AsRef<[u8]>,
+        wait: Duration,
+    ) -> Result<Option<Permit>> {
+        let subject = subject.as_ref();
+        let start = Instant::now();
+        let mut backoff = Backoff::new(self.inner.retry_min, self.inner.retry_max);
+        loop {
+            let soonest = match self.attempt(subject).await {
+                Ok(Attempt::Granted(permit)) => {
+                    self.inner.counters.allowed();
+                    return Ok(Some(permit));
+                }
+                Ok(Attempt::Full(soonest)) => soonest,
+                Err(err) => return self.fail(subject, err),
+            };
+            let Some(left) = wait.checked_sub(start.elapsed()).filter(|d| !d.is_zero()) else {
+                self.inner.counters.denied();
+                return Ok(None);
+            };
+            let cap = left.min(soonest.max(Duration::from_millis(1)));
+            tokio::time::sleep(backoff.next(cap)).await;
+        }
+    }
+
+    async fn attempt(&self, subject: &[u8]) -> Result<Attempt> {
+        let inner = &self.inner;
+        let keys = inner.cluster.keys().key_set(subject, [&inner.id])?;
+        let id = random_id();
+        let args = (&id, inner.max_holders.get(), inner.lease_ms);
+        let reply: Vec<i64> = match inner.cluster.eval(&LEASE_ACQUIRE, &keys, args).await {
+            Ok(reply) => reply,
+            Err(err) => {
+                if err.is_transient()
+                    && let Ok(runtime) = tokio::runtime::Handle::try_current()
+                {
+                    runtime.spawn(release_orphan(inner.cluster.clone(), keys, id));
+                }
+                return Err(err);
+            }
+        };
+        match reply.as_slice() {
+            [1, _, _] => Ok(Attempt::Granted(Permit {
+                state: PermitState::Live {
+                    limiter: Arc::clone(inner),
+                    keys,
+                    id,
+                },
+                subject: subject.to_vec(),
+            })),
+            [0, _, soonest_ms] => Ok(Attempt::Full(Duration::from_millis(
+                u64::try_from(*soonest_ms).unwrap_or(0),
+            ))),
+            _ => Err(Error::UnexpectedReply {
+                op: LEASE_ACQUIRE.name().to_owned().into(),
+                detail: format!("{reply:?}"),
+            }),
+        }
+    }
+
+    /// The failure policy: a bypassed permit, or the error.
+    fn fail(&self, subject: &[u8], err: Error) -> Result<Option<Permit>> {
+        self.inner.counters.fail(self.inner.policy, err, |reason| {
+            Some(Permit {
+                state: PermitState::Bypassed(reason),
+                subject: subject.to_vec(),
+            })
+        })
+    }
+}
+
+/// After an ambiguous acquisition error the script may have granted a
+/// permit nobody holds; return it rather than let it block a slot for a
+/// whole lease. Harmless if it was never granted.
+async fn release_orphan(cluster: Cluster, keys: KeySet, id: String) {
+    let released: Result<i64> = cluster.eval(&LEASE_RELEASE, &keys, &id).await;
+    if let Err(err) = released {
+        tracing::debug!(error = %err,
+            "shardlimit: could not return a permit after a failed acquisition; it expires with its lease");
+    }
+}
+
+/// One of the N concurrent leases on a subject, from
+/// [`ConcurrencyLimiter::try_acquire`] or [`ConcurrencyLimiter::acquire`].
+///
+/// Return it with [`release`](Self::release). Dropping it sends nothing:
+/// its slot stays taken until the lease expires — exactly what happens when
+/// the holder crashes.
+///
+/// ```no_run
+/// # async fn demo(limiter: shardlimit::ConcurrencyLimiter) -> shardlimit::Result<()> {
+/// use std::time::Duration;
+/// if let Some(permit) = limiter.try_acquire("tenant:42").await? {
+///     if permit.bypassed().is_some() {
+///         eprintln!("running without the limit: Redis is unavailable");
+///     }
+///     permit.extend(Duration::from_secs(120)).await?;
+///     permit.release().await?;
+/// }
+/// # Ok(()) }
+/// ```
+#[must_use = "dropping a Permit keeps its slot taken until the lease expires; call release()"]
+pub struct Permit {
+    state: PermitState,
+    subject: Vec<u8>,
+}
+
+enum PermitState {
+    Live {
+        limiter: Arc<LeaseInner>,
+        keys: KeySet,
+        id: String,
+    },
+    /// Granted without Redis under fail-open: nothing is held anywhere.
+    Bypassed(BypassReason),
+}
+
+impl Permit {
+    /// `Some(reason)` when this permit was granted without Redis under
+    /// [`FailurePolicy::FailOpen`]; it then holds nothing, and
+    /// [`extend`](Self::extend) and [`release`](Self::release) send nothing
+    /// and return `Ok(true)` — there is nothing to lose.
+    ///
+    /// ```no_run
+    /// # fn demo(permit: &shardlimit::Permit) {
+    /// if let Some(reason) = permit.bypassed() {
+    ///     eprintln!("concurrency limit bypassed: {reason}");
+    /// }
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn bypassed(&self) -> Option<BypassReason> {
+        match self.state {
+            PermitState::Bypassed(reason) => Some(reason),
+            PermitState::Live { .. } => None,
+        }
+    }
+
+    /// The subject the permit was granted on, as given.
+    ///
+    /// ```no_run
+    /// # fn demo(permit: &shardlimit::Permit) {
+    /// assert_eq!(permit.subject(), b"tenant:42");
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn subject(&self) -> &[u8] {
+        &self.subject
+    }
+
+    /// Sets the permit's lease to `ttl` from now, if it is still live:
+    /// `Ok(false)` means it had expired (and may have been reclaimed by
+    /// another holder). The subject key's TTL is raised to cover it.
+    ///
+    /// Errors with [`Error::Config`] for a `ttl` under 1 ms (nothing sent),
+    /// or when Redis did not answer (never bypassed: the permit exists).
+    ///
+    /// ```no_run
+    /// # async fn demo(permit: shardlimit::Permit) -> shardlimit::Result<()> {
+    /// use std::time::Duration;
+    /// if !permit.extend(Duration::from_secs(60)).await? {
+    ///     eprintln!("lease expired: another worker may have taken the slot");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn extend(&self, ttl: Duration) -> Result<bool> {
+        let ttl_ms = millis("ttl", ttl)?;
+        let PermitState::Live { limiter, keys, id } = &self.state else {
+            return Ok(true);
+        };
+        let extended: i64 = limiter
+            .cluster
+            .eval(&LEASE_EXTEND, keys, (id, ttl_ms))
+            .await
+            .inspect_err(|_| limiter.counters.error())?;
+        Ok(extended == 1)
+    }
+
+    /// Returns the permit: `Ok(true)` when it was still live, `Ok(false)`
+    /// when its lease had expired before (its entry is removed either way).
+    /// Removing the last permit of a subject deletes its key.
+    ///
+    /// An error means Redis did not answer: the release may or may not have
+    /// happened; if not, the permit expires with its lease.
+    ///
+    /// ```no_run
+    /// # async fn demo(permit: shardlimit::Permit) -> shardlimit::Result<()> {
+    /// if !permit.release().await? {
+    ///     eprintln!("the work overran its lease");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn release(self) -> Result<bool> {
+        let PermitState::Live { limiter, keys, id } = &self.state else {
+            return Ok(true);
+        };
+        let released: i64 = limiter
+            .cluster
+            .eval(&LEASE_RELEASE, keys, id)
+            .await
+            .inspect_err(|_| limiter.counters.error())?;
+        Ok(released == 1)
+    }
+}
+
+impl fmt::Debug for Permit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut s = f.debug_struct("Permit");
+        s.field("subject", &String::from_utf8_lossy(&self.subject));
+        match &self.state {
+            PermitState::Live { limiter, id, .. } => {
+                s.field("limiter", &limiter.id.name()).field("id", id)
+            }
+            PermitState::Bypassed(reason) => s.field("bypassed", reason),
+        };
+        s.finish()
+    }
+}
+
+/// Configures a [`ConcurrencyLimiter`]. Every setter states its default;
+/// [`build`](Self::build) validates everything and contacts nothing.
+///
+/// ```no_run
+/// # fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+/// use std::num::NonZeroU32;
+/// use std::time::Duration;
+/// use shardlimit::{ConcurrencyLimiter, FailurePolicy};
+/// let limiter = ConcurrencyLimiter::builder(&cluster, "exports")
+///     .max_holders(NonZeroU32::new(5).expect("non-zero")) // default 1
+///     .lease_ttl(Duration::from_secs(120))                 // default 60 s
+///     .failure_policy(FailurePolicy::FailClosed)           // the default
+///     .retry_backoff(Duration::from_millis(10), Duration::from_millis(250))
+///     .build()?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct ConcurrencyLimiterBuilder {
+    cluster: Cluster,
+    name: String,
+    max_holders: NonZeroU32,
+    lease_ttl: Duration,
+    policy: FailurePolicy,
+    retry_min: Duration,
+    retry_max: Duration,
+}
+
+impl ConcurrencyLimiterBuilder {
+    /// The most permits held at once per subject. Default 1 (a mutex that
+    /// fails over to its lease expiry).
+    pub fn max_holders(mut self, n: NonZeroU32) -> Self {
+        self.max_holders = n;
+        self
+    }
+
+    /// How long a permit lasts unless extended; a crashed holder's slot is
+    /// free again after this. Default 60 s. At least 1 ms (whole
+    /// milliseconds).
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self
+    }
+
+    /// What a transient Redis fault does: return the error
+    /// ([`FailurePolicy::FailClosed`], the default) or grant a bypassed
+    /// permit ([`FailurePolicy::FailOpen`]).
+    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Backoff between attempts of [`ConcurrencyLimiter::acquire`]: the
+    /// `n`th wait is random in `[d/2, d]`, `d = min(max, min × 2^n)`.
+    /// Default 10 ms and 250 ms. `min` must be non-zero and at most `max`.
+    pub fn retry_backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.retry_min = min;
+        self.retry_max = max;
+        self
+    }
+
+    /// Validates the configuration. Nothing is sent to Redis.
+    ///
+    /// Errors with [`Error::InvalidIdent`] for a bad name and
+    /// [`Error::Config`] naming the setting otherwise.
+    pub fn build(self) -> Result<ConcurrencyLimiter> {
+        let id = KeyId::new(KIND, &self.name)?;
+        let lease_ms = millis("lease_ttl", self.lease_ttl)?;
+        if self.retry_min.is_zero() || self.retry_min > self.retry_max {
+            return Err(Error::Config {
+                field: "retry_backoff",
+                reason: format!(
+                    "min {:?} must be non-zero and at most max {:?}",
+                    self.retry_min, self.retry_max
+                ),
+            });
+        }
+        let counters = self.cluster.counters(KIND, &self.name);
+        Ok(ConcurrencyLimiter {
+            inner: Arc::new(LeaseInner {
+                cluster: self.cluster,
+                id,
+                max_holders: self.max_holders,
+                lease_ms,
+                policy: self.policy,
+                retry_min: self.retry_min,
+                retry_max: self.retry_max,
+                counters,
+            }),
+        })
+    }
+}

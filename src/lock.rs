@@ -1,0 +1,587 @@
+//! Locks with fencing tokens: the nightly-export lock of seed 000, made
+//! correct on a cluster. The public documentation lives on [`Lock`].
+
+mod guard;
+mod watchdog;
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub use self::guard::LockGuard;
+use crate::backoff::{Backoff, millis, random_id};
+use crate::cluster::Cluster;
+use crate::error::{Error, Result};
+use crate::keys::{KeyId, KeySet};
+use crate::scripts::{LOCK_ACQUIRE, LOCK_RELEASE};
+use crate::stats::Counters;
+
+/// How late Redis may answer a `WAIT` that timed out: it notices expired
+/// blocking timeouts on its server cron, every 1/hz seconds (hz 10 by
+/// default). Measured against Redis 7.0: `WAIT 2 200` with one replica
+/// answers after 220–300 ms.
+const WAIT_LATENESS: Duration = Duration::from_millis(100);
+
+/// The key kind of locks: `<ns>:{<resource>}:lock:<name>` holds the holder's
+/// token, `<ns>:{<resource>}:lock:<name>:fence` the last fencing token.
+const KIND: &str = "lock";
+
+/// A named lock definition, applied per resource: at most one holder per
+/// resource at a time, proven by a random token, with a fencing token that
+/// only ever grows.
+///
+/// Build it once; it is cheap to clone and shares its cluster connection.
+///
+/// ```no_run
+/// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+/// use std::time::Duration;
+/// use shardlimit::Lock;
+///
+/// let lock = Lock::builder(&cluster, "job")
+///     .ttl(Duration::from_secs(3600))
+///     .build()?;
+/// match lock.try_acquire("nightly-export").await? {
+///     Some(guard) => {
+///         // Pass the fencing token to whatever the job writes to, so a
+///         // stale holder's late writes can be refused there.
+///         println!("exporting with fencing token {}", guard.fencing_token());
+///         guard.release().await?;
+///     }
+///     None => println!("lock held elsewhere, exiting"),
+/// }
+/// # Ok(()) }
+/// ```
+///
+/// # What it guarantees
+///
+/// * **Acquire** is one Lua script on the master owning the resource's slot:
+///   `SET <lock> <token> NX PX <ttl>` with a fresh 128-bit random token, and,
+///   only if that succeeded, a new **fencing token**
+///   `max(previous + 1, server time in µs)` stored in the `:fence` key. Tokens
+///   strictly increase per resource, even after the fence key expired (it has
+///   a TTL of `max(ttl, fence_ttl)`; nothing here is immortal) or was lost in
+///   a failover — as long as the masters' clocks do not step back by more
+///   than the fence key's lifetime.
+/// * **Release and extend** compare the token and act in one script, so a
+///   holder whose lock expired can never delete or prolong the next
+///   holder's lock; they report `false` instead.
+/// * **Every lock expires.** A crashed holder's lock frees itself after the
+///   TTL; a dropped [`LockGuard`] does not block and does not release — its
+///   lock simply expires. The TTL must exceed the longest plausible hold, or
+///   use the [watchdog](LockBuilder::watchdog).
+/// * **Locks always fail closed**: an error is never "acquired". When an
+///   acquisition fails ambiguously (a timeout or broken connection after the
+///   script was sent — see
+///   [at-most-once](crate::Cluster#timeouts-and-ambiguous-outcomes)), the
+///   script may have run; a best-effort release with the unused token is sent
+///   in the background so such a lock does not sit there for a whole TTL.
+///
+/// Time decisions (expiry, fencing) use the server's clock; the client only
+/// uses its monotonic clock for the conservative local view behind
+/// [`LockGuard::is_held`].
+///
+/// # Why persistence and replication matter
+///
+/// A lock lives in one master's memory. Two things can hand it to a second
+/// holder while the first still works:
+///
+/// * **A restart without AOF** loses every lock at once, and the holders do
+///   not find out. Run lock masters with `appendonly yes`
+///   (`appendfsync everysec` can still lose the last second).
+/// * **A failover** promotes a replica, and replication is asynchronous: a
+///   lock acquired just before the master died may never have reached the
+///   replica. [`replica_ack`](LockBuilder::replica_ack) closes that window:
+///   after acquiring, `WAIT` for a replica to confirm, and fail the
+///   acquisition (releasing it) if none does.
+///
+/// [`Cluster::health`](crate::Cluster::health) reports AOF and connected
+/// replicas per master. Even then, a lock is a lease, not a proof: pass the
+/// [fencing token](LockGuard::fencing_token) to the resource you protect and
+/// have it refuse tokens lower than one it has seen.
+///
+/// # Stats
+///
+/// [`Cluster::stats`](crate::Cluster::stats) counts, under kind `lock`:
+/// acquired as `allowed`, held elsewhere as `denied`, and every error
+/// returned by any lock operation as `errors`. Nothing is ever `bypassed`.
+#[derive(Clone, Debug)]
+pub struct Lock {
+    inner: Arc<LockInner>,
+}
+
+#[derive(Debug)]
+struct LockInner {
+    cluster: Cluster,
+    id: KeyId,
+    fence: KeyId,
+    ttl: Duration,
+    ttl_ms: u64,
+    /// The fence key's least lifetime; its TTL is `max(ttl, this)`.
+    fence_ttl_ms: u64,
+    watchdog: bool,
+    replica_ack: Option<ReplicaAck>,
+    retry_min: Duration,
+    retry_max: Duration,
+    counters: Arc<Counters>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct ReplicaAck {
+    timeout: Duration,
+    timeout_ms: u64,
+    replicas: NonZeroU32,
+}
+
+/// One acquisition attempt's outcome.
+enum Attempt {
+    Acquired(LockGuard),
+    /// Held elsewhere; the holder's lock expires in about this long.
+    Held(Duration),
+}
+
+impl Lock {
+    /// A builder for the lock named `name` (`[A-Za-z0-9_.-]{1,64}`) on
+    /// `cluster`. Locks with the same name on the same namespace are the same
+    /// lock.
+    ///
+    /// ```no_run
+    /// # fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+    /// use std::time::Duration;
+    /// let lock = shardlimit::Lock::builder(&cluster, "job")
+    ///     .ttl(Duration::from_secs(10))
+    ///     .watchdog(true)
+    ///     .replica_ack(Duration::from_millis(100))
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder(cluster: &Cluster, name: impl Into<String>) -> LockBuilder {
+        LockBuilder {
+            cluster: cluster.clone(),
+            name: name.into(),
+            ttl: Duration::from_secs(30),
+            watchdog: false,
+            replica_ack: None,
+            replica_ack_count: NonZeroU32::MIN,
+            fence_ttl: Duration::from_secs(60),
+            retry_min: Duration::from_millis(10),
+            retry_max: Duration::from_millis(250),
+        }
+    }
+
+    /// The lock's name.
+    ///
+    /// ```no_run
+    /// # fn demo(lock: shardlimit::Lock) {
+    /// assert_eq!(lock.name(), "job");
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn name(&self) -> &str {
+        self.inner.id.name()
+    }
+
+    /// The TTL each acquisition (and each watchdog extension) sets, in whole
+    /// milliseconds.
+    ///
+    /// ```no_run
+    /// # fn demo(lock: shardlimit::Lock) {
+    /// println!("a crashed holder blocks this lock for at most {:?}", lock.ttl());
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn ttl(&self) -> Duration {
+        self.inner.ttl
+    }
+
+    /// One attempt: the guard if the lock on `resource` was free, `None` if
+    /// it is held elsewhere.
+    ///
+    /// Errors (never a guard) with [`Error::EmptySubject`] /
+    /// [`Error::SubjectTooLong`] before sending, or when Redis did not
+    /// answer, or — with [`replica_ack`](LockBuilder::replica_ack) — when the
+    /// replicas did not confirm in time: then the lock was released again and
+    /// the error is an [`Error::Timeout`] whose `op` says how many replicas
+    /// acknowledged.
+    ///
+    /// Not cancel-safe: dropping the future after the script ran (e.g. under
+    /// a `select!` or an outer timeout) leaves the lock taken, with nobody
+    /// holding its token, until its TTL expires.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: shardlimit::Lock) -> shardlimit::Result<()> {
+    /// if let Some(guard) = lock.try_acquire("nightly-export").await? {
+    ///     // ... the work ...
+    ///     guard.release().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire(&self, resource: impl AsRef<[u8]>) -> Result<Option<LockGuard>> {
+        match self.attempt(resource.as_ref()).await {
+            Ok(Attempt::Acquired(guard)) => {
+                self.inner.counters.allowed();
+                Ok(Some(guard))
+            }
+            Ok(Attempt::Held(_)) => {
+                self.inner.counters.denied();
+                Ok(None)
+            }
+            Err(err) => {
+                self.inner.counters.error();
+                Err(err)
+            }
+        }
+    }
+
+    /// Tries until the lock on `resource` is acquired or `wait` has passed:
+    /// `Ok(None)` means the deadline passed with the lock still held
+    /// elsewhere (not an error: waiting out a busy lock is normal).
+    ///
+    /// Between attempts it sleeps with jittered exponential backoff
+    /// ([`retry_backoff`](LockBuilder::retry_backoff)), never longer than the
+    /// holder's remaining TTL as the server reported it, nor past the
+    /// deadline, where one last attempt is made. An error ends the wait at
+    /// once (fail closed; see [`try_acquire`](Self::try_acquire)).
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: shardlimit::Lock) -> shardlimit::Result<()> {
+    /// use std::time::Duration;
+    /// match lock.acquire("invoice:7", Duration::from_secs(5)).await? {
+    ///     Some(guard) => { guard.release().await?; }
+    ///     None => println!("still busy after 5 s"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire(
+        &self,
+        resource: impl AsRef<[u8]>,
+        wait: Duration,
+    ) -> Result<Option<LockGuard>> {
+        let resource = resource.as_ref();
+        let start = Instant::now();
+        let mut backoff = Backoff::new(self.inner.retry_min, self.inner.retry_max);
+        loop {
+            let holder_ttl = match self.attempt(resource).await {
+                Ok(Attempt::Acquired(guard)) => {
+                    self.inner.counters.allowed();
+                    return Ok(Some(guard));
+                }
+                Ok(Attempt::Held(holder_ttl)) => holder_ttl,
+                Err(err) => {
+                    self.inner.counters.error();
+                    return Err(err);
+                }
+            };
+            let Some(left) = wait.checked_sub(start.elapsed()).filter(|d| !d.is_zero()) else {
+                self.inner.counters.denied();
+                return Ok(None);
+            };
+            // Wake when the holder's lock would expire at the latest; a
+            // reported TTL of 0 (about to expire) still waits a millisecond.
+            let cap = left.min(holder_ttl.max(Duration::from_millis(1)));
+            tokio::time::sleep(backoff.next(cap)).await;
+        }
+    }
+
+    async fn attempt(&self, resource: &[u8]) -> Result<Attempt> {
+        let inner = &self.inner;
+        let keys = inner
+            .cluster
+            .keys()
+            .key_set(resource, [&inner.id, &inner.fence])?;
+        // The watchdog is a task: refuse before acquiring rather than panic
+        // after, when there is no runtime to spawn it on.
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        if inner.watchdog && runtime.is_none() {
+            return Err(Error::Config {
+                field: "watchdog",
+                reason: "the watchdog needs a tokio runtime".to_owned(),
+            });
+        }
+        let token = random_id();
+        // Taken before sending: the server's TTL starts later than this, so
+        // the local view of the lock's validity is conservative.
+        let sent = Instant::now();
+        let fence_ttl_ms = inner.fence_ttl_ms.max(inner.ttl_ms);
+        let reply: Vec<i64> = match inner
+            .cluster
+            .eval(&LOCK_ACQUIRE, &keys, (&token, inner.ttl_ms, fence_ttl_ms))
+            .await
+        {
+            Ok(reply) => reply,
+            Err(err) => {
+                if err.is_transient()
+                    && let Some(runtime) = runtime
+                {
+                    runtime.spawn(release_orphan(inner.cluster.clone(), keys, token));
+                }
+                return Err(err);
+            }
+        };
+        match reply.as_slice() {
+            [1, fence] => {
+                let fence = u64::try_from(*fence).map_err(|_| unexpected(&reply))?;
+                let guard = LockGuard::new(
+                    Arc::clone(&self.inner),
+                    keys,
+                    resource.to_vec(),
+                    token,
+                    fence,
+                    sent,
+                );
+                let guard = self.confirm_replicas(guard).await?;
+                Ok(Attempt::Acquired(guard.start_watchdog(runtime)))
+            }
+            [0, pttl] => Ok(Attempt::Held(Duration::from_millis(
+                u64::try_from(*pttl).unwrap_or(0),
+            ))),
+            _ => Err(unexpected(&reply)),
+        }
+    }
+
+    /// With replica acknowledgement on: `WAIT` on the owning master, on the
+    /// connection that ran the acquisition (so it covers that write), and
+    /// release the lock again if too few replicas confirm.
+    async fn confirm_replicas(&self, guard: LockGuard) -> Result<LockGuard> {
+        let Some(ack) = self.inner.replica_ack else {
+            return Ok(guard);
+        };
+        let cluster = &self.inner.cluster;
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(ack.replicas.get()).arg(ack.timeout_ms);
+        // The client bounds every reply by the command timeout anyway (its
+        // response timeout); `build` made sure WAIT's own timeout, plus the
+        // server's lateness, fits in it.
+        let slot = guard.slot();
+        let acked: Result<i64> = cluster
+            .slot_command("lock replica ack", slot, cmd, cluster.command_timeout())
+            .await;
+        let failure = match acked {
+            Ok(n) if u64::try_from(n).unwrap_or(0) >= u64::from(ack.replicas.get()) => {
+                return Ok(guard);
+            }
+            Ok(n) => Error::Timeout {
+                op: format!(
+                    "replica ack for lock {} ({n} of {} replicas acknowledged)",
+                    self.name(),
+                    ack.replicas
+                )
+                .into(),
+                slot: Some(slot),
+                timeout: ack.timeout,
+            },
+            Err(err) => err,
+        };
+        // Not confirmed: give the lock back rather than hold one a failover
+        // could hand to someone else. If this release fails too, the lock
+        // expires after its TTL.
+        if let Err(err) = guard.release().await {
+            tracing::warn!(lock = %self.name(), error = %err,
+                "shardlimit: could not release an unconfirmed lock; it expires after its TTL");
+        }
+        Err(failure)
+    }
+}
+
+/// After an ambiguous acquisition error the script may have run and taken
+/// the lock with `token`, which nobody will ever hold. Compare-and-delete is
+/// harmless if it did not.
+async fn release_orphan(cluster: Cluster, keys: KeySet, token: String) {
+    let released: Result<i64> = cluster.eval(&LOCK_RELEASE, &keys, &token).await;
+    match released {
+        Ok(1) => tracing::debug!("shardlimit: released a lock taken by a failed acquisition"),
+        Ok(_) => {}
+        Err(err) => tracing::debug!(error = %err,
+            "shardlimit: could not release after a failed acquisition; any such lock expires after its TTL"),
+    }
+}
+
+fn unexpected(reply: &[i64]) -> Error {
+    Error::UnexpectedReply {
+        op: LOCK_ACQUIRE.name().to_owned().into(),
+        detail: format!("{reply:?}"),
+    }
+}
+
+/// Configures a [`Lock`]. Every setter states its default;
+/// [`build`](Self::build) validates everything and contacts nothing.
+///
+/// ```no_run
+/// # fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+/// use std::num::NonZeroU32;
+/// use std::time::Duration;
+/// let lock = shardlimit::Lock::builder(&cluster, "job")
+///     .ttl(Duration::from_secs(3600))         // default 30 s
+///     .watchdog(false)                        // default off
+///     .replica_ack(Duration::from_millis(50)) // default off
+///     .replica_ack_count(NonZeroU32::MIN)     // default 1
+///     .fence_ttl(Duration::from_secs(600))    // default 60 s
+///     .retry_backoff(Duration::from_millis(10), Duration::from_millis(250))
+///     .build()?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct LockBuilder {
+    cluster: Cluster,
+    name: String,
+    ttl: Duration,
+    watchdog: bool,
+    replica_ack: Option<Duration>,
+    replica_ack_count: NonZeroU32,
+    fence_ttl: Duration,
+    retry_min: Duration,
+    retry_max: Duration,
+}
+
+impl LockBuilder {
+    /// How long an acquisition holds the lock unless extended. Default 30 s.
+    /// At least 1 ms (whole milliseconds; the rest is dropped); with the
+    /// [watchdog](Self::watchdog), at least 3× the cluster's command timeout,
+    /// so a failed extension can be retried before the lock expires.
+    ///
+    /// Must exceed the longest plausible hold (seed 000: forty minutes of
+    /// work under a thirty-minute lock means two exports), or turn the
+    /// watchdog on.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Whether each guard runs a background task that extends its lock to
+    /// the full TTL every TTL/3 while the guard lives. Default off.
+    ///
+    /// It stops when the guard is released or dropped (it holds only a weak
+    /// reference), and when an extension finds the lock gone or taken — then
+    /// [`LockGuard::is_held`] turns false and [`LockGuard::lost`] resolves.
+    /// Failed extensions (timeouts) are retried; if they keep failing, the
+    /// lock is presumed lost once its TTL runs out locally.
+    pub fn watchdog(mut self, on: bool) -> Self {
+        self.watchdog = on;
+        self
+    }
+
+    /// After each acquisition, wait up to `timeout` for
+    /// [`replica_ack_count`](Self::replica_ack_count) replicas of the owning
+    /// master to confirm the write (`WAIT`), and fail the acquisition —
+    /// releasing the lock — if they do not. Default off.
+    ///
+    /// Without it, a failover right after an acquisition can promote a
+    /// replica that never saw the lock, and a second holder gets it.
+    ///
+    /// `WAIT` blocks the connection it runs on, and that connection to the
+    /// master is shared by every call of this [`Cluster`]: while replicas lag,
+    /// other calls to that master queue behind it for up to `timeout`. Keep it
+    /// short (a healthy replica confirms in about a millisecond).
+    ///
+    /// At least 1 ms, and at least 100 ms shorter than the cluster's
+    /// [command timeout](crate::ClusterBuilder::command_timeout), which bounds
+    /// the `WAIT` reply: Redis answers a `WAIT` that timed out on its next
+    /// server-cron tick, up to 100 ms late at the default `hz 10`. With the
+    /// default 250 ms command timeout, at most 149 ms.
+    pub fn replica_ack(mut self, timeout: Duration) -> Self {
+        self.replica_ack = Some(timeout);
+        self
+    }
+
+    /// How many replicas must confirm when
+    /// [`replica_ack`](Self::replica_ack) is on. Default 1.
+    pub fn replica_ack_count(mut self, replicas: NonZeroU32) -> Self {
+        self.replica_ack_count = replicas;
+        self
+    }
+
+    /// The least lifetime of the fence key, which remembers the last fencing
+    /// token; its TTL is `max(ttl, fence_ttl)` and is raised by extensions,
+    /// never lowered. Default 60 s. At least 1 ms.
+    ///
+    /// Tokens keep increasing after the fence key expires, because they
+    /// follow the server's clock in microseconds; the key only has to bridge
+    /// a clock that steps back (NTP, a failover to a node with a slower
+    /// clock). Longer is safer and costs one small key per resource for that
+    /// long.
+    pub fn fence_ttl(mut self, fence_ttl: Duration) -> Self {
+        self.fence_ttl = fence_ttl;
+        self
+    }
+
+    /// Backoff between attempts of [`Lock::acquire`]: the `n`th wait is
+    /// random in `[d/2, d]`, `d = min(max, min × 2^n)`. Default 10 ms and
+    /// 250 ms. `min` must be non-zero and at most `max`.
+    pub fn retry_backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.retry_min = min;
+        self.retry_max = max;
+        self
+    }
+
+    /// Validates the configuration. Nothing is sent to Redis.
+    ///
+    /// Errors with [`Error::InvalidIdent`] for a bad name and
+    /// [`Error::Config`] naming the setting otherwise.
+    pub fn build(self) -> Result<Lock> {
+        let id = KeyId::new(KIND, &self.name)?;
+        let fence = id.with_part("fence")?;
+        let ttl_ms = millis("ttl", self.ttl)?;
+        let fence_ttl_ms = millis("fence_ttl", self.fence_ttl)?;
+        let replica_ack = match self.replica_ack {
+            Some(timeout) => {
+                let timeout_ms = millis("replica_ack", timeout)?;
+                let command_timeout = self.cluster.command_timeout();
+                if timeout.saturating_add(WAIT_LATENESS) >= command_timeout {
+                    return Err(Error::Config {
+                        field: "replica_ack",
+                        reason: format!(
+                            "{timeout:?} leaves no room in the command timeout \
+                             ({command_timeout:?}), which bounds the WAIT reply: Redis \
+                             answers a timed-out WAIT up to {WAIT_LATENESS:?} late"
+                        ),
+                    });
+                }
+                Some(ReplicaAck {
+                    timeout,
+                    timeout_ms,
+                    replicas: self.replica_ack_count,
+                })
+            }
+            None => None,
+        };
+        if self.watchdog {
+            let least = self.cluster.command_timeout().saturating_mul(3);
+            if self.ttl < least {
+                return Err(Error::Config {
+                    field: "ttl",
+                    reason: format!(
+                        "{:?} is too short for the watchdog: at least 3x the command timeout \
+                         ({least:?}), so a failed extension can be retried before the lock expires",
+                        self.ttl
+                    ),
+                });
+            }
+        }
+        if self.retry_min.is_zero() || self.retry_min > self.retry_max {
+            return Err(Error::Config {
+                field: "retry_backoff",
+                reason: format!(
+                    "min {:?} must be non-zero and at most max {:?}",
+                    self.retry_min, self.retry_max
+                ),
+            });
+        }
+        let counters = self.cluster.counters(KIND, &self.name);
+        Ok(Lock {
+            inner: Arc::new(LockInner {
+                cluster: self.cluster,
+                id,
+                fence,
+                // What the server applies: whole milliseconds.
+                ttl: Duration::from_millis(ttl_ms),
+                ttl_ms,
+                fence_ttl_ms,
+                watchdog: self.watchdog,
+                replica_ack,
+                retry_min: self.retry_min,
+                retry_max: self.retry_max,
+                counters,
+            }),
+        })
+    }
+}

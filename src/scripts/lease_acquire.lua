@@ -1,0 +1,29 @@
+-- Take one of at most N concurrent leases on a subject.
+--
+-- KEYS[1]  sorted set of live permits: member = permit id, score = the
+--          permit's expiry in server milliseconds
+-- ARGV[1]  the new permit id (128 random bits, hex)
+-- ARGV[2]  N, the most permits held at once (>= 1)
+-- ARGV[3]  lease ttl in milliseconds (>= 1)
+--
+-- Reply    {1, holders now, lease ttl in ms} when granted;
+--          {0, holders now, ms until the soonest lease expires} when all N
+--          are held (a retry hint: nothing was written).
+--
+-- Expired permits (crashed or stalled holders) are reclaimed first. The
+-- key's ttl is the longest live lease, so an idle subject leaves nothing.
+-- Numbers are passed to commands as '%.0f' strings: Redis would otherwise
+-- format them itself, possibly in exponent form, which PEXPIRE refuses.
+local function int(n) return string.format('%.0f', n) end
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', int(now_ms))
+local held = redis.call('ZCARD', KEYS[1])
+if held >= tonumber(ARGV[2]) then
+  local soonest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  return {0, held, tonumber(soonest[2]) - now_ms}
+end
+redis.call('ZADD', KEYS[1], int(now_ms + tonumber(ARGV[3])), ARGV[1])
+local latest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+redis.call('PEXPIRE', KEYS[1], int(tonumber(latest[2]) - now_ms))
+return {1, held + 1, tonumber(ARGV[3])}

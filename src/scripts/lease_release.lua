@@ -1,0 +1,21 @@
+-- Return a permit.
+--
+-- KEYS[1]  sorted set of live permits (see lease_acquire.lua)
+-- ARGV[1]  the permit id
+--
+-- Reply    1 when the permit was live and is now returned; 0 when it had
+--          expired (its entry, if still there, is removed anyway) or was
+--          already reclaimed.
+--
+-- Removing the last member deletes the key, so nothing is left behind.
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score then
+  return 0
+end
+redis.call('ZREM', KEYS[1], ARGV[1])
+if tonumber(score) <= now_ms then
+  return 0
+end
+return 1

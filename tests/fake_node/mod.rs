@@ -1,0 +1,117 @@
+//! A one-node "cluster" on a loopback port that this test owns, for making a
+//! *connected* cluster unreachable without touching the shared six nodes.
+//!
+//! It speaks just enough RESP for redis-rs to connect (`CLIENT SETINFO`,
+//! `PING`, `CLUSTER SLOTS` naming itself as the owner of every slot) and
+//! answers everything else with an error. Then the test can:
+//!
+//! * [`FakeNode::go_dark`] — keep every socket open and never answer again
+//!   (a partitioned or frozen node: calls time out);
+//! * [`FakeNode::shut_down`] — close every socket and stop listening (a dead
+//!   node: connections drop and reconnects are refused).
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+pub struct FakeNode {
+    port: u16,
+    dark: Arc<AtomicBool>,
+    tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    accept: JoinHandle<()>,
+}
+
+impl FakeNode {
+    pub async fn start() -> FakeNode {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let dark = Arc::new(AtomicBool::new(false));
+        let tasks: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let accept = tokio::spawn({
+            let (dark, tasks) = (dark.clone(), tasks.clone());
+            async move {
+                while let Ok((stream, _)) = listener.accept().await {
+                    let task = tokio::spawn(serve(stream, port, dark.clone()));
+                    tasks.lock().unwrap().push(task);
+                }
+            }
+        });
+        FakeNode {
+            port,
+            dark,
+            tasks,
+            accept,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn go_dark(&self) {
+        self.dark.store(true, Ordering::SeqCst);
+    }
+
+    pub fn shut_down(&self) {
+        self.accept.abort();
+        for task in self.tasks.lock().unwrap().drain(..) {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for FakeNode {
+    fn drop(&mut self) {
+        self.shut_down();
+    }
+}
+
+async fn serve(stream: TcpStream, port: u16, dark: Arc<AtomicBool>) {
+    let (read, mut write) = stream.into_split();
+    let mut read = BufReader::new(read);
+    while let Some(args) = read_command(&mut read).await {
+        if dark.load(Ordering::SeqCst) {
+            continue; // swallow: the client waits until its timeout
+        }
+        let name = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
+        let sub = args
+            .get(1)
+            .map(|a| String::from_utf8_lossy(a).to_ascii_uppercase());
+        let reply = match (name.as_str(), sub.as_deref()) {
+            ("PING", _) => "+PONG\r\n".to_owned(),
+            ("CLIENT", _) => "+OK\r\n".to_owned(),
+            ("CLUSTER", Some("SLOTS")) => {
+                let id = "f".repeat(40);
+                format!(
+                    "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$9\r\n127.0.0.1\r\n:{port}\r\n$40\r\n{id}\r\n"
+                )
+            }
+            _ => "-ERR fake node: unsupported command\r\n".to_owned(),
+        };
+        if write.write_all(reply.as_bytes()).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Reads one RESP array of bulk strings; `None` at EOF or on garbage.
+async fn read_command<R: AsyncBufReadExt + Unpin>(read: &mut R) -> Option<Vec<Vec<u8>>> {
+    let mut line = String::new();
+    read.read_line(&mut line).await.ok()?;
+    let count: usize = line.trim_end().strip_prefix('*')?.parse().ok()?;
+    let mut args = Vec::with_capacity(count);
+    for _ in 0..count {
+        line.clear();
+        read.read_line(&mut line).await.ok()?;
+        let len: usize = line.trim_end().strip_prefix('$')?.parse().ok()?;
+        let mut buf = vec![0; len + 2];
+        read.read_exact(&mut buf).await.ok()?;
+        buf.truncate(len);
+        args.push(buf);
+    }
+    Some(args)
+}
