@@ -12,7 +12,9 @@ use futures::StreamExt;
 use rand::Rng;
 use shardlimit::admin::{LimiterInfo, ScanEvent, Scanner, Usage};
 use shardlimit::keys::slot;
-use shardlimit::{Algorithm, Cluster, Quota, RateLimiter};
+use std::time::Duration;
+
+use shardlimit::{Algorithm, Cluster, ConcurrencyLimiter, Counter, Lock, Quota, RateLimiter};
 
 type Id = (String, String, Vec<u8>);
 
@@ -54,14 +56,40 @@ fn limiters(cluster: &Cluster) -> Vec<RateLimiter> {
         .collect()
 }
 
-/// Creates `n` primitives of mixed kinds over random subjects (some with
-/// braces, percent signs and binary bytes) and returns their ids.
+/// One primitive of each non-limiter kind, all living an hour.
+#[derive(Clone)]
+struct Others {
+    lock: Lock,
+    lease: ConcurrencyLimiter,
+    counter: Counter,
+}
+
+fn others(cluster: &Cluster) -> Others {
+    let hour = Duration::from_secs(3600);
+    Others {
+        lock: Lock::builder(cluster, "job").ttl(hour).build().unwrap(),
+        lease: ConcurrencyLimiter::builder(cluster, "exports")
+            .max_holders(NonZeroU32::new(3).unwrap())
+            .lease_ttl(hour)
+            .build()
+            .unwrap(),
+        counter: Counter::builder(cluster, "billing")
+            .idle_ttl(hour)
+            .build()
+            .unwrap(),
+    }
+}
+
+/// Creates `n` primitives of mixed kinds — the four rate limiters, locks,
+/// leases and counters — over random subjects (some with braces, percent
+/// signs and binary bytes) and returns their ids.
 async fn populate(cluster: &Cluster, n: usize) -> BTreeSet<Id> {
     let limiters = Arc::new(limiters(cluster));
+    let others = others(cluster);
     let made = Arc::new(Mutex::new(BTreeSet::new()));
     let tasks: Vec<_> = (0..64)
         .map(|task| {
-            let (limiters, made) = (limiters.clone(), made.clone());
+            let (limiters, others, made) = (limiters.clone(), others.clone(), made.clone());
             tokio::spawn(async move {
                 for i in (task..n).step_by(64) {
                     let salt: u32 = rand::rng().random();
@@ -69,13 +97,29 @@ async fn populate(cluster: &Cluster, n: usize) -> BTreeSet<Id> {
                     if i % 10 == 0 {
                         subject.extend_from_slice(b"{%}\xff:x");
                     }
-                    let limiter = &limiters[i % limiters.len()];
-                    assert!(limiter.check(&subject).await.unwrap().allowed);
-                    made.lock().unwrap().insert((
-                        limiter.algorithm().kind().to_owned(),
-                        limiter.name().to_owned(),
-                        subject,
-                    ));
+                    let id = match i % 7 {
+                        k @ 0..4 => {
+                            let limiter = &limiters[k];
+                            assert!(limiter.check(&subject).await.unwrap().allowed);
+                            (limiter.algorithm().kind(), limiter.name())
+                        }
+                        4 => {
+                            // Dropping the guard keeps the lock until its TTL.
+                            drop(others.lock.try_acquire(&subject).await.unwrap().unwrap());
+                            ("lock", "job")
+                        }
+                        5 => {
+                            drop(others.lease.try_acquire(&subject).await.unwrap().unwrap());
+                            ("lease", "exports")
+                        }
+                        _ => {
+                            others.counter.add(&subject, 1).await.unwrap();
+                            ("counter", "billing")
+                        }
+                    };
+                    made.lock()
+                        .unwrap()
+                        .insert((id.0.to_owned(), id.1.to_owned(), subject));
                 }
             })
         })
@@ -127,14 +171,25 @@ async fn finds_exactly_every_primitive_spread_over_every_master() {
                     previous: 0,
                 },
             )
-            | ("gcra", Usage::Gcra { .. }) => {}
+            | ("gcra", Usage::Gcra { .. })
+            | ("lease", Usage::Lease { holders: 1 })
+            | ("counter", Usage::Counter { value: 1 })
+            | (
+                "lock",
+                Usage::Lock {
+                    held: true,
+                    fencing_token: Some(_),
+                },
+            ) => {}
             other => panic!("unexpected state {other:?}"),
         }
     }
     let progress = progress.lock().unwrap().clone();
     assert_eq!(progress.len(), 3);
+    // Every key: a lock is two (token and fence).
+    let locks = expected.iter().filter(|(k, _, _)| k == "lock").count();
     let scanned: u64 = progress.values().map(|p| p.0).sum();
-    assert_eq!(scanned, 30_000);
+    assert_eq!(scanned, u64::try_from(30_000 + locks).unwrap());
     assert!(
         progress
             .values()
@@ -144,14 +199,15 @@ async fn finds_exactly_every_primitive_spread_over_every_master() {
     let counts = Scanner::new(&cluster).count_limiters().await.unwrap();
     assert_eq!(counts.total(), 30_000);
     assert!(counts.incomplete.is_empty());
-    for kind in ["fw", "slog", "swc", "gcra"] {
+    for kind in ["fw", "slog", "swc", "gcra", "lock", "lease", "counter"] {
         let per_kind: u64 = counts
             .counts
             .iter()
             .filter(|((_, k, _), _)| k == kind)
             .map(|(_, n)| n)
             .sum();
-        assert_eq!(per_kind, 7_500, "{kind}");
+        let expected = expected.iter().filter(|(k, _, _)| k == kind).count();
+        assert_eq!(per_kind, u64::try_from(expected).unwrap(), "{kind}");
     }
     common::assert_every_key_has_ttl(cluster.namespace()).await;
 }

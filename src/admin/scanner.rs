@@ -519,13 +519,18 @@ impl Scanner {
                     } else if !self.matches(&parsed) {
                         continue;
                     } else if mode == Mode::Count {
-                        if parsed.part.is_none() {
-                            found.push(Found::Counted {
-                                kind: parsed.kind.to_owned(),
-                                name: parsed.name.to_owned(),
-                            });
+                        match Plan::read(&parsed) {
+                            // A part counts only when its main key is gone
+                            // (a free lock's fence): one EXISTS to find out.
+                            Plan::Part { kind, name, main, .. } => Plan::CountPart { kind, name, main },
+                            _ => {
+                                found.push(Found::Counted {
+                                    kind: parsed.kind.to_owned(),
+                                    name: parsed.name.to_owned(),
+                                });
+                                continue;
+                            }
                         }
-                        continue;
                     } else {
                         Plan::read(&parsed)
                     }
@@ -593,7 +598,12 @@ enum Plan {
         subject: Vec<u8>,
         main: Vec<u8>,
     },
-
+    /// Counting a part key: EXISTS main.
+    CountPart {
+        kind: String,
+        name: String,
+        main: Vec<u8>,
+    },
     /// Audit: PTTL.
     Audit,
     /// Audit of a key the parser rejects: PTTL (immortal or not, it is
@@ -661,7 +671,7 @@ impl Plan {
         match self {
             Plan::Main { .. } => 2,
             Plan::Part { .. } => 3,
-            Plan::Audit | Plan::AuditUnrecognized => 1,
+            Plan::Audit | Plan::AuditUnrecognized | Plan::CountPart { .. } => 1,
         }
     }
 
@@ -669,6 +679,9 @@ impl Plan {
         match self {
             Plan::Audit | Plan::AuditUnrecognized => {
                 pipe.cmd("PTTL").arg(key);
+            }
+            Plan::CountPart { main, .. } => {
+                pipe.cmd("EXISTS").arg(main);
             }
             Plan::Part { main, .. } => {
                 pipe.cmd("EXISTS")
@@ -698,6 +711,9 @@ impl Plan {
                 _ => None,
             },
             Plan::AuditUnrecognized => Some(Found::Unrecognized(key)),
+            Plan::CountPart { kind, name, .. } => {
+                (int(replies.first()) == Some(0)).then_some(Found::Counted { kind, name })
+            }
             Plan::Part {
                 kind,
                 name,
