@@ -23,6 +23,7 @@ pub use self::topology::{NodeAddr, Shard, Topology};
 pub use self::transaction::{Transaction, TxCommand};
 use crate::error::{Error, Result};
 use crate::keys::{KeyBuilder, KeySet};
+use crate::metrics::ClusterMetrics;
 use crate::scripts::Script;
 use crate::stats::{Counters, Registry, Stats};
 
@@ -98,6 +99,7 @@ struct Inner {
     keys: KeyBuilder,
     command_timeout: Duration,
     registry: Registry,
+    metrics: ClusterMetrics,
 }
 
 impl Cluster {
@@ -363,7 +365,10 @@ impl Cluster {
                 .into(),
             });
         };
+        crate::metrics::span_slot(slot);
+        let started = crate::metrics::Started::now();
         let outcome = tokio::time::timeout(timeout, request(conn)).await;
+        self.inner.metrics.observe(&op, started, &outcome);
         match outcome {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(source)) => {
@@ -557,6 +562,7 @@ impl ClusterBuilder {
                 keys,
                 command_timeout: self.command_timeout,
                 registry: Registry::default(),
+                metrics: ClusterMetrics::default(),
             }),
         })
     }

@@ -155,6 +155,8 @@ impl ConcurrencyLimiter {
     /// }
     /// # Ok(()) }
     /// ```
+    #[tracing::instrument(name = "shardlimit.lease.try_acquire", level = "debug", skip_all,
+        fields(kind = KIND, name = self.name(), slot, outcome, subject))]
     pub async fn try_acquire(&self, subject: impl AsRef<[u8]>) -> Result<Option<Permit>> {
         match self.attempt(subject.as_ref()).await {
             Ok(Attempt::Granted(permit)) => {
@@ -186,6 +188,8 @@ impl ConcurrencyLimiter {
     /// }
     /// # Ok(()) }
     /// ```
+    #[tracing::instrument(name = "shardlimit.lease.acquire", level = "debug", skip_all,
+        fields(kind = KIND, name = self.name(), slot, outcome, subject))]
     pub async fn acquire(
         &self,
         subject: impl AsRef<[u8]>,
@@ -213,6 +217,7 @@ impl ConcurrencyLimiter {
     }
 
     async fn attempt(&self, subject: &[u8]) -> Result<Attempt> {
+        crate::metrics::span_subject(subject);
         let inner = &self.inner;
         let keys = inner.cluster.keys().key_set(subject, [&inner.id])?;
         let id = random_id();

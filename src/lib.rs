@@ -54,6 +54,14 @@
 //! * [`Script`] — a Lua script hashed once.
 //! * [`Error`] — the one error type; [`Error::is_transient`] drives failure
 //!   policies.
+//! * `tower` (feature `tower`) — a `tower::Layer` that rate-limits HTTP
+//!   requests (axum, hyper) with `429`, `Retry-After` and the IETF
+//!   `RateLimit` headers.
+//! * Observability: [`Cluster::stats`] always; with feature `metrics`,
+//!   counters and histograms through the `metrics` facade (see
+//!   `describe_metrics`); `debug` spans per operation (`shardlimit.check`,
+//!   `shardlimit.lock.acquire`, …) with the primitive's kind, name, slot and
+//!   outcome, and the subject only at `trace`.
 
 pub mod admin;
 mod backoff;
@@ -65,10 +73,15 @@ pub mod keys;
 mod lease;
 pub mod limit;
 mod lock;
+mod metrics;
 mod policy;
 mod scripts;
 mod stats;
+#[cfg(feature = "tower")]
+pub mod tower;
 
+#[cfg(feature = "metrics")]
+pub use self::metrics::describe_metrics;
 pub use cluster::{
     Cluster, ClusterBuilder, DEFAULT_NODES, NODES_ENV, NodeAddr, Shard, Topology, Transaction,
     TxCommand,

@@ -215,6 +215,8 @@ impl Lock {
     /// }
     /// # Ok(()) }
     /// ```
+    #[tracing::instrument(name = "shardlimit.lock.try_acquire", level = "debug", skip_all,
+        fields(kind = KIND, name = self.name(), slot, outcome, subject))]
     pub async fn try_acquire(&self, resource: impl AsRef<[u8]>) -> Result<Option<LockGuard>> {
         match self.attempt(resource.as_ref()).await {
             Ok(Attempt::Acquired(guard)) => {
@@ -251,6 +253,8 @@ impl Lock {
     /// }
     /// # Ok(()) }
     /// ```
+    #[tracing::instrument(name = "shardlimit.lock.acquire", level = "debug", skip_all,
+        fields(kind = KIND, name = self.name(), slot, outcome, subject))]
     pub async fn acquire(
         &self,
         resource: impl AsRef<[u8]>,
@@ -283,6 +287,7 @@ impl Lock {
     }
 
     async fn attempt(&self, resource: &[u8]) -> Result<Attempt> {
+        crate::metrics::span_subject(resource);
         let inner = &self.inner;
         let keys = inner
             .cluster

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::error::{Error, Result};
+use crate::metrics::{DecisionMetrics, Outcome};
 use crate::policy::{BypassReason, FailurePolicy, WarnLimiter};
 
 /// Counts of one primitive's outcomes since the [`Cluster`](crate::Cluster)
@@ -60,6 +61,7 @@ pub(crate) struct Counters {
     bypassed: AtomicU64,
     errors: AtomicU64,
     warn: WarnLimiter,
+    metrics: DecisionMetrics,
 }
 
 impl Counters {
@@ -72,24 +74,29 @@ impl Counters {
             bypassed: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             warn: WarnLimiter::new(),
+            metrics: DecisionMetrics::new(kind, name),
         }
     }
 
     pub(crate) fn allowed(&self) {
         self.allowed.fetch_add(1, Ordering::Relaxed);
+        self.metrics.record(Outcome::Allowed);
     }
 
     pub(crate) fn denied(&self) {
         self.denied.fetch_add(1, Ordering::Relaxed);
+        self.metrics.record(Outcome::Denied);
     }
 
     /// Counts a bypass whose warning another primitive already logged.
     pub(crate) fn bypassed(&self) {
         self.bypassed.fetch_add(1, Ordering::Relaxed);
+        self.metrics.record(Outcome::Bypassed);
     }
 
     pub(crate) fn error(&self) {
         self.errors.fetch_add(1, Ordering::Relaxed);
+        self.metrics.record(Outcome::Error);
     }
 
     /// Applies `policy` to a failed call: a transient error under fail-open
@@ -103,7 +110,7 @@ impl Counters {
     ) -> Result<T> {
         match (policy, BypassReason::of(&err)) {
             (FailurePolicy::FailOpen, Some(reason)) => {
-                self.bypassed.fetch_add(1, Ordering::Relaxed);
+                self.bypassed();
                 if let Some(count) = self.warn.should_warn() {
                     tracing::warn!(
                         kind = %self.kind,

@@ -97,7 +97,7 @@ impl Usage {
             Usage::SlidingWindow { current, previous } => {
                 format!("current {current}, previous {previous}")
             }
-            Usage::Gcra { .. } => "bucket refilling".to_owned(),
+            Usage::Gcra { .. } => "refilling (full when the key expires)".to_owned(),
             Usage::Lease { holders } => format!("{holders} holders"),
             Usage::Lock {
                 held,

@@ -477,6 +477,7 @@ impl Scanner {
             let (next, keys): (u64, Vec<Vec<u8>>) =
                 self.cluster.node_command("scan", node, scan).await?;
             scanned += u64::try_from(keys.len()).unwrap_or(u64::MAX);
+            crate::metrics::scan_page(node, keys.len(), scanned, dbsize, next == 0);
             for found in self.read_page(mode, node, keys).await? {
                 tx.send(Event::NodeFound {
                     node: node.to_string(),
@@ -522,7 +523,9 @@ impl Scanner {
                         match Plan::read(&parsed) {
                             // A part counts only when its main key is gone
                             // (a free lock's fence): one EXISTS to find out.
-                            Plan::Part { kind, name, main, .. } => Plan::CountPart { kind, name, main },
+                            Plan::Part {
+                                kind, name, main, ..
+                            } => Plan::CountPart { kind, name, main },
                             _ => {
                                 found.push(Found::Counted {
                                     kind: parsed.kind.to_owned(),
@@ -683,13 +686,15 @@ impl Plan {
             Plan::CountPart { main, .. } => {
                 pipe.cmd("EXISTS").arg(main);
             }
-            Plan::Part { main, .. } => {
-                pipe.cmd("EXISTS")
-                    .arg(main)
-                    .cmd("PTTL")
-                    .arg(key)
-                    .cmd("GET")
-                    .arg(key);
+            Plan::Part { kind, main, .. } => {
+                pipe.cmd("EXISTS").arg(main).cmd("PTTL").arg(key);
+                // A lock's fence holds the last fencing token; of other
+                // kinds' parts only the type is known.
+                if kind == "lock" {
+                    pipe.cmd("GET").arg(key);
+                } else {
+                    pipe.cmd("TYPE").arg(key);
+                }
             }
             Plan::Main { reads, .. } => {
                 pipe.cmd("PTTL").arg(key);
@@ -730,7 +735,7 @@ impl Plan {
                         fencing_token: int(replies.get(2)).and_then(|v| u64::try_from(v).ok()),
                     },
                     _ => Usage::Other {
-                        redis_type: "string".into(),
+                        redis_type: text(replies.get(2)).unwrap_or_default(),
                     },
                 };
                 Some(info(

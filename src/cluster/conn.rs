@@ -185,6 +185,7 @@ impl HealingConnection {
                 });
                 drop(current);
                 self.rebuilds.fetch_add(1, Ordering::Relaxed);
+                crate::metrics::connection_rebuild(true);
                 tracing::warn!(
                     replaced_generation = replaced,
                     generation = id,
@@ -192,6 +193,7 @@ impl HealingConnection {
                 );
             }
             Err(err) => {
+                crate::metrics::connection_rebuild(false);
                 tracing::warn!(
                     generation = replaced,
                     error = %err,

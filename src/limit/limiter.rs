@@ -198,6 +198,8 @@ impl RateLimiter {
     /// (points, weight). A rejected request consumes nothing. Errors with
     /// [`Error::InvalidCost`] before sending if `cost` is 0 or above
     /// [`capacity`](Self::capacity).
+    #[tracing::instrument(name = "shardlimit.check", level = "debug", skip_all,
+        fields(kind = self.inner.spec.id.kind(), name = self.name(), slot, outcome, subject))]
     pub async fn check_n(&self, subject: impl AsRef<[u8]>, cost: u32) -> Result<Decision> {
         let inner = &*self.inner;
         let specs = [&inner.spec];
@@ -327,6 +329,7 @@ pub(crate) async fn evaluate(
     consume: bool,
 ) -> Result<(bool, Vec<Decision>)> {
     check_cost(specs, cost)?;
+    crate::metrics::span_subject(subject);
     let keys = cluster
         .keys()
         .key_set(subject, specs.iter().map(|s| &s.id))?;

@@ -126,6 +126,9 @@ impl MultiLimiter {
         }
     }
 
+    #[tracing::instrument(name = "shardlimit.multi_check", level = "debug", skip_all,
+        fields(kind = "multi", name = %crate::metrics::Names(&self.limiters),
+            consume = consume, slot, outcome, subject))]
     async fn run(&self, subject: &[u8], cost: u32, consume: bool) -> Result<MultiDecision> {
         let specs: Vec<_> = self.limiters.iter().map(RateLimiter::spec).collect();
         let cluster = self.limiters[0].cluster();

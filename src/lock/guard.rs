@@ -265,7 +265,9 @@ impl LockGuard {
             .eval(&LOCK_RELEASE, &held.keys, &held.token)
             .await
             .inspect_err(|_| held.lock.counters.error())?;
-        held.lost.send_replace(true);
+        if !held.lost.send_replace(true) && released != 1 {
+            crate::metrics::lock_lost(held.lock.id.name());
+        }
         Ok(released == 1)
     }
 }
@@ -306,7 +308,9 @@ impl Held {
                 Ok(true)
             }
             0 => {
-                self.lost.send_replace(true);
+                if !self.lost.send_replace(true) {
+                    crate::metrics::lock_lost(lock.id.name());
+                }
                 Ok(false)
             }
             other => Err(Error::UnexpectedReply {

@@ -1,0 +1,526 @@
+//! Instrumentation: metrics through the [`metrics`](https://docs.rs/metrics)
+//! facade (feature `metrics`) and the fields of the crate's tracing spans.
+//!
+//! The rest of the crate calls in here with one-line hooks; this module
+//! decides what they cost:
+//!
+//! * **Without the feature** every metrics type is zero-sized and every
+//!   metrics hook an empty inline function.
+//! * **With it**, the hot path never allocates and never formats: the
+//!   decision counters of a primitive are registered once, when it is built
+//!   (next to its [`Counters`](crate::stats)), and the latency histograms
+//!   once per operation name and [`Cluster`](crate::Cluster) handle, then
+//!   found by a read-locked map lookup. Rare events (rebuilds, lock losses,
+//!   scanner pages) register per call.
+//! * **Spans** (`shardlimit.check`, `shardlimit.lock.acquire`, …) are
+//!   created by `#[tracing::instrument]` at `debug` level on each primitive
+//!   operation. With no subscriber, or one filtering out `debug` for this
+//!   crate, creating one is a cached callsite check and recording a field is
+//!   skipped after one atomic load ([`tracing::level_enabled!`]).
+//!
+//! Handles bind to the recorder installed when they are registered: install
+//! the recorder before building the [`Cluster`](crate::Cluster) and its
+//! primitives. See the table of metrics in [`describe_metrics`].
+
+use std::fmt;
+
+use tracing::Span;
+
+#[cfg(feature = "metrics")]
+pub use self::enabled::describe_metrics;
+
+/// `shardlimit_decisions_total`: outcomes of every primitive.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+const DECISIONS: &str = "shardlimit_decisions_total";
+/// `shardlimit_redis_duration_seconds`: every request to Redis.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+const REDIS_DURATION: &str = "shardlimit_redis_duration_seconds";
+/// `shardlimit_connection_rebuilds_total`.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+const REBUILDS: &str = "shardlimit_connection_rebuilds_total";
+/// `shardlimit_connection_rebuild_failures_total`.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+const REBUILD_FAILURES: &str = "shardlimit_connection_rebuild_failures_total";
+/// `shardlimit_lock_losses_total`.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+const LOCK_LOSSES: &str = "shardlimit_lock_losses_total";
+/// `shardlimit_scan_keys_total`.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+const SCAN_KEYS: &str = "shardlimit_scan_keys_total";
+/// `shardlimit_scan_progress_ratio`.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+const SCAN_PROGRESS: &str = "shardlimit_scan_progress_ratio";
+
+/// What happened to one request of a primitive; the `outcome` label and
+/// span field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Allowed,
+    Denied,
+    Bypassed,
+    Error,
+}
+
+impl Outcome {
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    const ALL: [Outcome; 4] = [
+        Outcome::Allowed,
+        Outcome::Denied,
+        Outcome::Bypassed,
+        Outcome::Error,
+    ];
+
+    pub(crate) const fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Allowed => "allowed",
+            Outcome::Denied => "denied",
+            Outcome::Bypassed => "bypassed",
+            Outcome::Error => "error",
+        }
+    }
+}
+
+/// The decision counters of one primitive (kind and name), registered when
+/// it is built; also records the outcome on the operation's span.
+pub(crate) struct DecisionMetrics {
+    #[cfg(feature = "metrics")]
+    counters: [metrics::Counter; 4],
+}
+
+impl DecisionMetrics {
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(crate) fn new(kind: &str, name: &str) -> Self {
+        DecisionMetrics {
+            #[cfg(feature = "metrics")]
+            counters: Outcome::ALL.map(|outcome| {
+                metrics::counter!(
+                    DECISIONS,
+                    "kind" => kind.to_owned(),
+                    "name" => name.to_owned(),
+                    "outcome" => outcome.as_str(),
+                )
+            }),
+        }
+    }
+
+    /// Counts `outcome` and records it on the current `shardlimit.*` span.
+    #[inline]
+    pub(crate) fn record(&self, outcome: Outcome) {
+        #[cfg(feature = "metrics")]
+        self.counters[outcome as usize].increment(1);
+        record_on_span("outcome", outcome.as_str());
+    }
+}
+
+impl fmt::Debug for DecisionMetrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DecisionMetrics").finish_non_exhaustive()
+    }
+}
+
+/// When a request to Redis started (nothing without the feature).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Started {
+    #[cfg(feature = "metrics")]
+    at: std::time::Instant,
+}
+
+impl Started {
+    #[inline]
+    pub(crate) fn now() -> Self {
+        Started {
+            #[cfg(feature = "metrics")]
+            at: std::time::Instant::now(),
+        }
+    }
+}
+
+/// Per-[`Cluster`](crate::Cluster) latency histograms by operation name.
+#[derive(Default)]
+pub(crate) struct ClusterMetrics {
+    #[cfg(feature = "metrics")]
+    latency: enabled::LatencyByOp,
+}
+
+impl ClusterMetrics {
+    /// Records how long the request `op` that started at `started` took, and
+    /// whether it answered (`ok`), failed (`error`) or timed out
+    /// (`timeout`: the outer `Err`).
+    #[inline]
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    // A `Cow<'static, str>`, not a `&str`: a new name becomes a label by
+    // cloning it, which copies nothing for the crate's `'static` names.
+    #[allow(clippy::ptr_arg)]
+    pub(crate) fn observe<T, E, X>(
+        &self,
+        op: &std::borrow::Cow<'static, str>,
+        started: Started,
+        outcome: &Result<Result<T, E>, X>,
+    ) {
+        #[cfg(feature = "metrics")]
+        {
+            let status = match outcome {
+                Ok(Ok(_)) => 0,
+                Ok(Err(_)) => 1,
+                Err(_) => 2,
+            };
+            self.latency.record(op, status, started.at.elapsed());
+        }
+    }
+}
+
+/// The connection was rebuilt (`ok`) or a rebuild attempt failed.
+#[inline]
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn connection_rebuild(ok: bool) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(if ok { REBUILDS } else { REBUILD_FAILURES }).increment(1);
+}
+
+/// An extension or release of the lock `name` found it expired or taken.
+#[inline]
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn lock_lost(name: &str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(LOCK_LOSSES, "name" => name.to_owned()).increment(1);
+}
+
+/// One `SCAN` page of `keys` keys from `node`; `scanned` of `dbsize` so far.
+#[inline]
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn scan_page(
+    node: &impl fmt::Display,
+    keys: usize,
+    scanned: u64,
+    dbsize: u64,
+    done: bool,
+) {
+    #[cfg(feature = "metrics")]
+    {
+        let node = node.to_string();
+        metrics::counter!(SCAN_KEYS, "node" => node.clone())
+            .increment(u64::try_from(keys).unwrap_or(u64::MAX));
+        // DBSIZE counts every key of the node, the scan only this
+        // namespace's, so the ratio only reaches 1 when the node is done.
+        #[allow(clippy::cast_precision_loss)] // a ratio needs no exact count
+        let ratio = if done {
+            1.0
+        } else {
+            (scanned as f64 / dbsize.max(1) as f64).min(1.0)
+        };
+        metrics::gauge!(SCAN_PROGRESS, "node" => node).set(ratio);
+    }
+}
+
+/// Records the hash slot on the current `shardlimit.*` span.
+#[inline]
+pub(crate) fn span_slot(slot: Option<u16>) {
+    if let Some(slot) = slot {
+        record_on_span("slot", slot);
+    }
+}
+
+/// Records the subject on the current `shardlimit.*` span, only when `trace`
+/// is enabled here: a subject (user id, IP address, API key) can be personal
+/// data, so it is never in `debug` output.
+#[inline]
+pub(crate) fn span_subject(subject: &[u8]) {
+    if tracing::enabled!(tracing::Level::TRACE) {
+        record_on_span("subject", String::from_utf8_lossy(subject).as_ref());
+    }
+}
+
+/// Names of a multi-limiter's limits joined by `+`, formatted only if a span
+/// records them.
+pub(crate) struct Names<'a>(pub(crate) &'a [crate::RateLimiter]);
+
+impl fmt::Display for Names<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, limiter) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("+")?;
+            }
+            f.write_str(limiter.name())?;
+        }
+        Ok(())
+    }
+}
+
+/// Records `field` on the current span if it is one of this crate's
+/// (`shardlimit.*`): the hooks run inside the crate's spans, but some (e.g. a
+/// guard's release) run in the caller's, which may have a field of the same
+/// name that is not ours to set.
+#[inline]
+fn record_on_span(field: &'static str, value: impl tracing::Value) {
+    // One atomic load when nothing listens at debug level.
+    if !tracing::level_enabled!(tracing::Level::DEBUG) {
+        return;
+    }
+    let span = Span::current();
+    if span
+        .metadata()
+        .is_some_and(|m| m.name().starts_with("shardlimit."))
+    {
+        span.record(field, value);
+    }
+}
+
+#[cfg(feature = "metrics")]
+mod enabled {
+    use std::borrow::Cow;
+    use std::collections::HashMap;
+    use std::sync::{OnceLock, PoisonError, RwLock};
+    use std::time::Duration;
+
+    use metrics::{Histogram, Unit};
+
+    use super::*;
+
+    const STATUSES: [&str; 3] = ["ok", "error", "timeout"];
+
+    /// The operations of the hot path, most frequent first: the crate's
+    /// scripts and `transaction`. Their histograms are found without a lock
+    /// (a renamed script would only fall back to the map, still correct).
+    const HOT_OPS: [&str; 15] = [
+        "gcra",
+        "multi_limit",
+        "fixed_window",
+        "sliding_window",
+        "sliding_log",
+        "lock_acquire",
+        "lock_extend",
+        "lock_release",
+        "lock_ttl",
+        "lease_acquire",
+        "lease_extend",
+        "lease_release",
+        "counter_drain",
+        "counter_get",
+        "transaction",
+    ];
+
+    type Handles = [Histogram; 3];
+
+    /// Histograms by operation name, registered on the first request of each
+    /// operation. The hot operations live in a fixed table read without a
+    /// lock (an `RwLock`'s reader count is a cache line every core writes);
+    /// the rest (admin commands, users' scripts) in a locked map.
+    #[derive(Default)]
+    pub(super) struct LatencyByOp {
+        hot: [OnceLock<Handles>; HOT_OPS.len()],
+        other: RwLock<HashMap<Cow<'static, str>, Handles>>,
+    }
+
+    #[allow(clippy::ptr_arg)] // see `ClusterMetrics::observe`
+    fn register(op: &Cow<'static, str>) -> Handles {
+        STATUSES.map(
+            |status| metrics::histogram!(REDIS_DURATION, "op" => op.clone(), "status" => status),
+        )
+    }
+
+    impl LatencyByOp {
+        #[allow(clippy::ptr_arg)] // see `ClusterMetrics::observe`
+        pub(super) fn record(&self, op: &Cow<'static, str>, status: usize, elapsed: Duration) {
+            if let Some(i) = HOT_OPS.iter().position(|hot| *hot == op.as_ref()) {
+                self.hot[i].get_or_init(|| register(op))[status].record(elapsed);
+                return;
+            }
+            // A poisoned lock only means a panic while inserting a handle;
+            // the map is still whole.
+            if let Some(h) = self
+                .other
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(op.as_ref())
+            {
+                h[status].record(elapsed);
+                return;
+            }
+            let mut map = self.other.write().unwrap_or_else(PoisonError::into_inner);
+            map.entry(op.clone()).or_insert_with(|| register(op))[status].record(elapsed);
+        }
+    }
+
+    /// Describes every metric shardlimit emits (type, unit, meaning) to the
+    /// installed recorder, for exporters that publish descriptions (e.g.
+    /// Prometheus `# HELP`). Optional; call it once after installing the
+    /// recorder.
+    ///
+    /// | metric | type | labels | meaning |
+    /// |---|---|---|---|
+    /// | `shardlimit_decisions_total` | counter | `kind`, `name`, `outcome` | outcomes per primitive, as in [`Cluster::stats`](crate::Cluster::stats): `allowed`, `denied`, `bypassed`, `error` (locks: acquired, held elsewhere) |
+    /// | `shardlimit_redis_duration_seconds` | histogram | `op`, `status` | time of each request to Redis by operation (script name, `transaction`, node command); `status` `ok`, `error`, `timeout` |
+    /// | `shardlimit_connection_rebuilds_total` | counter | | connection rebuilds after repeated transient failures |
+    /// | `shardlimit_connection_rebuild_failures_total` | counter | | rebuild attempts that failed |
+    /// | `shardlimit_lock_losses_total` | counter | `name` | an extension (watchdog or explicit) or release found the lock expired or taken |
+    /// | `shardlimit_scan_keys_total` | counter | `node` | keys returned by the admin scanner's `SCAN` pages |
+    /// | `shardlimit_scan_progress_ratio` | gauge | `node` | keys scanned / `DBSIZE` of the node; 1 when its walk is done |
+    ///
+    /// ```
+    /// // After installing a recorder (e.g. metrics-exporter-prometheus):
+    /// shardlimit::describe_metrics();
+    /// ```
+    pub fn describe_metrics() {
+        metrics::describe_counter!(
+            DECISIONS,
+            Unit::Count,
+            "Outcomes of shardlimit primitives: allowed, denied, bypassed (fail-open), error"
+        );
+        metrics::describe_histogram!(
+            REDIS_DURATION,
+            Unit::Seconds,
+            "Time of each shardlimit request to Redis, by operation and status"
+        );
+        metrics::describe_counter!(
+            REBUILDS,
+            Unit::Count,
+            "Cluster connection rebuilds after repeated transient failures"
+        );
+        metrics::describe_counter!(
+            REBUILD_FAILURES,
+            Unit::Count,
+            "Cluster connection rebuild attempts that failed"
+        );
+        metrics::describe_counter!(
+            LOCK_LOSSES,
+            Unit::Count,
+            "Locks found expired or taken by an extension or release"
+        );
+        metrics::describe_counter!(
+            SCAN_KEYS,
+            Unit::Count,
+            "Keys returned by the admin scanner's SCAN pages"
+        );
+        metrics::describe_gauge!(
+            SCAN_PROGRESS,
+            "Admin scan progress of a node: keys scanned / DBSIZE, 1 when done"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_labels_follow_the_array_order() {
+        for (i, outcome) in Outcome::ALL.into_iter().enumerate() {
+            assert_eq!(outcome as usize, i);
+        }
+        assert_eq!(Outcome::Bypassed.as_str(), "bypassed");
+    }
+
+    #[test]
+    fn hooks_are_harmless_without_a_recorder_or_subscriber() {
+        let m = DecisionMetrics::new("gcra", "api");
+        m.record(Outcome::Allowed);
+        ClusterMetrics::default().observe::<(), (), ()>(
+            &"gcra".into(),
+            Started::now(),
+            &Ok(Ok(())),
+        );
+        span_slot(Some(7));
+        span_subject(b"user:42");
+        connection_rebuild(true);
+        lock_lost("job");
+    }
+
+    /// What the hooks cost per operation, in nanoseconds. Prints, asserts
+    /// nothing (a timing assertion would flake on a busy machine); run it
+    /// with and without `--features metrics`:
+    ///
+    /// `cargo test --release --lib metrics::tests::hook_costs -- --ignored --nocapture`
+    #[test]
+    #[ignore = "a micro-benchmark, run by hand"]
+    fn hook_costs() {
+        use std::hint::black_box;
+        use std::pin::pin;
+        use std::task::{Context, Poll, Waker};
+        use std::time::Instant;
+
+        use tracing_subscriber::layer::SubscriberExt;
+
+        const N: u32 = 2_000_000;
+        fn per_op(f: impl Fn()) -> f64 {
+            // The best of five rounds: the least disturbed by the machine.
+            (0..5)
+                .map(|_| {
+                    let t = Instant::now();
+                    for _ in 0..N {
+                        f();
+                    }
+                    t.elapsed().as_nanos() as f64 / f64::from(N)
+                })
+                .fold(f64::INFINITY, f64::min)
+        }
+        fn poll_once<F: std::future::Future>(f: F) -> F::Output {
+            let mut cx = Context::from_waker(Waker::noop());
+            match pin!(f).poll(&mut cx) {
+                Poll::Ready(v) => v,
+                Poll::Pending => unreachable!(),
+            }
+        }
+        // What `#[instrument]` adds to a primitive's operation: a span with
+        // the same fields, entered on every poll, and the subject hook.
+        #[tracing::instrument(name = "shardlimit.check", level = "debug", skip_all,
+            fields(kind = kind, name = name, slot, outcome, subject))]
+        async fn instrumented(kind: &str, name: &str, subject: &[u8]) -> usize {
+            span_subject(subject);
+            black_box(kind.len() + name.len())
+        }
+        async fn plain(kind: &str, name: &str, subject: &[u8]) -> usize {
+            black_box(subject);
+            black_box(kind.len() + name.len())
+        }
+
+        let run = |label: &str| {
+            let decisions = DecisionMetrics::new("gcra", "bench");
+            let cluster = ClusterMetrics::default();
+            let op: std::borrow::Cow<'static, str> = "gcra".into();
+            let ok: Result<Result<(), ()>, ()> = Ok(Ok(()));
+            let plain_ns = per_op(|| {
+                black_box(poll_once(plain("gcra", "bench", b"user:42")));
+            });
+            let span_ns = per_op(|| {
+                black_box(poll_once(instrumented("gcra", "bench", b"user:42")));
+            });
+            let decision_ns = per_op(|| decisions.record(black_box(Outcome::Allowed)));
+            let latency_ns = per_op(|| {
+                let started = Started::now();
+                cluster.observe(&op, started, &ok);
+                span_slot(black_box(Some(7)));
+            });
+            println!(
+                "{label:<44} span {:>5.1} ns  decision {:>5.1} ns  latency+slot {:>5.1} ns",
+                span_ns - plain_ns,
+                decision_ns,
+                latency_ns
+            );
+        };
+        let features = if cfg!(feature = "metrics") {
+            "metrics on"
+        } else {
+            "metrics off"
+        };
+        run(&format!("{features}, no subscriber, no recorder"));
+        let info = tracing_subscriber::registry()
+            .with(tracing_subscriber::filter::LevelFilter::INFO)
+            .with(tracing_subscriber::fmt::layer().with_writer(std::io::sink));
+        tracing::subscriber::with_default(info, || {
+            run(&format!("{features}, subscriber at info"));
+        });
+        #[cfg(feature = "metrics")]
+        {
+            let recorder = metrics_util::debugging::DebuggingRecorder::new();
+            metrics::with_local_recorder(&recorder, || {
+                run(&format!("{features}, debugging recorder"));
+            });
+        }
+        let debug = tracing_subscriber::registry()
+            .with(tracing_subscriber::filter::LevelFilter::DEBUG)
+            .with(tracing_subscriber::fmt::layer().with_writer(std::io::sink));
+        tracing::subscriber::with_default(debug, || {
+            run(&format!("{features}, subscriber at debug (spans on)"));
+        });
+    }
+}

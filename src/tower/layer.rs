@@ -1,0 +1,309 @@
+//! `RateLimitLayer`, its builder and the missing-key policy.
+
+use std::fmt;
+use std::sync::Arc;
+
+use http::HeaderValue;
+use tower::Layer;
+
+use super::headers;
+use super::limits::Limits;
+use super::service::RateLimitService;
+use crate::error::{Error, Result};
+use crate::keys::MAX_SUBJECT_LEN;
+use crate::policy::WarnLimiter;
+
+/// What to do with a request whose key cannot be extracted (the extractor
+/// returned `None`, or an empty key, or one longer than
+/// [`MAX_SUBJECT_LEN`]).
+///
+/// ```
+/// use shardlimit::tower::MissingKey;
+/// assert_eq!(MissingKey::default(), MissingKey::Reject);
+/// // Every keyless request shares one bucket.
+/// let shared = MissingKey::fallback("anonymous");
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MissingKey {
+    /// Answer **400 Bad Request**. The default: a limit that a client escapes
+    /// by leaving out a header is no limit.
+    #[default]
+    Reject,
+    /// Let the request through unchecked (e.g. an API-key limit on routes
+    /// where the key is optional; no `RateLimit` headers are added).
+    Pass,
+    /// Check it under this key instead (1 to
+    /// [`MAX_SUBJECT_LEN`] bytes), so all keyless requests share one limit.
+    Fallback(Arc<[u8]>),
+}
+
+impl MissingKey {
+    /// [`MissingKey::Fallback`] with `key`.
+    pub fn fallback(key: impl AsRef<[u8]>) -> Self {
+        MissingKey::Fallback(Arc::from(key.as_ref()))
+    }
+}
+
+/// Everything a service needs besides the inner service and the extractor;
+/// shared by every clone.
+pub(crate) struct Config {
+    pub(crate) limits: Limits,
+    /// `RateLimit-Policy`, built once (its clones share the bytes).
+    pub(crate) policy: HeaderValue,
+    pub(crate) missing: MissingKey,
+    pub(crate) headers_on_allowed: bool,
+    pub(crate) cost: u32,
+    /// At most one warning per few seconds about checks that failed (503).
+    pub(crate) warn: WarnLimiter,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("limits", &self.limits)
+            .field("policy", &self.policy)
+            .field("missing", &self.missing)
+            .field("headers_on_allowed", &self.headers_on_allowed)
+            .field("cost", &self.cost)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A [`tower::Layer`] that rate-limits HTTP requests with a shardlimit
+/// [`RateLimiter`](crate::RateLimiter) or
+/// [`MultiLimiter`](crate::MultiLimiter), keyed by what a
+/// [`KeyExtractor`](super::KeyExtractor) takes from each request.
+///
+/// * **Admitted**: the request goes to the inner service; its response gets
+///   the `RateLimit-Policy` and `RateLimit` headers (unless
+///   [`headers_on_allowed`](RateLimitLayerBuilder::headers_on_allowed) is off).
+/// * **Denied**: **429 Too Many Requests** with `Retry-After` (seconds,
+///   rounded up), `RateLimit-Policy` and `RateLimit`; the inner service is not
+///   called.
+/// * **Bypassed** (a fail-open limiter that could not reach Redis): the
+///   request goes through without headers; the limiter counted the bypass in
+///   [`Cluster::stats`](crate::Cluster::stats) and warned.
+/// * **Check failed** (a fail-closed limiter that could not reach Redis, or a
+///   configuration fault): **503 Service Unavailable** with a short body; a
+///   rate-limited `warn` says why.
+/// * **No key**: see [`MissingKey`].
+///
+/// Header syntax: see [the module docs](super#headers).
+///
+/// ```no_run
+/// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+/// use std::net::SocketAddr;
+/// use std::num::NonZeroU32;
+/// use axum::{Router, extract::ConnectInfo, routing::get};
+/// use shardlimit::{FailurePolicy, Quota, RateLimiter};
+/// use shardlimit::tower::{PeerIp, RateLimitLayer};
+///
+/// let per_ip = RateLimiter::builder(&cluster, "ip", Quota::per_second(NonZeroU32::new(20).unwrap()))
+///     .policy(FailurePolicy::FailOpen)
+///     .build()?;
+/// let app: Router = Router::new()
+///     .route("/", get(|| async { "hello" }))
+///     .layer(RateLimitLayer::new(
+///         per_ip,
+///         PeerIp::from_extension(|info: &ConnectInfo<SocketAddr>| info.0),
+///     ));
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await.unwrap();
+/// axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+///     .await
+///     .unwrap();
+/// # Ok(()) }
+/// ```
+#[must_use]
+pub struct RateLimitLayer<X> {
+    config: Arc<Config>,
+    extractor: X,
+}
+
+impl<X> RateLimitLayer<X> {
+    /// A layer checking `limits` under the key `extractor` takes from each
+    /// request, with the defaults of [`RateLimitLayerBuilder`]; use
+    /// [`builder`](Self::builder) to change them.
+    ///
+    /// ```no_run
+    /// # fn demo(limiter: shardlimit::RateLimiter) {
+    /// use shardlimit::tower::{HeaderKey, RateLimitLayer};
+    /// let layer = RateLimitLayer::new(limiter, HeaderKey::from_static("x-api-key"));
+    /// # }
+    /// ```
+    pub fn new(limits: impl Into<Limits>, extractor: X) -> Self {
+        let limits = limits.into();
+        RateLimitLayer {
+            config: Arc::new(Config {
+                policy: headers::policy(limits.limiters()),
+                limits,
+                missing: MissingKey::default(),
+                headers_on_allowed: true,
+                cost: 1,
+                warn: WarnLimiter::new(),
+            }),
+            extractor,
+        }
+    }
+
+    /// A builder for a layer checking `limits` under the key `extractor`
+    /// takes from each request.
+    ///
+    /// ```no_run
+    /// # fn demo(limiter: shardlimit::RateLimiter) -> shardlimit::Result<()> {
+    /// use http::Request;
+    /// use shardlimit::tower::{MissingKey, RateLimitLayer};
+    /// // By the user id an authentication layer put in the extensions;
+    /// // anonymous requests share one limit.
+    /// #[derive(Clone)]
+    /// struct UserId(String);
+    /// let layer = RateLimitLayer::builder(limiter, |req: &Request<axum::body::Body>| {
+    ///     req.extensions().get::<UserId>().map(|u| u.0.clone())
+    /// })
+    /// .missing_key(MissingKey::fallback("anonymous"))
+    /// .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder(limits: impl Into<Limits>, extractor: X) -> RateLimitLayerBuilder<X> {
+        RateLimitLayerBuilder {
+            limits: limits.into(),
+            extractor,
+            missing: MissingKey::default(),
+            headers_on_allowed: true,
+            cost: 1,
+        }
+    }
+
+    /// The limits it checks.
+    ///
+    /// ```no_run
+    /// # fn demo(layer: shardlimit::tower::RateLimitLayer<shardlimit::tower::PeerIp>) {
+    /// for limiter in layer.limits().limiters() {
+    ///     println!("{} {:?}", limiter.name(), limiter.quota());
+    /// }
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn limits(&self) -> &Limits {
+        &self.config.limits
+    }
+}
+
+impl<X: Clone> Clone for RateLimitLayer<X> {
+    fn clone(&self) -> Self {
+        RateLimitLayer {
+            config: Arc::clone(&self.config),
+            extractor: self.extractor.clone(),
+        }
+    }
+}
+
+impl<X> fmt::Debug for RateLimitLayer<X> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("config", &self.config)
+            .field("extractor", &std::any::type_name::<X>())
+            .finish()
+    }
+}
+
+impl<S, X: Clone> Layer<S> for RateLimitLayer<X> {
+    type Service = RateLimitService<S, X>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimitService::new(inner, self.extractor.clone(), Arc::clone(&self.config))
+    }
+}
+
+/// Configures a [`RateLimitLayer`]; every setter states its default and
+/// [`build`](Self::build) validates.
+///
+/// ```no_run
+/// # fn demo(limiter: shardlimit::RateLimiter) -> shardlimit::Result<()> {
+/// use shardlimit::tower::{HeaderKey, MissingKey, RateLimitLayer};
+/// let layer = RateLimitLayer::builder(limiter, HeaderKey::from_static("x-api-key"))
+///     .missing_key(MissingKey::Reject) // default
+///     .headers_on_allowed(true)         // default
+///     .cost(1)                          // default
+///     .build()?;
+/// # Ok(()) }
+/// ```
+#[must_use]
+pub struct RateLimitLayerBuilder<X> {
+    limits: Limits,
+    extractor: X,
+    missing: MissingKey,
+    headers_on_allowed: bool,
+    cost: u32,
+}
+
+impl<X> RateLimitLayerBuilder<X> {
+    /// What happens to a request without a usable key. Default
+    /// [`MissingKey::Reject`] (400).
+    pub fn missing_key(mut self, missing: MissingKey) -> Self {
+        self.missing = missing;
+        self
+    }
+
+    /// Whether admitted responses carry `RateLimit-Policy` and `RateLimit`.
+    /// Default `true`. Denied (429) responses always do.
+    pub fn headers_on_allowed(mut self, on: bool) -> Self {
+        self.headers_on_allowed = on;
+        self
+    }
+
+    /// What each request costs (e.g. more for an expensive endpoint's
+    /// layer). Default 1. Must be 1 to the smallest capacity of the limits.
+    pub fn cost(mut self, cost: u32) -> Self {
+        self.cost = cost;
+        self
+    }
+
+    /// Validates the cost and the fallback key; contacts nothing.
+    ///
+    /// Errors with [`Error::InvalidCost`] or [`Error::Config`] (field
+    /// `missing_key`).
+    pub fn build(self) -> Result<RateLimitLayer<X>> {
+        let capacity = self.limits.capacity();
+        if self.cost == 0 || self.cost > capacity {
+            return Err(Error::InvalidCost {
+                cost: u64::from(self.cost),
+                max: u64::from(capacity),
+            });
+        }
+        if let MissingKey::Fallback(key) = &self.missing
+            && (key.is_empty() || key.len() > MAX_SUBJECT_LEN)
+        {
+            return Err(Error::Config {
+                field: "missing_key",
+                reason: format!(
+                    "a fallback key must be 1 to {MAX_SUBJECT_LEN} bytes, not {}",
+                    key.len()
+                ),
+            });
+        }
+        Ok(RateLimitLayer {
+            config: Arc::new(Config {
+                policy: headers::policy(self.limits.limiters()),
+                limits: self.limits,
+                missing: self.missing,
+                headers_on_allowed: self.headers_on_allowed,
+                cost: self.cost,
+                warn: WarnLimiter::new(),
+            }),
+            extractor: self.extractor,
+        })
+    }
+}
+
+impl<X> fmt::Debug for RateLimitLayerBuilder<X> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayerBuilder")
+            .field("limits", &self.limits)
+            .field("extractor", &std::any::type_name::<X>())
+            .field("missing", &self.missing)
+            .field("headers_on_allowed", &self.headers_on_allowed)
+            .field("cost", &self.cost)
+            .finish()
+    }
+}

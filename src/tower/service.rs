@@ -1,0 +1,199 @@
+//! `RateLimitService`: the middleware itself.
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderValue, Request, Response, StatusCode};
+use tower::Service;
+
+use super::extract::KeyExtractor;
+use super::future::ResponseFuture;
+use super::headers::{self, RATELIMIT, RATELIMIT_POLICY};
+use super::layer::{Config, MissingKey};
+use super::limits::Verdict;
+use crate::keys::MAX_SUBJECT_LEN;
+
+/// The service a [`RateLimitLayer`](super::RateLimitLayer) wraps around an
+/// inner service. Cheap to clone (the configuration is shared); see the
+/// layer for what it does with each request.
+///
+/// ```no_run
+/// # fn demo(limiter: shardlimit::RateLimiter) {
+/// use std::convert::Infallible;
+/// use http::{Request, Response};
+/// use shardlimit::tower::{HeaderKey, RateLimitLayer};
+/// use tower::{Layer, service_fn};
+///
+/// let inner = service_fn(|_req: Request<String>| async {
+///     Ok::<_, Infallible>(Response::new(String::from("hello")))
+/// });
+/// let service = RateLimitLayer::new(limiter, HeaderKey::from_static("x-api-key")).layer(inner);
+/// # }
+/// ```
+pub struct RateLimitService<S, X> {
+    inner: S,
+    extractor: X,
+    config: Arc<Config>,
+}
+
+impl<S, X> RateLimitService<S, X> {
+    pub(crate) fn new(inner: S, extractor: X, config: Arc<Config>) -> Self {
+        RateLimitService {
+            inner,
+            extractor,
+            config,
+        }
+    }
+}
+
+impl<S: Clone, X: Clone> Clone for RateLimitService<S, X> {
+    fn clone(&self) -> Self {
+        RateLimitService {
+            inner: self.inner.clone(),
+            extractor: self.extractor.clone(),
+            config: Arc::clone(&self.config),
+        }
+    }
+}
+
+impl<S: fmt::Debug, X> fmt::Debug for RateLimitService<S, X> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitService")
+            .field("inner", &self.inner)
+            .field("extractor", &std::any::type_name::<X>())
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl<S, X, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimitService<S, X>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    X: KeyExtractor<ReqBody>,
+    ReqBody: Send + 'static,
+    ResBody: From<&'static str> + Send + 'static,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let key = self
+            .extractor
+            .extract(&request)
+            .filter(|k| (1..=MAX_SUBJECT_LEN).contains(&k.as_ref().len()))
+            .map(Subject::Key);
+        let subject = match (key, &self.config.missing) {
+            (Some(subject), _) => subject,
+            (None, MissingKey::Fallback(key)) => Subject::Fallback(Arc::clone(key)),
+            (None, MissingKey::Pass) => return ResponseFuture::passed(self.inner.call(request)),
+            (None, MissingKey::Reject) => {
+                return ResponseFuture::refused(plain(
+                    StatusCode::BAD_REQUEST,
+                    "Bad Request: no rate-limit key in the request\n",
+                ));
+            }
+        };
+        // `poll_ready` readied `self.inner`: take that one for this request
+        // and leave a fresh clone for the next (the usual tower pattern for
+        // middleware that awaits before calling the inner service).
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let config = Arc::clone(&self.config);
+        // The one allocation the layer adds per checked request: the
+        // limiter's check is an `async fn`, whose future has no name a
+        // hand-written future could hold on stable Rust, so the check and
+        // the call that follows it live in one box.
+        ResponseFuture::checked(Box::pin(check_then_call(config, subject, inner, request)))
+    }
+}
+
+/// The key to check: the request's own or the shared fallback.
+enum Subject<K> {
+    Key(K),
+    Fallback(Arc<[u8]>),
+}
+
+impl<K: AsRef<[u8]>> AsRef<[u8]> for Subject<K> {
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            Subject::Key(key) => key.as_ref(),
+            Subject::Fallback(key) => key,
+        }
+    }
+}
+
+async fn check_then_call<S, K, ReqBody, ResBody>(
+    config: Arc<Config>,
+    subject: Subject<K>,
+    mut inner: S,
+    request: Request<ReqBody>,
+) -> Result<Response<ResBody>, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    K: AsRef<[u8]>,
+    ResBody: From<&'static str>,
+{
+    let verdict = match config.limits.check(subject.as_ref(), config.cost).await {
+        Ok(verdict) => verdict,
+        Err(err) => {
+            // Counted as an error in the limiter's stats; a fail-closed
+            // limiter without Redis would otherwise log on every request.
+            if let Some(count) = config.warn.should_warn() {
+                tracing::warn!(error = %err, failed_since_last_warning = count,
+                    "shardlimit: rate-limit check failed; answering 503");
+            }
+            return Ok(plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Service Unavailable: the rate limiter cannot decide\n",
+            ));
+        }
+    };
+    if !verdict.allowed() {
+        let mut response = plain(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n");
+        let h = response.headers_mut();
+        h.insert(RETRY_AFTER, headers::retry_after(verdict.retry_after()));
+        add_ratelimit(h, &config, &verdict);
+        return Ok(response);
+    }
+    let mut response = inner.call(request).await?;
+    // A bypassed decision knows nothing about the quota: no headers.
+    if config.headers_on_allowed && verdict.bypassed().is_none() {
+        add_ratelimit(response.headers_mut(), &config, &verdict);
+    }
+    Ok(response)
+}
+
+/// Appends (not inserts): with one layer per key — per IP, then per API key
+/// — every layer's limits are listed, as the draft allows a list to be split
+/// over several fields.
+fn add_ratelimit(h: &mut http::HeaderMap, config: &Config, verdict: &Verdict) {
+    let names = config
+        .limits
+        .limiters()
+        .iter()
+        .map(crate::RateLimiter::name);
+    h.append(RATELIMIT_POLICY.clone(), config.policy.clone());
+    h.append(
+        RATELIMIT.clone(),
+        headers::ratelimit(names.zip(verdict.decisions())),
+    );
+}
+
+fn plain<B: From<&'static str>>(status: StatusCode, body: &'static str) -> Response<B> {
+    let mut response = Response::new(B::from(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}

@@ -1,0 +1,481 @@
+//! The HTTP layer (feature `tower`) against the six-node cluster: driven with
+//! `tower::ServiceExt::oneshot`, through an axum `Router`, and through a real
+//! axum server on a loopback port.
+//!
+//! Timing: limits refill at one unit per 2 s, so consecutive requests of a
+//! test see exact counts unless a request takes more than a second; the one
+//! wait ("after Retry-After seconds") sleeps the advertised time, which is
+//! enough by construction (both waits are measured on the server's clock).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::routing::get;
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use shardlimit::tower::{HeaderKey, MissingKey, PeerIp, RateLimitLayer};
+use shardlimit::{Cluster, Error, FailurePolicy, MultiLimiter, Quota, RateLimiter};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tower::{Layer, Service, ServiceExt, service_fn};
+
+fn nz(n: u32) -> NonZeroU32 {
+    NonZeroU32::new(n).unwrap()
+}
+
+/// GCRA, 3 per 6 s: a burst of 3, then one more every 2 s.
+fn three_per_six(cluster: &Cluster, name: &str) -> RateLimiter {
+    RateLimiter::builder(
+        cluster,
+        name,
+        Quota::with_period(nz(3), Duration::from_secs(6)),
+    )
+    .build()
+    .unwrap()
+}
+
+/// An inner service that counts its calls and answers 200 "ok".
+fn counting_inner(
+    calls: Arc<AtomicU32>,
+) -> impl Service<
+    Request<String>,
+    Response = Response<String>,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response<String>, Infallible>> + Send,
+> + Clone
++ Send
++ 'static {
+    service_fn(move |_req: Request<String>| {
+        calls.fetch_add(1, Ordering::Relaxed);
+        async { Ok::<_, Infallible>(Response::new(String::from("ok"))) }
+    })
+}
+
+fn with_key(key: &str) -> Request<String> {
+    Request::builder()
+        .header("x-api-key", key)
+        .body(String::new())
+        .unwrap()
+}
+
+fn header<B>(response: &Response<B>, name: &str) -> Option<String> {
+    let values: Vec<_> = response
+        .headers()
+        .get_all(name)
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect();
+    (!values.is_empty()).then(|| values.join(", "))
+}
+
+/// `RateLimit` items as `(name, r, t)`.
+fn ratelimit<B>(response: &Response<B>) -> Vec<(String, u64, u64)> {
+    let Some(value) = header(response, "ratelimit") else {
+        return Vec::new();
+    };
+    value
+        .split(", ")
+        .map(|item| {
+            let mut parts = item.split(';');
+            let name = parts.next().unwrap().trim_matches('"').to_owned();
+            let mut param = |key: &str| {
+                let p = parts.next().unwrap();
+                p.strip_prefix(key).unwrap().parse::<u64>().unwrap()
+            };
+            let r = param("r=");
+            let t = param("t=");
+            (name, r, t)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_request_over_the_limit_gets_429_with_retry_after_and_ratelimit_headers() {
+    let cluster = common::cluster("tower-429").await;
+    let calls = Arc::new(AtomicU32::new(0));
+    let service = RateLimitLayer::new(
+        three_per_six(&cluster, "api"),
+        HeaderKey::from_static("x-api-key"),
+    )
+    .layer(counting_inner(calls.clone()));
+
+    // The limit: admitted, each with the headers; `t` is when the bucket is
+    // full again (2 s per unit used).
+    for (i, remaining) in [2u64, 1, 0].into_iter().enumerate() {
+        let response = service.clone().oneshot(with_key("k-1")).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.body(), "ok");
+        assert_eq!(
+            header(&response, "ratelimit-policy").as_deref(),
+            Some("\"api\";q=3;w=6")
+        );
+        let used = i as u64 + 1;
+        assert_eq!(ratelimit(&response), [("api".into(), remaining, 2 * used)]);
+        assert_eq!(header(&response, "retry-after"), None);
+    }
+
+    // One more: 429, and the inner service is not called.
+    let denied = service.clone().oneshot(with_key("k-1")).await.unwrap();
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(denied.body(), "Too Many Requests\n");
+    assert_eq!(calls.load(Ordering::Relaxed), 3);
+    let retry_after: u64 = header(&denied, "retry-after").unwrap().parse().unwrap();
+    // The next unit frees up 2 s after the first request, rounded up.
+    assert!((1..=2).contains(&retry_after), "{retry_after}");
+    assert_eq!(
+        header(&denied, "ratelimit-policy").as_deref(),
+        Some("\"api\";q=3;w=6")
+    );
+    assert_eq!(ratelimit(&denied), [("api".into(), 0, retry_after)]);
+    // The limiter agrees, on the server's clock.
+    let peek = three_per_six(&cluster, "api").peek("k-1").await.unwrap();
+    assert!(peek.retry_after.unwrap() <= Duration::from_secs(retry_after));
+
+    // Another key is unaffected.
+    let other = service.clone().oneshot(with_key("k-2")).await.unwrap();
+    assert_eq!(other.status(), StatusCode::OK);
+    assert_eq!(ratelimit(&other), [("api".into(), 2, 2)]);
+
+    // After Retry-After seconds the first key is admitted again.
+    tokio::time::sleep(Duration::from_secs(retry_after) + Duration::from_millis(20)).await;
+    let again = service.clone().oneshot(with_key("k-1")).await.unwrap();
+    assert_eq!(again.status(), StatusCode::OK);
+
+    let stats = cluster.stats();
+    let s = stats.get("gcra", "api").unwrap();
+    assert_eq!((s.allowed, s.denied), (5, 1));
+    assert_eq!(calls.load(Ordering::Relaxed), 5);
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
+#[tokio::test]
+async fn an_axum_router_limits_by_peer_ip() {
+    let cluster = common::cluster("tower-axum").await;
+    let per_ip = RateLimiter::builder(&cluster, "ip", Quota::per_minute(nz(2)))
+        .build()
+        .unwrap();
+    let app: Router =
+        Router::new()
+            .route("/", get(|| async { "hello" }))
+            .layer(RateLimitLayer::new(
+                per_ip,
+                PeerIp::from_extension(|info: &ConnectInfo<SocketAddr>| info.0),
+            ));
+    let from = |ip: &str| {
+        let mut req = Request::builder().uri("/").body(Body::empty()).unwrap();
+        let addr: SocketAddr = format!("{ip}:40000").parse().unwrap();
+        req.extensions_mut().insert(ConnectInfo(addr));
+        req
+    };
+
+    for remaining in [1, 0] {
+        let response = app.clone().oneshot(from("203.0.113.7")).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(ratelimit(&response)[0].1, remaining);
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"hello");
+    }
+    let denied = app.clone().oneshot(from("203.0.113.7")).await.unwrap();
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(header(&denied, "retry-after").is_some());
+    // Another address, and the same address written IPv4-mapped.
+    let other = app.clone().oneshot(from("198.51.100.1")).await.unwrap();
+    assert_eq!(other.status(), StatusCode::OK);
+    let mapped = app
+        .clone()
+        .oneshot(from("[::ffff:203.0.113.7]"))
+        .await
+        .unwrap();
+    assert_eq!(mapped.status(), StatusCode::TOO_MANY_REQUESTS);
+    // No connection info at all: rejected by the default policy.
+    let anonymous = app
+        .clone()
+        .oneshot(Request::new(Body::empty()))
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), StatusCode::BAD_REQUEST);
+
+    // The key is the address as text, under the limiter's name.
+    let stored = format!("{}:{{203.0.113.7}}:gcra:ip", cluster.namespace());
+    assert!(common::pttl(stored.as_bytes()).await > 0, "{stored}");
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
+/// A real server: `axum::serve` with connect info, a raw HTTP/1.1 client.
+#[tokio::test]
+async fn a_served_axum_app_answers_429_over_the_wire() {
+    let cluster = common::cluster("tower-serve").await;
+    let per_ip = RateLimiter::builder(&cluster, "ip", Quota::per_minute(nz(1)))
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route("/", get(|| async { "hello" }))
+        .layer(RateLimitLayer::new(
+            per_ip,
+            PeerIp::from_extension(|info: &ConnectInfo<SocketAddr>| info.0),
+        ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap();
+    });
+    let get = || async move {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut reply = String::new();
+        stream.read_to_string(&mut reply).await.unwrap();
+        reply
+    };
+    let first = get().await;
+    assert!(first.starts_with("HTTP/1.1 200 OK\r\n"), "{first}");
+    assert!(
+        first.contains("\r\nratelimit: \"ip\";r=0;t=60\r\n"),
+        "{first}"
+    );
+    let second = get().await;
+    assert!(
+        second.starts_with("HTTP/1.1 429 Too Many Requests\r\n"),
+        "{second}"
+    );
+    assert!(second.contains("\r\nretry-after: 60\r\n"), "{second}");
+    assert!(
+        second.contains("\r\nratelimit-policy: \"ip\";q=1;w=60\r\n"),
+        "{second}"
+    );
+    assert!(second.ends_with("Too Many Requests\n"), "{second}");
+    server.abort();
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
+#[tokio::test]
+async fn a_multi_limit_lists_every_limit_and_denies_on_the_tightest() {
+    let cluster = common::cluster("tower-multi").await;
+    let per_second = three_per_six(&cluster, "key-fast");
+    let per_hour = RateLimiter::builder(&cluster, "key-1h", Quota::per_hour(nz(1000)))
+        .build()
+        .unwrap();
+    let multi = MultiLimiter::new([per_second, per_hour]).unwrap();
+    let calls = Arc::new(AtomicU32::new(0));
+    let service = RateLimitLayer::new(multi, HeaderKey::from_static("x-api-key"))
+        .layer(counting_inner(calls.clone()));
+
+    for remaining in [2, 1, 0] {
+        let response = service.clone().oneshot(with_key("k")).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(
+            header(&response, "ratelimit-policy").as_deref(),
+            Some("\"key-fast\";q=3;w=6, \"key-1h\";q=1000;w=3600")
+        );
+        let items = ratelimit(&response);
+        assert_eq!(items.len(), 2);
+        assert_eq!((items[0].0.as_str(), items[0].1), ("key-fast", remaining));
+        assert_eq!(
+            (items[1].0.as_str(), items[1].1),
+            ("key-1h", 997 + remaining)
+        );
+        assert!(items[1].2 <= 3600);
+    }
+    let denied = service.clone().oneshot(with_key("k")).await.unwrap();
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    let items = ratelimit(&denied);
+    let retry_after: u64 = header(&denied, "retry-after").unwrap().parse().unwrap();
+    // The denying limit's `t` is the wait; the hourly one was not consumed.
+    assert_eq!(items[0], ("key-fast".into(), 0, retry_after));
+    assert_eq!(items[1].1, 997);
+    assert_eq!(calls.load(Ordering::Relaxed), 3);
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
+#[tokio::test]
+async fn a_missing_key_follows_the_configured_policy() {
+    let cluster = common::cluster("tower-missing").await;
+    let calls = Arc::new(AtomicU32::new(0));
+    let build = |name: &str, missing: MissingKey| {
+        RateLimitLayer::builder(
+            three_per_six(&cluster, name),
+            HeaderKey::from_static("x-api-key"),
+        )
+        .missing_key(missing)
+        .build()
+        .unwrap()
+        .layer(counting_inner(calls.clone()))
+    };
+    let keyless = || Request::new(String::new());
+    let too_long = || with_key(&"k".repeat(shardlimit::keys::MAX_SUBJECT_LEN + 1));
+
+    // Reject (the default): 400, nothing checked, the inner service not called.
+    let reject = build("reject", MissingKey::Reject);
+    for request in [keyless(), too_long(), with_key("")] {
+        let response = reject.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(header(&response, "ratelimit"), None);
+    }
+    assert_eq!(calls.load(Ordering::Relaxed), 0);
+
+    // Pass: through, unchecked, without headers.
+    let pass = build("pass", MissingKey::Pass);
+    for _ in 0..5 {
+        let response = pass.clone().oneshot(keyless()).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(header(&response, "ratelimit"), None);
+    }
+    assert_eq!(calls.load(Ordering::Relaxed), 5);
+
+    // Fallback: every keyless request shares one limit.
+    let fallback = build("fallback", MissingKey::fallback("anonymous"));
+    for _ in 0..3 {
+        let response = fallback.clone().oneshot(keyless()).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    let denied = fallback.clone().oneshot(too_long()).await.unwrap();
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    let keyed = fallback.clone().oneshot(with_key("k")).await.unwrap();
+    assert_eq!(keyed.status(), StatusCode::OK);
+
+    let stats = cluster.stats();
+    assert_eq!(stats.get("gcra", "reject").unwrap().allowed, 0);
+    assert_eq!(stats.get("gcra", "pass").unwrap().allowed, 0);
+    let f = stats.get("gcra", "fallback").unwrap();
+    assert_eq!((f.allowed, f.denied), (4, 1));
+    let anonymous = format!("{}:{{anonymous}}:gcra:fallback", cluster.namespace());
+    assert!(common::pttl(anonymous.as_bytes()).await > 0);
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
+#[tokio::test]
+async fn admitted_responses_can_go_without_headers_and_costs_apply() {
+    let cluster = common::cluster("tower-options").await;
+    let calls = Arc::new(AtomicU32::new(0));
+    let service = RateLimitLayer::builder(
+        three_per_six(&cluster, "quiet"),
+        HeaderKey::from_static("x-api-key"),
+    )
+    .headers_on_allowed(false)
+    .cost(2)
+    .build()
+    .unwrap()
+    .layer(counting_inner(calls.clone()));
+    let first = service.clone().oneshot(with_key("k")).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(header(&first, "ratelimit"), None);
+    assert_eq!(header(&first, "ratelimit-policy"), None);
+    // 2 of 3 used: a second request costing 2 does not fit.
+    let second = service.clone().oneshot(with_key("k")).await.unwrap();
+    assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(ratelimit(&second)[0].1, 1);
+    assert!(header(&second, "retry-after").is_some());
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
+async fn unreachable() -> Cluster {
+    // Nothing listens on port 1; the lazily built handle never connects, so
+    // every check fails at once as a transient connection error.
+    Cluster::builder(["redis://127.0.0.1:1"])
+        .lazy_connect(true)
+        .command_timeout(Duration::from_millis(100))
+        .connect_timeout(Duration::from_millis(200))
+        .build()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn with_the_cluster_unreachable_fail_open_passes_and_counts_fail_closed_is_503() {
+    let cluster = unreachable().await;
+    let quota = Quota::per_second(nz(1));
+    let open = RateLimiter::builder(&cluster, "open", quota)
+        .policy(FailurePolicy::FailOpen)
+        .build()
+        .unwrap();
+    let closed = RateLimiter::builder(&cluster, "closed", quota)
+        .build()
+        .unwrap();
+    let calls = Arc::new(AtomicU32::new(0));
+    let open = RateLimitLayer::new(open, HeaderKey::from_static("x-api-key"))
+        .layer(counting_inner(calls.clone()));
+    let closed = RateLimitLayer::new(closed, HeaderKey::from_static("x-api-key"))
+        .layer(counting_inner(calls.clone()));
+
+    // More than the limit: without Redis nothing is limited, but counted.
+    for _ in 0..3 {
+        let response = open.clone().oneshot(with_key("k")).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        // A bypass knows nothing about the quota: no headers.
+        assert_eq!(header(&response, "ratelimit"), None);
+    }
+    assert_eq!(calls.load(Ordering::Relaxed), 3);
+    for _ in 0..3 {
+        let response = closed.clone().oneshot(with_key("k")).await.unwrap();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(response.body().starts_with("Service Unavailable"));
+    }
+    assert_eq!(calls.load(Ordering::Relaxed), 3);
+
+    let stats = cluster.stats();
+    let o = stats.get("gcra", "open").unwrap();
+    assert_eq!((o.allowed, o.bypassed, o.errors), (0, 3, 0));
+    let c = stats.get("gcra", "closed").unwrap();
+    assert_eq!((c.allowed, c.bypassed, c.errors), (0, 0, 3));
+}
+
+#[tokio::test]
+async fn the_builder_validates_cost_and_fallback_key() {
+    let cluster = unreachable().await;
+    let limiter = || {
+        RateLimiter::builder(&cluster, "v", Quota::per_second(nz(5)))
+            .build()
+            .unwrap()
+    };
+    let key = HeaderKey::from_static("x-api-key");
+    for cost in [0, 6] {
+        let err = RateLimitLayer::builder(limiter(), key.clone())
+            .cost(cost)
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidCost { max: 5, .. }),
+            "{cost}: {err}"
+        );
+    }
+    for bad in [
+        Vec::new(),
+        vec![b'k'; shardlimit::keys::MAX_SUBJECT_LEN + 1],
+    ] {
+        let err = RateLimitLayer::builder(limiter(), key.clone())
+            .missing_key(MissingKey::fallback(bad))
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Config {
+                    field: "missing_key",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+    let _valid = RateLimitLayer::builder(limiter(), key)
+        .cost(5)
+        .missing_key(MissingKey::fallback("anonymous"))
+        .build()
+        .unwrap();
+}
