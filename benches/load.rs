@@ -3,8 +3,8 @@
 //!
 //! ```text
 //! cargo bench --bench load -- --kind gcra --subjects 1000000 --concurrency 64 \
-//!     --rounds 5 --round-secs 5 --baseline raw
-//! cargo bench --bench load -- --kind gcra --populate 10000000 --quota-per-hour 1
+//!     --rounds 10 --round-secs 3 --baseline raw
+//! cargo bench --bench load -- --kind gcra --populate 10000000 --limit 1 --period-secs 3600
 //! cargo bench --bench load -- --help
 //! ```
 //!
@@ -39,7 +39,9 @@ use shardlimit::{Algorithm, Cluster, ConcurrencyLimiter, Counter, Lock, Quota, R
 #[derive(Parser, Debug, Clone)]
 #[command(about = "shardlimit load harness")]
 struct Args {
-    /// fw | slog | swc | gcra | lock | lease | counter
+    /// fw | slog | swc | gcra | lock | lease | counter; or `tower` (needs
+    /// `--features tower`): the HTTP layer around a GCRA limiter against the
+    /// limiter called directly.
     #[arg(long, default_value = "gcra")]
     kind: String,
     /// Distinct subjects.
@@ -55,10 +57,10 @@ struct Args {
     #[arg(long, default_value_t = 64)]
     concurrency: usize,
     /// Measured rounds per side.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 10)]
     rounds: usize,
     /// Length of one round, seconds.
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = 3.0)]
     round_secs: f64,
     /// Warm-up before measuring, seconds (both sides).
     #[arg(long, default_value_t = 2.0)]
@@ -69,10 +71,15 @@ struct Args {
     /// Instead of a load run: create this many limiters and measure memory.
     #[arg(long)]
     populate: Option<u64>,
-    /// Quota of the rate limiters, per hour (a low quota keeps GCRA keys
-    /// alive for long: a GCRA key lives until its bucket is full again).
+    /// Quota of the rate limiters: this many per `--period-secs`. The
+    /// default never denies at bench load and keeps every key short-lived;
+    /// for `--populate`, a low limit keeps GCRA keys alive (a GCRA key lives
+    /// until its bucket is full again): `--limit 1 --period-secs 3600`.
     #[arg(long, default_value_t = 1_000_000)]
-    quota_per_hour: u32,
+    limit: u32,
+    /// Period of the quota, seconds.
+    #[arg(long, default_value_t = 60)]
+    period_secs: u64,
     /// Namespace (a fresh one per run by default).
     #[arg(long)]
     namespace: Option<String>,
@@ -123,6 +130,19 @@ async fn run(args: Args) {
         .build()
         .await
         .expect("cluster: start it with cluster-compose/up.sh");
+    #[cfg(feature = "tower")]
+    if args.kind == "tower" {
+        // The HTTP layer around a GCRA limiter, against the same limiter
+        // called directly: the layer's overhead per request.
+        let mut inner = args.clone();
+        inner.kind = "gcra".into();
+        let Target::Limiter(limiter) = target(&cluster, &inner) else {
+            unreachable!()
+        };
+        let (layer, direct) = http_layer::calls(limiter);
+        let sampler = Sampler::new(&args);
+        return compare(&args, &sampler, ("layer", layer), Some(("direct", direct))).await;
+    }
     let target = target(&cluster, &args);
     if let Some(n) = args.populate {
         return populate(&cluster, &target, &args, n).await;
@@ -133,7 +153,23 @@ async fn run(args: Args) {
         Some(other) => panic!("unknown baseline {other:?} (only `raw`)"),
         None => None,
     };
+    let lib = move |k| lib_call(target.clone(), k);
+    let raw = raw.map(|raw| ("raw", move |k| raw.call(k)));
+    compare(&args, &sampler, ("lib", lib), raw).await;
+}
 
+/// Warms up, then runs `a` and `b` in interleaved rounds, and reports.
+async fn compare<A, FA, B, FB>(
+    args: &Args,
+    sampler: &Sampler,
+    (a_name, a): (&'static str, A),
+    b: Option<(&'static str, B)>,
+) where
+    A: Fn(u64) -> FA + Clone + Send + 'static,
+    FA: std::future::Future<Output = Result<bool, String>> + Send + 'static,
+    B: Fn(u64) -> FB + Clone + Send + 'static,
+    FB: std::future::Future<Output = Result<bool, String>> + Send + 'static,
+{
     let round = Duration::from_secs_f64(args.round_secs);
     let warmup = Duration::from_secs_f64(args.warmup_secs);
     eprintln!(
@@ -144,67 +180,54 @@ async fn run(args: Args) {
         args.concurrency,
         args.rounds,
         round,
-        if raw.is_some() {
-            ", interleaved with raw redis-rs"
-        } else {
-            ""
-        }
+        b.as_ref()
+            .map(|(name, _)| format!(", interleaved with {name}"))
+            .unwrap_or_default()
     );
-    let lib = {
-        let target = target.clone();
-        move |k| lib_call(target.clone(), k)
-    };
-    let raw_call = raw.clone().map(|raw| move |k| raw.call(k));
-    drive("warm-up lib", warmup, &args, &sampler, lib.clone()).await;
-    if let Some(raw) = &raw_call {
-        drive("warm-up raw", warmup, &args, &sampler, raw.clone()).await;
+    drive(
+        &format!("warm-up {a_name}"),
+        warmup,
+        args,
+        sampler,
+        a.clone(),
+    )
+    .await;
+    if let Some((b_name, b)) = &b {
+        drive(
+            &format!("warm-up {b_name}"),
+            warmup,
+            args,
+            sampler,
+            b.clone(),
+        )
+        .await;
     }
 
-    let mut lib_rounds = Vec::new();
-    let mut raw_rounds = Vec::new();
-    let mut lib_hist = new_hist();
-    let mut raw_hist = new_hist();
-    let mut lib_total = Outcome::default();
-    let mut raw_total = Outcome::default();
+    let (mut a_side, mut b_side) = (Side::default(), Side::default());
+    // A B B A A B …: each side goes first in half the pairs, so a slow
+    // drift (an AOF rewrite, a warming cache) weighs on both alike.
     for r in 0..args.rounds {
-        let label = format!("round {}/{} lib", r + 1, args.rounds);
-        let (rate, hist, outcome) = drive(&label, round, &args, &sampler, lib.clone()).await;
-        lib_rounds.push(rate);
-        lib_hist.add(&hist).unwrap();
-        add(&mut lib_total, outcome);
-        if let Some(raw) = &raw_call {
-            let label = format!("round {}/{} raw", r + 1, args.rounds);
-            let (rate, hist, outcome) = drive(&label, round, &args, &sampler, raw.clone()).await;
-            raw_rounds.push(rate);
-            raw_hist.add(&hist).unwrap();
-            add(&mut raw_total, outcome);
+        let a_first = r % 2 == 0;
+        for turn in 0..2 {
+            if (turn == 0) == a_first {
+                let label = format!("round {}/{} {a_name}", r + 1, args.rounds);
+                a_side.push(drive(&label, round, args, sampler, a.clone()).await);
+            } else if let Some((b_name, b)) = &b {
+                let label = format!("round {}/{} {b_name}", r + 1, args.rounds);
+                b_side.push(drive(&label, round, args, sampler, b.clone()).await);
+            }
         }
     }
     eprintln!();
 
     let mut table = String::new();
-    let q = |h: &Histogram<u64>, p: f64| Duration::from_micros(h.value_at_quantile(p));
-    let ms = |d: Duration| format!("{:.2}ms", d.as_secs_f64() * 1000.0);
-    let row = |name: &str, rates: &[f64], h: &Histogram<u64>, o: Outcome| {
-        format!(
-            "{name:<6} {:>12.0} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8}\n",
-            median(rates),
-            ms(q(h, 0.5)),
-            ms(q(h, 0.9)),
-            ms(q(h, 0.99)),
-            ms(q(h, 0.999)),
-            ms(Duration::from_micros(h.max())),
-            o.errors,
-            o.bypassed
-        )
-    };
     writeln!(
         table,
-        "{:<6} {:>12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8}",
+        "{:<7} {:>12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8}",
         "", "decisions/s", "p50", "p90", "p99", "p99.9", "max", "errors", "bypassed"
     )
     .unwrap();
-    table.push_str(&row("lib", &lib_rounds, &lib_hist, lib_total));
+    table.push_str(&a_side.row(a_name));
     let mut report = json!({
         "kind": args.kind,
         "subjects": args.subjects,
@@ -213,25 +236,33 @@ async fn run(args: Args) {
         "concurrency": args.concurrency,
         "rounds": args.rounds,
         "round_secs": args.round_secs,
-        "lib": side_json(&lib_rounds, &lib_hist, lib_total),
     });
-    if raw.is_some() {
-        table.push_str(&row("raw", &raw_rounds, &raw_hist, raw_total));
-        let ratios: Vec<f64> = lib_rounds
+    report[a_name] = a_side.json();
+    if let Some((b_name, _)) = &b {
+        table.push_str(&b_side.row(b_name));
+        let ratios: Vec<f64> = a_side
+            .rates
             .iter()
-            .zip(&raw_rounds)
-            .map(|(l, r)| l / r)
+            .zip(&b_side.rates)
+            .map(|(x, y)| x / y)
             .collect();
-        let throughput_ratio = median(&ratios);
-        let p99_ratio = q(&lib_hist, 0.99).as_secs_f64() / q(&raw_hist, 0.99).as_secs_f64();
+        let throughput_ratio = median(&a_side.rates) / median(&b_side.rates);
+        let (q1, q3) = (quantile(&ratios, 0.25), quantile(&ratios, 0.75));
+        let p99_ratio = a_side.quantile(0.99).as_secs_f64() / b_side.quantile(0.99).as_secs_f64();
+        let extra_us =
+            (a_side.quantile(0.5).as_secs_f64() - b_side.quantile(0.5).as_secs_f64()) * 1e6;
         writeln!(
             table,
-            "lib/raw throughput: {throughput_ratio:.3} (median of per-round ratios {:?}); lib/raw p99: {p99_ratio:.3}",
-            ratios.iter().map(|r| (r * 1000.0).round() / 1000.0).collect::<Vec<_>>()
+            "{a_name}/{b_name} throughput: {throughput_ratio:.3} (ratio of the medians); per-round ratios: \
+             median {:.3}, interquartile {q1:.3}..{q3:.3} over {} rounds\n\
+             {a_name}/{b_name} p99: {p99_ratio:.3}; p50 difference: {extra_us:+.0} µs",
+            median(&ratios),
+            ratios.len()
         )
         .unwrap();
-        report["raw"] = side_json(&raw_rounds, &raw_hist, raw_total);
+        report[*b_name] = b_side.json();
         report["ratio_throughput"] = json!(throughput_ratio);
+        report["ratio_throughput_median_of_rounds"] = json!(median(&ratios));
         report["ratio_p99"] = json!(p99_ratio);
         report["round_ratios"] = json!(ratios);
     }
@@ -239,8 +270,111 @@ async fn run(args: Args) {
     write_report(&args.kind, "load", &report);
 }
 
+/// The rounds of one side of a comparison.
+struct Side {
+    rates: Vec<f64>,
+    hist: Histogram<u64>,
+    outcome: Outcome,
+}
+
+impl Default for Side {
+    fn default() -> Self {
+        Side {
+            rates: Vec::new(),
+            hist: new_hist(),
+            outcome: Outcome::default(),
+        }
+    }
+}
+
+impl Side {
+    fn push(&mut self, (rate, hist, outcome): (f64, Histogram<u64>, Outcome)) {
+        self.rates.push(rate);
+        self.hist.add(&hist).unwrap();
+        add(&mut self.outcome, outcome);
+    }
+
+    fn quantile(&self, q: f64) -> Duration {
+        Duration::from_micros(self.hist.value_at_quantile(q))
+    }
+
+    fn row(&self, name: &str) -> String {
+        let ms = |d: Duration| format!("{:.2}ms", d.as_secs_f64() * 1000.0);
+        format!(
+            "{name:<7} {:>12.0} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8}\n",
+            median(&self.rates),
+            ms(self.quantile(0.5)),
+            ms(self.quantile(0.9)),
+            ms(self.quantile(0.99)),
+            ms(self.quantile(0.999)),
+            ms(Duration::from_micros(self.hist.max())),
+            self.outcome.errors,
+            self.outcome.bypassed
+        )
+    }
+
+    fn json(&self) -> serde_json::Value {
+        side_json(&self.rates, &self.hist, self.outcome)
+    }
+}
+
+/// The HTTP layer (feature `tower`) and the limiter it wraps, as two calls.
+#[cfg(feature = "tower")]
+mod http_layer {
+    use std::convert::Infallible;
+
+    use shardlimit::RateLimiter;
+    use shardlimit::tower::{HeaderKey, RateLimitLayer};
+    use tower::{Layer, ServiceExt, service_fn};
+
+    type Reply = Result<bool, String>;
+
+    #[allow(clippy::type_complexity)]
+    pub(super) fn calls(
+        limiter: RateLimiter,
+    ) -> (
+        impl Fn(u64) -> futures::future::BoxFuture<'static, Reply> + Clone + Send + 'static,
+        impl Fn(u64) -> futures::future::BoxFuture<'static, Reply> + Clone + Send + 'static,
+    ) {
+        let service = RateLimitLayer::new(limiter.clone(), HeaderKey::from_static("x-key")).layer(
+            service_fn(|_req: http::Request<String>| async {
+                Ok::<_, Infallible>(http::Response::new(String::new()))
+            }),
+        );
+        let through_layer = move |k: u64| -> futures::future::BoxFuture<'static, Reply> {
+            let service = service.clone();
+            Box::pin(async move {
+                let request = http::Request::builder()
+                    .header("x-key", format!("s{k}"))
+                    .body(String::new())
+                    .map_err(|e| e.to_string())?;
+                let response = service.oneshot(request).await.map_err(|e| e.to_string())?;
+                match response.status().as_u16() {
+                    200 | 429 => Ok(false),
+                    other => Err(format!("status {other}")),
+                }
+            })
+        };
+        // Boxed too, so both sides pay the same for the harness.
+        let direct = move |k: u64| -> futures::future::BoxFuture<'static, Reply> {
+            let limiter = limiter.clone();
+            Box::pin(async move {
+                limiter
+                    .check(format!("s{k}"))
+                    .await
+                    .map(|d| d.bypassed.is_some())
+                    .map_err(|e| e.to_string())
+            })
+        };
+        (through_layer, direct)
+    }
+}
+
 fn target(cluster: &Cluster, args: &Args) -> Target {
-    let quota = Quota::per_hour(NonZeroU32::new(args.quota_per_hour).unwrap());
+    let quota = Quota::with_period(
+        NonZeroU32::new(args.limit).unwrap(),
+        Duration::from_secs(args.period_secs),
+    );
     let limiter = |a: Algorithm| {
         Target::Limiter(
             RateLimiter::builder(cluster, "bench", quota)
@@ -335,18 +469,7 @@ enum RawWork {
 
 impl Raw {
     async fn new(cluster: &Cluster, target: &Target) -> Self {
-        let nodes: Vec<String> = match std::env::var(shardlimit::NODES_ENV) {
-            Ok(v) if !v.trim().is_empty() => v.split(',').map(|s| s.trim().to_owned()).collect(),
-            _ => shardlimit::DEFAULT_NODES
-                .iter()
-                .map(|s| (*s).to_owned())
-                .collect(),
-        };
-        let conn = redis::cluster::ClusterClient::new(nodes)
-            .unwrap()
-            .get_async_connection()
-            .await
-            .unwrap();
+        let conn = bare_connection().await;
         let (work, kind, name) = match target {
             Target::Limiter(l) => {
                 let inv = l.invocation("s0", 1).unwrap();
@@ -569,46 +692,214 @@ async fn populate(cluster: &Cluster, target: &Target, args: &Args, n: u64) {
     eprintln!();
     tokio::time::sleep(Duration::from_secs(1)).await;
     let after = used_memory(cluster).await;
-    let live = count_keys(cluster).await;
     let per_limiter = (after.saturating_sub(before)) as f64 / n as f64;
     let sample_key = match target {
         Target::Limiter(l) => l.key(format!("s{}", n / 2)).unwrap(),
         _ => format!("{}:{{s{}}}:{}:bench", cluster.namespace(), n / 2, args.kind).into_bytes(),
     };
+
+    // `MEMORY USAGE` of a sample of the limiters' keys.
+    let lib_usage = match target {
+        Target::Limiter(l) => {
+            let mut conn = bare_connection().await;
+            let step = usize::try_from(n / 200).unwrap_or(1).max(1);
+            let keys = (0..n)
+                .step_by(step)
+                .map(|k| l.key(format!("s{k}")).unwrap());
+            memory_usage(&mut conn, keys).await
+        }
+        _ => f64::NAN,
+    };
+
+    // The same number of the smallest keys of the same shape: one string
+    // key with a hash tag, the same value, a TTL.
+    let raw = raw_keys(cluster, &sample_key, n, args.concurrency).await;
+
+    // Scan them all: the admin view at this size.
+    let scan_started = Instant::now();
+    let live = count_keys(cluster).await;
+    let scan_secs = scan_started.elapsed().as_secs_f64();
+
+    // And check them: decisions per second over all `n` subjects.
+    let mut check_args = args.clone();
+    check_args.subjects = n;
+    let sampler = Sampler::new(&check_args);
+    let checks = {
+        let target = target.clone();
+        move |k| lib_call(target.clone(), k)
+    };
+    let (check_rate, check_hist, check_outcome) = drive(
+        "checking",
+        Duration::from_secs_f64(args.round_secs * args.rounds as f64),
+        &check_args,
+        &sampler,
+        checks,
+    )
+    .await;
+    eprintln!();
+
     let report = json!({
         "kind": args.kind,
         "populated": n,
         "errors": outcome.errors,
         "seconds": elapsed,
-        "decisions_per_sec": (n as f64) / elapsed,
+        "populate_per_sec": (n as f64) / elapsed,
         "p50_us": hist.value_at_quantile(0.5),
         "p99_us": hist.value_at_quantile(0.99),
         "used_memory_before": before,
         "used_memory_after": after,
-        "keys_in_namespace_after": live,
         "bytes_per_limiter": per_limiter,
         "key_example": String::from_utf8_lossy(&sample_key),
         "key_bytes": sample_key.len(),
+        "raw_key_example": String::from_utf8_lossy(&raw.example),
+        "raw_key_bytes": raw.example.len(),
+        "raw_value_bytes": raw.value_len,
+        "bytes_per_raw_key": raw.bytes_per_key,
+        "memory_usage_per_limiter_key": lib_usage,
+        "memory_usage_per_raw_key": raw.memory_usage,
+        "primitives_counted_by_scan": live,
+        "scan_seconds": scan_secs,
+        "scan_keys_per_sec": (live as f64) / scan_secs,
+        "check_decisions_per_sec": check_rate,
+        "check_p50_us": check_hist.value_at_quantile(0.5),
+        "check_p99_us": check_hist.value_at_quantile(0.99),
+        "check_errors": check_outcome.errors,
     });
     println!(
-        "{} limiters of kind {} in {:.1} s ({:.0}/s, p50 {:?}, p99 {:?}, {} errors)\n\
-         used_memory over the masters: {} -> {} bytes: {:.1} bytes per limiter \
-         ({} keys live; key like {} = {} bytes)",
-        n,
+        "populated {n} {} limiters in {elapsed:.1} s ({:.0}/s, p50 {:?}, p99 {:?}, {} errors)\n\
+         memory (used_memory summed over the masters, no AOF rewrite running): {per_limiter:.1} bytes per limiter; \
+         MEMORY USAGE {lib_usage:.1} bytes per key; key {} ({} bytes)\n\
+         smallest key of that shape: {:.1} bytes per key; MEMORY USAGE {:.1}; key {} ({} bytes) + {}-byte value, same TTL\n\
+         scan: {live} primitives counted in {scan_secs:.1} s ({:.0} keys/s)\n\
+         checks over all {n} subjects: {check_rate:.0} decisions/s, p50 {:?}, p99 {:?}, {} errors",
         args.kind,
-        elapsed,
         n as f64 / elapsed,
         Duration::from_micros(hist.value_at_quantile(0.5)),
         Duration::from_micros(hist.value_at_quantile(0.99)),
         outcome.errors,
-        before,
-        after,
-        per_limiter,
-        live,
         String::from_utf8_lossy(&sample_key),
-        sample_key.len()
+        sample_key.len(),
+        raw.bytes_per_key,
+        raw.memory_usage,
+        String::from_utf8_lossy(&raw.example),
+        raw.example.len(),
+        raw.value_len,
+        live as f64 / scan_secs,
+        Duration::from_micros(check_hist.value_at_quantile(0.5)),
+        Duration::from_micros(check_hist.value_at_quantile(0.99)),
+        check_outcome.errors,
     );
     write_report(&args.kind, "memory", &report);
+}
+
+struct RawKeys {
+    example: Vec<u8>,
+    value_len: usize,
+    bytes_per_key: f64,
+    /// `MEMORY USAGE` averaged over a sample of the raw keys.
+    memory_usage: f64,
+}
+
+/// A bare redis-rs cluster connection to the bench's nodes.
+async fn bare_connection() -> redis::cluster_async::ClusterConnection {
+    redis::cluster::ClusterClient::new(node_urls())
+        .unwrap()
+        .get_async_connection()
+        .await
+        .unwrap()
+}
+
+fn node_urls() -> Vec<String> {
+    match std::env::var(shardlimit::NODES_ENV) {
+        Ok(v) if !v.trim().is_empty() => v.split(',').map(|s| s.trim().to_owned()).collect(),
+        _ => shardlimit::DEFAULT_NODES
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect(),
+    }
+}
+
+/// `MEMORY USAGE` (the key, its value and its hash-table entry, as Redis
+/// counts them) averaged over `keys`.
+async fn memory_usage(
+    conn: &mut redis::cluster_async::ClusterConnection,
+    keys: impl Iterator<Item = Vec<u8>>,
+) -> f64 {
+    let (mut total, mut n) = (0u64, 0u64);
+    for key in keys {
+        let bytes: Option<u64> = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(&key)
+            .query_async(conn)
+            .await
+            .unwrap_or(None);
+        if let Some(b) = bytes {
+            total += b;
+            n += 1;
+        }
+    }
+    total as f64 / n.max(1) as f64
+}
+
+/// Creates `n` keys `{<k><salt>}` holding the value `like` holds, with its TTL,
+/// through bare redis-rs, and measures their memory.
+async fn raw_keys(cluster: &Cluster, like: &[u8], n: u64, concurrency: usize) -> RawKeys {
+    let mut conn = bare_connection().await;
+    let value: Option<Vec<u8>> = redis::cmd("GET")
+        .arg(like)
+        .query_async(&mut conn)
+        .await
+        .unwrap_or(None);
+    let value = Arc::new(value.unwrap_or_else(|| b"1".to_vec()));
+    let ttl_ms: i64 = redis::cmd("PTTL")
+        .arg(like)
+        .query_async(&mut conn)
+        .await
+        .unwrap_or(600_000);
+    let ttl_ms = ttl_ms.max(600_000);
+    // A fresh 4-hex-digit salt per run, so an earlier run's keys (alive
+    // for their TTL) are not overwritten instead of added.
+    let salt: u16 = rand::rng().random();
+    let before = used_memory(cluster).await;
+    let next = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let (next, value, mut conn) = (next.clone(), value.clone(), conn.clone());
+            tokio::spawn(async move {
+                loop {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    if k >= n {
+                        break;
+                    }
+                    let _: () = redis::cmd("SET")
+                        .arg(format!("{{{k}{salt:04x}}}"))
+                        .arg(&*value)
+                        .arg("PX")
+                        .arg(ttl_ms)
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = used_memory(cluster).await;
+    let sample = (0..n).step_by(usize::try_from(n / 200).unwrap_or(1).max(1));
+    let memory_usage = memory_usage(
+        &mut conn,
+        sample.map(|k| format!("{{{k}{salt:04x}}}").into_bytes()),
+    )
+    .await;
+    RawKeys {
+        example: format!("{{{}{salt:04x}}}", n / 2).into_bytes(),
+        value_len: value.len(),
+        bytes_per_key: after.saturating_sub(before) as f64 / n as f64,
+        memory_usage,
+    }
 }
 
 /// Like `lib_call`, but leaves state behind (locks and permits are not
@@ -635,13 +926,40 @@ async fn lib_call_keep(target: Target, k: u64) -> Result<(), String> {
     }
 }
 
+/// `used_memory` summed over the masters (everything, the keyspace's hash
+/// tables included — `used_memory_dataset` would leave those out). Waits
+/// for AOF rewrites to finish first: their buffers are not data.
 async fn used_memory(cluster: &Cluster) -> u64 {
-    let health = cluster.health().await.unwrap();
-    health
-        .masters
-        .iter()
-        .map(|m| m.status.as_ref().map(|s| s.used_memory).unwrap_or(0))
-        .sum()
+    let topology = cluster.topology().await.unwrap();
+    let mut total = 0;
+    for shard in &topology.shards {
+        let client = redis::Client::open(format!("redis://{}", shard.master)).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        loop {
+            let info: String = redis::cmd("INFO")
+                .arg("persistence")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            if info.contains("aof_rewrite_in_progress:0")
+                && info.contains("aof_rewrite_scheduled:0")
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let info: String = redis::cmd("INFO")
+            .arg("memory")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        total += info
+            .lines()
+            .find_map(|l| l.trim_end().strip_prefix("used_memory:"))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    total
 }
 
 async fn count_keys(cluster: &Cluster) -> u64 {
@@ -663,17 +981,19 @@ fn add(total: &mut Outcome, o: Outcome) {
 }
 
 fn median(values: &[f64]) -> f64 {
+    quantile(values, 0.5)
+}
+
+/// Linearly interpolated quantile (`q` in 0..=1).
+fn quantile(values: &[f64], q: f64) -> f64 {
     if values.is_empty() {
         return f64::NAN;
     }
     let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);
-    let mid = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[mid]
-    } else {
-        (v[mid - 1] + v[mid]) / 2.0
-    }
+    let pos = q * (v.len() - 1) as f64;
+    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+    v[lo] + (v[hi] - v[lo]) * (pos - lo as f64)
 }
 
 fn side_json(rates: &[f64], h: &Histogram<u64>, o: Outcome) -> serde_json::Value {

@@ -16,7 +16,7 @@ use crate::keys::{KeyId, KeySet, ParsedKey, slot};
 
 /// How many keys one `SCAN` call asks for by default. See
 /// [`Scanner::count`].
-pub const DEFAULT_SCAN_COUNT: u32 = 1000;
+pub const DEFAULT_SCAN_COUNT: u32 = 100;
 
 /// Attempts per master before its scan is reported incomplete.
 const MAX_ATTEMPTS: u32 = 5;
@@ -168,11 +168,16 @@ impl Scanner {
         }
     }
 
-    /// Keys asked for per `SCAN` call. Default 1000: each call then visits a
-    /// bounded number of hash-table buckets (about 100–300 µs on this
-    /// project's test machine, measured), while the per-call round trip is
-    /// amortised over enough keys to walk millions quickly. Lower it if your
-    /// latency budget is tighter.
+    /// Keys asked for per `SCAN` call. Default 100.
+    ///
+    /// A `SCAN` call blocks its node for time proportional to `COUNT` (it
+    /// visits that many hash-table buckets). Measured on the project's
+    /// 2-core test machine with 666k keys per master: COUNT 1000 took
+    /// 1.9 ms per call at the median (p99 6.7 ms) — a stall for every
+    /// other client of that node; COUNT 100 takes 150 µs (p99 0.7 ms) and
+    /// still walks 1,000,000 limiters in about 3 s; COUNT 50 halves the
+    /// call again for about 40% less throughput. Raise it on a dedicated,
+    /// idle cluster; lower it if your latency budget is tighter.
     pub fn count(mut self, count: u32) -> Self {
         self.count = count.max(1);
         self
