@@ -75,7 +75,7 @@ fn layer(c: &mut Criterion) {
                     .header("x-key", "api-key:7f3a")
                     .body(String::new())
                     .unwrap();
-                black_box(bare.clone().oneshot(request).await.unwrap())
+                black_box(bare.oneshot(request).await.unwrap())
             })
         })
     });
