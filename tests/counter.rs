@@ -10,26 +10,13 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
-use shardlimit::keys::{KeyId, slot};
+use shardlimit::keys::KeyId;
 use shardlimit::{Cluster, Counter, Error};
 
 fn counter_key(cluster: &Cluster, name: &str, subject: &str) -> Vec<u8> {
     cluster
         .keys()
         .key(subject, &KeyId::new("counter", name).unwrap())
-        .unwrap()
-}
-
-async fn owner_conn(key: &[u8]) -> redis::aio::MultiplexedConnection {
-    common::node(&common::owner(slot(key)).await.addr).await
-}
-
-async fn pttl(key: &[u8]) -> i64 {
-    let mut conn = owner_conn(key).await;
-    redis::cmd("PTTL")
-        .arg(key)
-        .query_async(&mut conn)
-        .await
         .unwrap()
 }
 
@@ -45,10 +32,10 @@ async fn drain_keeps_the_ttl_and_add_refreshes_it() {
     assert_eq!(billable.add("session:9", 15).await.unwrap(), 45);
     // Let the TTL run down a little so "kept" and "reset" differ.
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    let before = pttl(&key).await;
+    let before = common::pttl(&key).await;
     assert!((890_000..=898_900).contains(&before), "{before}");
     assert_eq!(billable.drain("session:9").await.unwrap(), Some(45));
-    let after = pttl(&key).await;
+    let after = common::pttl(&key).await;
     // Unchanged, give or take the time between the two reads (generous
     // 2 s); a reset would read ~900000, GETSET's bug -1.
     assert!(after > 0, "drain removed the TTL: {after}");
@@ -62,10 +49,10 @@ async fn drain_keeps_the_ttl_and_add_refreshes_it() {
     assert!(ttl <= Duration::from_millis(u64::try_from(after).unwrap()));
     // Draining again reads 0 and still keeps the TTL.
     assert_eq!(billable.drain("session:9").await.unwrap(), Some(0));
-    assert!(pttl(&key).await > 0);
+    assert!(common::pttl(&key).await > 0);
     // Only add refreshes it.
     billable.add("session:9", 1).await.unwrap();
-    assert!(pttl(&key).await > 899_000);
+    assert!(common::pttl(&key).await > 899_000);
     eprintln!("drain: PTTL {before} ms before, {after} ms after");
     common::assert_every_key_has_ttl(cluster.namespace()).await;
 }
@@ -78,7 +65,7 @@ async fn drain_of_a_missing_key_returns_none_and_creates_nothing() {
     assert_eq!(billable.drain("session:gone").await.unwrap(), None);
     assert_eq!(billable.get("session:gone").await.unwrap(), None);
     assert_eq!(billable.get_with_ttl("session:gone").await.unwrap(), None);
-    assert_eq!(pttl(&key).await, -2);
+    assert_eq!(common::pttl(&key).await, -2);
     assert!(common::keys_with_pttl(cluster.namespace()).await.is_empty());
 }
 
@@ -95,7 +82,7 @@ async fn zombie_session_ends_with_its_key_gone_after_the_idle_ttl() {
     assert_eq!(billable.drain("session:z").await.unwrap(), Some(30));
     // No more adds. With GETSET the key would now live forever.
     loop {
-        let t = pttl(&key).await;
+        let t = common::pttl(&key).await;
         assert_ne!(t, -1, "the drained key lost its TTL");
         if t == -2 {
             break;
@@ -169,7 +156,7 @@ async fn a_non_integer_value_is_an_error_and_is_left_alone() {
     let cluster = common::cluster("counter-bad").await;
     let billable = Counter::builder(&cluster, "billing").build().unwrap();
     let key = counter_key(&cluster, "billing", "s");
-    let mut conn = owner_conn(&key).await;
+    let mut conn = common::owner_conn(&key).await;
     let _: () = redis::cmd("SET")
         .arg(&key)
         .arg("twelve")

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use shardlimit::keys::{KeyId, slot};
+use shardlimit::keys::KeyId;
 use shardlimit::{BypassReason, Cluster, ConcurrencyLimiter, Error, FailurePolicy};
 
 fn nz(n: u32) -> NonZeroU32 {
@@ -26,21 +26,8 @@ fn lease_key(cluster: &Cluster, name: &str, subject: &str) -> Vec<u8> {
         .unwrap()
 }
 
-async fn owner_conn(key: &[u8]) -> redis::aio::MultiplexedConnection {
-    common::node(&common::owner(slot(key)).await.addr).await
-}
-
-async fn pttl(key: &[u8]) -> i64 {
-    let mut conn = owner_conn(key).await;
-    redis::cmd("PTTL")
-        .arg(key)
-        .query_async(&mut conn)
-        .await
-        .unwrap()
-}
-
 async fn zcard(key: &[u8]) -> i64 {
-    let mut conn = owner_conn(key).await;
+    let mut conn = common::owner_conn(key).await;
     redis::cmd("ZCARD")
         .arg(key)
         .query_async(&mut conn)
@@ -91,7 +78,11 @@ async fn sixty_four_tasks_never_exceed_five_holders() {
     // 64 contenders for 10 ms holds keep all 5 slots busy: seeing 5 proves
     // the test contended, not just that it was polite.
     assert_eq!(most, 5);
-    assert_eq!(pttl(&key).await, -2, "the last release deletes the key");
+    assert_eq!(
+        common::pttl(&key).await,
+        -2,
+        "the last release deletes the key"
+    );
     let s = cluster.stats();
     let s = s.get("lease", "exports").unwrap();
     assert_eq!((s.allowed, s.errors), ((TASKS * ROUNDS) as u64, 0));
@@ -137,7 +128,7 @@ async fn a_crashed_holder_is_reclaimed_after_its_lease() {
     );
     assert!(reclaimed.release().await.unwrap());
     assert!(holder.release().await.unwrap());
-    assert_eq!(pttl(&key).await, -2);
+    assert_eq!(common::pttl(&key).await, -2);
     common::assert_every_key_has_ttl(cluster.namespace()).await;
 }
 
@@ -151,24 +142,24 @@ async fn key_ttl_follows_the_longest_lease_and_an_idle_subject_leaves_nothing() 
         .unwrap();
     let key = lease_key(&cluster, "jobs", "s");
     let a = limiter.try_acquire("s").await.unwrap().unwrap();
-    let t = pttl(&key).await;
+    let t = common::pttl(&key).await;
     assert!((1..=400).contains(&t), "{t}");
     assert!(a.extend(Duration::from_secs(5)).await.unwrap());
-    let t = pttl(&key).await;
+    let t = common::pttl(&key).await;
     assert!(
         (4_000..=5_000).contains(&t),
         "raised to the longest lease: {t}"
     );
     // A shorter lease does not lower the key's TTL below the longest one.
     let b = limiter.try_acquire("s").await.unwrap().unwrap();
-    assert!(pttl(&key).await >= 4_000);
+    assert!(common::pttl(&key).await >= 4_000);
     assert!(b.release().await.unwrap());
     // Both "crash": nothing is released, everything expires.
     drop(a);
     let c = limiter.try_acquire("s").await.unwrap().unwrap();
     drop(c);
     let start = Instant::now();
-    while pttl(&key).await != -2 {
+    while common::pttl(&key).await != -2 {
         // 5 s lease plus a generous margin.
         assert!(
             start.elapsed() < Duration::from_secs(15),

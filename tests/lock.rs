@@ -26,24 +26,9 @@ fn lock_keys(cluster: &Cluster, name: &str, resource: &str) -> (Vec<u8>, Vec<u8>
     )
 }
 
-/// A direct connection to the master owning `key` — an independent view,
-/// not through the library under test.
-async fn owner_conn(key: &[u8]) -> redis::aio::MultiplexedConnection {
-    common::node(&common::owner(slot(key)).await.addr).await
-}
-
-async fn pttl(key: &[u8]) -> i64 {
-    let mut conn = owner_conn(key).await;
-    redis::cmd("PTTL")
-        .arg(key)
-        .query_async(&mut conn)
-        .await
-        .unwrap()
-}
-
 /// The owning master's clock in microseconds (`TIME`).
 async fn server_time_us(key: &[u8]) -> u64 {
-    let mut conn = owner_conn(key).await;
+    let mut conn = common::owner_conn(key).await;
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
     secs * 1_000_000 + micros
 }
@@ -51,7 +36,7 @@ async fn server_time_us(key: &[u8]) -> u64 {
 /// Polls until `key` no longer exists; panics after `bound`.
 async fn wait_until_gone(key: &[u8], bound: Duration) {
     let start = Instant::now();
-    while pttl(key).await != -2 {
+    while common::pttl(key).await != -2 {
         assert!(
             start.elapsed() < bound,
             "{} still exists after {bound:?}",
@@ -144,14 +129,17 @@ async fn try_acquire_is_exclusive_and_release_frees_at_once() {
     // Another resource is another lock.
     let other = lock.try_acquire("weekly-export").await.unwrap().unwrap();
     // The key carries the seed's one-hour TTL; the fence key at least as long.
-    let ttl = pttl(&key).await;
+    let ttl = common::pttl(&key).await;
     assert!((3_590_000..=3_600_000).contains(&ttl), "{ttl}");
-    assert!(pttl(&fence).await >= ttl - 1000);
+    assert!(common::pttl(&fence).await >= ttl - 1000);
     let left = guard.remaining_ttl().await.unwrap().unwrap();
     assert!(left > Duration::from_secs(3590) && left <= Duration::from_secs(3600));
     assert!(guard.release().await.unwrap());
-    assert_eq!(pttl(&key).await, -2, "release deletes the lock key");
-    assert!(pttl(&fence).await > 0, "the fence key stays, with its TTL");
+    assert_eq!(common::pttl(&key).await, -2, "release deletes the lock key");
+    assert!(
+        common::pttl(&fence).await > 0,
+        "the fence key stays, with its TTL"
+    );
     let again = lock.try_acquire("nightly-export").await.unwrap().unwrap();
     assert!(again.release().await.unwrap());
     assert!(other.release().await.unwrap());
@@ -212,18 +200,18 @@ async fn fence_key_outlives_the_lock_and_extend_raises_it() {
     let (key, fence) = lock_keys(&cluster, "job", "r");
     let g = lock.try_acquire("r").await.unwrap().unwrap();
     // fence TTL = max(ttl, fence_ttl) = 5 s.
-    let f = pttl(&fence).await;
+    let f = common::pttl(&fence).await;
     assert!((4_000..=5_000).contains(&f), "{f}");
     assert!(g.extend(Duration::from_secs(20)).await.unwrap());
-    let (k, f) = (pttl(&key).await, pttl(&fence).await);
+    let (k, f) = (common::pttl(&key).await, common::pttl(&fence).await);
     assert!((19_000..=20_000).contains(&k), "{k}");
     // Both were set to 20 s by one script; the second PTTL is read a moment
     // later, so allow it a few milliseconds less.
     assert!(f + 50 >= k, "fence {f} < lock {k}");
     // Shortening the lock never shortens the fence.
     assert!(g.extend(Duration::from_secs(2)).await.unwrap());
-    assert!(pttl(&key).await <= 2_000);
-    assert!(pttl(&fence).await > 15_000);
+    assert!(common::pttl(&key).await <= 2_000);
+    assert!(common::pttl(&fence).await > 15_000);
     assert!(g.release().await.unwrap());
     common::assert_every_key_has_ttl(cluster.namespace()).await;
 }
@@ -249,14 +237,17 @@ async fn stale_release_and_extend_report_not_held_and_leave_the_new_holder_alone
 
     assert!(!a.extend(Duration::from_secs(600)).await.unwrap());
     assert!(!a.is_held());
-    let b_ttl = pttl(&key).await;
+    let b_ttl = common::pttl(&key).await;
     assert!(
         (50_000..=60_000).contains(&b_ttl),
         "A's extend touched B's lock: {b_ttl}"
     );
 
     assert!(!a.release().await.unwrap());
-    assert!(pttl(&key).await > 50_000, "A's release deleted B's lock");
+    assert!(
+        common::pttl(&key).await > 50_000,
+        "A's release deleted B's lock"
+    );
     assert!(b.is_held());
     assert!(b.remaining_ttl().await.unwrap().is_some());
     assert!(lock.try_acquire("r").await.unwrap().is_none());
@@ -284,7 +275,7 @@ async fn watchdog_holds_a_1s_lock_for_5s_and_reports_loss_after_an_external_dele
             start.elapsed()
         );
         assert!(guard.is_held());
-        let ttl = pttl(&key).await;
+        let ttl = common::pttl(&key).await;
         assert!((1..=1_000).contains(&ttl), "{ttl}");
         checks += 1;
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -299,7 +290,7 @@ async fn watchdog_holds_a_1s_lock_for_5s_and_reports_loss_after_an_external_dele
     );
 
     // Someone deletes the key behind our back.
-    let mut conn = owner_conn(&key).await;
+    let mut conn = common::owner_conn(&key).await;
     let deleted: i64 = redis::cmd("DEL")
         .arg(&key)
         .query_async(&mut conn)
@@ -474,7 +465,11 @@ async fn replica_ack_that_cannot_be_met_fails_and_releases_the_lock() {
             .contains(&format!("{replicas} of {want} replicas")),
         "{err}"
     );
-    assert_eq!(pttl(&key).await, -2, "the unconfirmed lock was released");
+    assert_eq!(
+        common::pttl(&key).await,
+        -2,
+        "the unconfirmed lock was released"
+    );
     let plain = Lock::builder(&cluster, "job").build().unwrap();
     assert!(
         plain

@@ -201,54 +201,46 @@ impl RateLimiter {
     #[tracing::instrument(name = "shardlimit.check", level = "debug", skip_all,
         fields(kind = self.inner.spec.id.kind(), name = self.name(), slot, outcome, subject))]
     pub async fn check_n(&self, subject: impl AsRef<[u8]>, cost: u32) -> Result<Decision> {
-        let inner = &*self.inner;
-        let specs = [&inner.spec];
-        let outcome = evaluate(
-            &inner.cluster,
-            inner.spec.algorithm.script(),
-            &specs,
-            subject.as_ref(),
-            cost,
-            true,
-        )
-        .await;
-        match outcome {
-            Ok((_, mut decisions)) => {
-                let decision = decisions.swap_remove(0);
-                if decision.allowed {
-                    inner.counters.allowed();
-                } else {
-                    inner.counters.denied();
-                }
-                Ok(decision)
+        let decision = self.decide(subject.as_ref(), cost, true).await?;
+        // A bypass was counted when the policy made it.
+        if decision.bypassed.is_none() {
+            if decision.allowed {
+                self.inner.counters.allowed();
+            } else {
+                self.inner.counters.denied();
             }
-            Err(err) => inner.counters.fail(inner.policy, err, |reason| {
-                Decision::bypass(inner.spec.capacity, reason)
-            }),
         }
+        Ok(decision)
     }
 
     /// What a one-unit request would get now, without consuming anything or
-    /// writing any key. Failures follow the policy like a check (not counted
-    /// as decisions).
+    /// writing any key. Failures follow the policy like a check (and a bypass
+    /// or error is counted like one); the answer itself is not counted as a
+    /// decision.
     pub async fn peek(&self, subject: impl AsRef<[u8]>) -> Result<Decision> {
         self.peek_n(subject, 1).await
     }
 
     /// What a request costing `cost` would get now; consumes nothing.
     pub async fn peek_n(&self, subject: impl AsRef<[u8]>, cost: u32) -> Result<Decision> {
+        self.decide(subject.as_ref(), cost, false).await
+    }
+
+    /// One script call (`consume = false`: a peek), with the failure policy
+    /// applied to a failure.
+    async fn decide(&self, subject: &[u8], cost: u32, consume: bool) -> Result<Decision> {
         let inner = &*self.inner;
-        let specs = [&inner.spec];
-        let outcome = evaluate(
+        let script = inner.spec.algorithm.script();
+        match evaluate(
             &inner.cluster,
-            inner.spec.algorithm.script(),
-            &specs,
-            subject.as_ref(),
+            script,
+            &[&inner.spec],
+            subject,
             cost,
-            false,
+            consume,
         )
-        .await;
-        match outcome {
+        .await
+        {
             Ok((_, mut decisions)) => Ok(decisions.swap_remove(0)),
             Err(err) => inner.counters.fail(inner.policy, err, |reason| {
                 Decision::bypass(inner.spec.capacity, reason)

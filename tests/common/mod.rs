@@ -186,6 +186,12 @@ pub async fn dump(key: &[u8]) -> Option<Vec<u8>> {
         .unwrap()
 }
 
+/// A direct connection to the master owning `key`: an independent view, not
+/// through the library under test.
+pub async fn owner_conn(key: &[u8]) -> redis::aio::MultiplexedConnection {
+    node(&owner(shardlimit::keys::slot(key)).await.addr).await
+}
+
 /// `PTTL` of `key` on its master (-2 absent, -1 no TTL).
 pub async fn pttl(key: &[u8]) -> i64 {
     let owner = owner(shardlimit::keys::slot(key)).await;
