@@ -62,6 +62,10 @@ struct Args {
     /// Length of one round, seconds.
     #[arg(long, default_value_t = 3.0)]
     round_secs: f64,
+    /// Requests per round instead of a duration (`--round-secs` is then
+    /// ignored for the measured rounds).
+    #[arg(long)]
+    requests: Option<u64>,
     /// Warm-up before measuring, seconds (both sides).
     #[arg(long, default_value_t = 2.0)]
     warmup_secs: f64,
@@ -187,6 +191,7 @@ async fn compare<A, FA, B, FB>(
     drive(
         &format!("warm-up {a_name}"),
         warmup,
+        None,
         args,
         sampler,
         a.clone(),
@@ -196,6 +201,7 @@ async fn compare<A, FA, B, FB>(
         drive(
             &format!("warm-up {b_name}"),
             warmup,
+            None,
             args,
             sampler,
             b.clone(),
@@ -211,10 +217,10 @@ async fn compare<A, FA, B, FB>(
         for turn in 0..2 {
             if (turn == 0) == a_first {
                 let label = format!("round {}/{} {a_name}", r + 1, args.rounds);
-                a_side.push(drive(&label, round, args, sampler, a.clone()).await);
+                a_side.push(drive(&label, round, args.requests, args, sampler, a.clone()).await);
             } else if let Some((b_name, b)) = &b {
                 let label = format!("round {}/{} {b_name}", r + 1, args.rounds);
-                b_side.push(drive(&label, round, args, sampler, b.clone()).await);
+                b_side.push(drive(&label, round, args.requests, args, sampler, b.clone()).await);
             }
         }
     }
@@ -577,11 +583,13 @@ impl Sampler {
     }
 }
 
-/// Runs `call` on `concurrency` tasks for `length`; returns decisions/s, the
-/// latency histogram (µs) and the outcome counts. Prints a progress line.
+/// Runs `call` on `concurrency` tasks for `length`, or until `requests`
+/// calls completed if given; returns decisions/s, the latency histogram (µs)
+/// and the outcome counts. Prints a progress line.
 async fn drive<F, Fut>(
     label: &str,
     length: Duration,
+    requests: Option<u64>,
     args: &Args,
     sampler: &Sampler,
     call: F,
@@ -623,8 +631,17 @@ where
             })
         })
         .collect();
-    while started.elapsed() < length {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+    let finished = || match requests {
+        Some(n) => done.load(Ordering::Relaxed) >= n,
+        None => started.elapsed() >= length,
+    };
+    while !finished() {
+        tokio::time::sleep(Duration::from_millis(if requests.is_some() {
+            10
+        } else {
+            500
+        }))
+        .await;
         let secs = started.elapsed().as_secs_f64();
         eprint!(
             "\r{label}: {:>9.0} decisions/s   ",
@@ -743,6 +760,7 @@ async fn populate(cluster: &Cluster, target: &Target, args: &Args, n: u64) {
     let (check_rate, check_hist, check_outcome) = drive(
         "checking",
         Duration::from_secs_f64(args.round_secs * args.rounds as f64),
+        None,
         &check_args,
         &sampler,
         checks,

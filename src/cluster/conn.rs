@@ -57,6 +57,8 @@ pub(crate) struct HealingConnection {
     failures: Mutex<FailureWindow>,
     rebuild: Arc<tokio::sync::Mutex<RebuildState>>,
     rebuilds: AtomicU64,
+    /// Rebuild attempts started (successful or not).
+    attempts: AtomicU64,
 }
 
 struct FailureWindow {
@@ -95,6 +97,7 @@ impl HealingConnection {
             }),
             rebuild: Arc::new(tokio::sync::Mutex::new(RebuildState { last_attempt: None })),
             rebuilds: AtomicU64::new(0),
+            attempts: AtomicU64::new(0),
         });
         if lazy {
             this.report_failure(0, true);
@@ -142,6 +145,7 @@ impl HealingConnection {
             return;
         }
         state.last_attempt = Some(Instant::now());
+        self.attempts.fetch_add(1, Ordering::Relaxed);
         let weak = Arc::downgrade(self);
         let client = self.client.clone();
         let nodes = self.nodes.clone();
@@ -218,5 +222,100 @@ async fn open(client: &ClusterClient, nodes: &str, timeout: Duration) -> Result<
                 format!("no connection within {timeout:?}"),
             )),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unreachable_client() -> ClusterClient {
+        // Nothing listens on port 1: every connection attempt is refused.
+        ClusterClient::new(vec!["redis://127.0.0.1:1"]).unwrap()
+    }
+
+    fn config() -> HealingConfig {
+        HealingConfig {
+            connect_timeout: Duration::from_millis(500),
+            rebuild_after: 3,
+            failure_window: Duration::from_secs(1),
+            rebuild_interval: Duration::from_secs(3600),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sixty_four_failing_callers_start_one_rebuild() {
+        let conn = HealingConnection::connect(unreachable_client(), "t".into(), config(), true)
+            .await
+            .unwrap();
+        // The lazy handle starts its first connection attempt at once.
+        assert_eq!(conn.attempts.load(Ordering::Relaxed), 1);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let callers: Vec<_> = (0..64)
+            .map(|_| {
+                let conn = conn.clone();
+                tokio::spawn(async move { conn.report_failure(0, false) })
+            })
+            .collect();
+        for caller in callers {
+            caller.await.unwrap();
+        }
+        // 64 failures, far more than `rebuild_after`, and no second attempt:
+        // the interval since the first has not passed.
+        assert_eq!(conn.attempts.load(Ordering::Relaxed), 1);
+        assert_eq!(conn.rebuilds(), 0, "nothing to connect to");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_burst_of_failures_starts_a_few_rebuilds_not_one_each() {
+        let config = HealingConfig {
+            rebuild_interval: Duration::ZERO,
+            ..config()
+        };
+        let conn = HealingConnection::connect(unreachable_client(), "t".into(), config, true)
+            .await
+            .unwrap();
+        // Let the lazy first attempt finish (refused at once).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let before = conn.attempts.load(Ordering::Relaxed);
+        let callers: Vec<_> = (0..64)
+            .map(|_| {
+                let conn = conn.clone();
+                tokio::spawn(async move { conn.report_failure(0, false) })
+            })
+            .collect();
+        for caller in callers {
+            caller.await.unwrap();
+        }
+        // Single flight: while one attempt runs, the others see the lock
+        // taken and return; an attempt that ended lets at most a few more
+        // in. Far fewer than one per failure.
+        let started = conn.attempts.load(Ordering::Relaxed) - before;
+        assert!((1..=8).contains(&started), "{started} rebuilds for 64 failures");
+    }
+
+    #[test]
+    fn failures_count_per_window_and_generation() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let conn = runtime
+            .block_on(HealingConnection::connect(
+                unreachable_client(),
+                "t".into(),
+                HealingConfig {
+                    failure_window: Duration::from_secs(60),
+                    ..config()
+                },
+                true,
+            ))
+            .unwrap();
+        // Generation 5: a fresh window (the lazy start counted one on 0).
+        assert!(!conn.count_failure(5));
+        assert!(!conn.count_failure(5));
+        assert!(conn.count_failure(5), "the third failure in the window");
+        // A failure on another generation starts a new count.
+        assert!(!conn.count_failure(6));
     }
 }
