@@ -291,7 +291,10 @@ mod tests {
         // taken and return; an attempt that ended lets at most a few more
         // in. Far fewer than one per failure.
         let started = conn.attempts.load(Ordering::Relaxed) - before;
-        assert!((1..=8).contains(&started), "{started} rebuilds for 64 failures");
+        assert!(
+            (1..=8).contains(&started),
+            "{started} rebuilds for 64 failures"
+        );
     }
 
     #[test]
