@@ -1,7 +1,7 @@
 //! Jittered backoff for the waiting `acquire` of locks and leases, and the
 //! one checked conversion of a `Duration` to script milliseconds.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rand::Rng;
 
@@ -64,6 +64,20 @@ impl Backoff {
         let jitter = rand::rng().random_range(Duration::ZERO..=half);
         (half + jitter).min(cap)
     }
+
+    /// How long to sleep before the next attempt of a wait that started at
+    /// `start` and may last `wait`, when the server said the resource frees
+    /// up in `hint` at the latest; `None` once the wait is over.
+    pub(crate) fn before_retry(
+        &mut self,
+        start: Instant,
+        wait: Duration,
+        hint: Duration,
+    ) -> Option<Duration> {
+        let left = wait.checked_sub(start.elapsed()).filter(|d| !d.is_zero())?;
+        // A hint of 0 (about to free up) still waits a millisecond.
+        Some(self.next(left.min(hint.max(Duration::from_millis(1)))))
+    }
 }
 
 /// A fresh random 128-bit identifier in lowercase hex (32 characters): lock
@@ -77,6 +91,24 @@ pub(crate) fn random_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn before_retry_stops_at_the_deadline_and_respects_the_hint() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+        let now = Instant::now();
+        assert_eq!(
+            b.before_retry(now, Duration::ZERO, Duration::from_secs(1)),
+            None
+        );
+        let d = b
+            .before_retry(now, Duration::from_secs(10), Duration::from_millis(3))
+            .unwrap();
+        assert!(d <= Duration::from_millis(3), "{d:?}");
+        let d = b
+            .before_retry(now, Duration::from_secs(10), Duration::ZERO)
+            .unwrap();
+        assert!(d <= Duration::from_millis(1), "{d:?}");
+    }
 
     #[test]
     fn millis_refuses_zero_sub_millisecond_and_huge() {

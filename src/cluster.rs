@@ -388,11 +388,7 @@ impl Cluster {
 /// Failures that say the connection (not the cluster's configuration) is in
 /// trouble, and so count towards a rebuild.
 fn breaks_connection(err: &RedisError) -> bool {
-    err.is_io_error()
-        || err.is_timeout()
-        || err.is_connection_dropped()
-        || err.is_connection_refusal()
-        || err.kind() == redis::ErrorKind::ClusterConnectionNotFound
+    crate::error::is_connection_fault(err)
 }
 
 fn convert<T: FromRedisValue>(op: Cow<'static, str>, value: Value) -> Result<T> {

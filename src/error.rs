@@ -172,27 +172,37 @@ impl Error {
 }
 
 /// Classifies a client error with the client's own helpers rather than by
-/// matching message text.
+/// matching message text: a connection fault or a cluster being
+/// reconfigured.
 pub(crate) fn is_transient_redis(err: &RedisError) -> bool {
-    if err.is_io_error()
+    is_connection_fault(err) || is_reconfiguring(err)
+}
+
+/// The connection (not the cluster's configuration) is in trouble: I/O
+/// error, timeout, dropped or refused connection, no connection for a slot.
+pub(crate) fn is_connection_fault(err: &RedisError) -> bool {
+    err.is_io_error()
         || err.is_timeout()
         || err.is_connection_dropped()
         || err.is_connection_refusal()
-    {
-        return true;
-    }
+        || err.kind() == ErrorKind::ClusterConnectionNotFound
+}
+
+/// The cluster is failing over, migrating or loading: CLUSTERDOWN, TRYAGAIN,
+/// MASTERDOWN, LOADING, READONLY, or a redirect that could not be followed
+/// in time.
+pub(crate) fn is_reconfiguring(err: &RedisError) -> bool {
     matches!(
         err.kind(),
-        ErrorKind::ClusterConnectionNotFound
-            | ErrorKind::Server(
-                ServerErrorKind::ClusterDown
-                    | ServerErrorKind::TryAgain
-                    | ServerErrorKind::MasterDown
-                    | ServerErrorKind::BusyLoading
-                    | ServerErrorKind::ReadOnly
-                    | ServerErrorKind::Moved
-                    | ServerErrorKind::Ask
-            )
+        ErrorKind::Server(
+            ServerErrorKind::ClusterDown
+                | ServerErrorKind::TryAgain
+                | ServerErrorKind::MasterDown
+                | ServerErrorKind::BusyLoading
+                | ServerErrorKind::ReadOnly
+                | ServerErrorKind::Moved
+                | ServerErrorKind::Ask
+        )
     )
 }
 

@@ -207,12 +207,11 @@ impl ConcurrencyLimiter {
                 Ok(Attempt::Full(soonest)) => soonest,
                 Err(err) => return self.fail(subject, err),
             };
-            let Some(left) = wait.checked_sub(start.elapsed()).filter(|d| !d.is_zero()) else {
+            let Some(sleep) = backoff.before_retry(start, wait, soonest) else {
                 self.inner.counters.denied();
                 return Ok(None);
             };
-            let cap = left.min(soonest.max(Duration::from_millis(1)));
-            tokio::time::sleep(backoff.next(cap)).await;
+            tokio::time::sleep(sleep).await;
         }
     }
 

@@ -275,14 +275,12 @@ impl Lock {
                     return Err(err);
                 }
             };
-            let Some(left) = wait.checked_sub(start.elapsed()).filter(|d| !d.is_zero()) else {
+            // Wake when the holder's lock would expire at the latest.
+            let Some(sleep) = backoff.before_retry(start, wait, holder_ttl) else {
                 self.inner.counters.denied();
                 return Ok(None);
             };
-            // Wake when the holder's lock would expire at the latest; a
-            // reported TTL of 0 (about to expire) still waits a millisecond.
-            let cap = left.min(holder_ttl.max(Duration::from_millis(1)));
-            tokio::time::sleep(backoff.next(cap)).await;
+            tokio::time::sleep(sleep).await;
         }
     }
 

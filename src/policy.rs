@@ -19,9 +19,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use redis::{ErrorKind, ServerErrorKind};
-
-use crate::error::Error;
+use crate::error::{Error, is_reconfiguring};
 
 /// Per-limiter choice of behaviour when Redis cannot answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -58,20 +56,7 @@ impl BypassReason {
         }
         Some(match err {
             Error::Timeout { .. } => BypassReason::Timeout,
-            Error::Redis { source, .. }
-                if matches!(
-                    source.kind(),
-                    ErrorKind::Server(
-                        ServerErrorKind::ClusterDown
-                            | ServerErrorKind::TryAgain
-                            | ServerErrorKind::MasterDown
-                            | ServerErrorKind::BusyLoading
-                            | ServerErrorKind::ReadOnly
-                            | ServerErrorKind::Moved
-                            | ServerErrorKind::Ask
-                    )
-                ) =>
-            {
+            Error::Redis { source, .. } if is_reconfiguring(source) => {
                 BypassReason::ClusterUnavailable
             }
             Error::Redis { source, .. } if source.is_timeout() => BypassReason::Timeout,
@@ -146,6 +131,8 @@ impl WarnLimiter {
 
 #[cfg(test)]
 mod tests {
+    use redis::{ErrorKind, ServerErrorKind};
+
     use super::*;
 
     fn redis_err(kind: ErrorKind) -> Error {
