@@ -29,7 +29,8 @@ fn layer(c: &mut Criterion) {
         // so each check fails fast and is bypassed (fail-open).
         let cluster = Cluster::builder(["redis://127.0.0.1:1"])
             .lazy_connect(true)
-            .rebuild_interval(Duration::from_secs(3600))
+            .refresh_interval(Duration::from_secs(3600))
+            .reconnect_backoff(Duration::from_secs(3600), Duration::from_secs(3600))
             .build()
             .await
             .unwrap();

@@ -10,6 +10,6 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 cluster-compose/up.sh
 cargo test --all-features --no-fail-fast
-if [ -f tests/faults.rs ]; then
+if [ -d tests/faults ]; then
   cargo test --all-features --test faults -- --ignored --test-threads=1
 fi

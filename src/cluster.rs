@@ -1,24 +1,24 @@
-//! The `Cluster` handle: one self-healing connection, two slot-pinned
-//! operations. The public documentation lives on [`Cluster`].
+//! The `Cluster` handle: the crate's own routing (one connection per node),
+//! two slot-pinned operations. The public documentation lives on
+//! [`Cluster`].
 
-mod conn;
 mod exec;
+mod node;
+mod router;
 mod topology;
 mod transaction;
 
 use std::borrow::Cow;
 use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::cluster::ClusterClientBuilder;
-use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-use redis::{FromRedisValue, IntoConnectionInfo, RedisError, ToRedisArgs, Value};
+use redis::{FromRedisValue, IntoConnectionInfo, ToRedisArgs, Value};
 
-use self::conn::{HealingConfig, HealingConnection};
-use self::exec::Payload;
+use self::exec::{Payload, Request};
+use self::node::NodeConfig;
+pub use self::node::NodeState;
+use self::router::{Router, RouterConfig};
 pub use self::topology::{NodeAddr, Shard, Topology};
 pub use self::transaction::{Transaction, TxCommand};
 use crate::error::{Error, Result};
@@ -42,8 +42,8 @@ pub const DEFAULT_NODES: [&str; 6] = [
     "redis://127.0.0.1:7005",
 ];
 
-/// A handle to a Redis Cluster. Cheap to clone; clones share one multiplexed
-/// connection.
+/// A handle to a Redis Cluster. Cheap to clone; clones share one slot table
+/// and one multiplexed connection per node.
 ///
 /// Everything shardlimit sends goes through [`Cluster::eval`] (a Lua script)
 /// or [`Cluster::transaction`] (MULTI/EXEC). Both take a [`KeySet`], which
@@ -66,17 +66,28 @@ pub const DEFAULT_NODES: [&str; 6] = [
 /// node while some of its keys are still on the source (`TRYAGAIN`); such a
 /// call is retried until the migration moves them or the timeout expires.
 ///
-/// # Self-healing
+/// # Routing and failure isolation
 ///
-/// Transient failures (timeouts, connection errors) are counted; when
-/// [`ClusterBuilder::rebuild_after`] of them fall within
-/// [`ClusterBuilder::failure_window`], one caller starts a rebuild of the
-/// connection from the client in the background (single flight; the others
-/// return their own error at once rather than queue), at most once per
-/// [`ClusterBuilder::rebuild_interval`]. The new connection replaces the old
-/// one for every later call. This is what keeps calls from hanging when a
-/// master dies under load, where redis-rs' own connection can wedge or keep a
-/// stale slot map.
+/// The handle keeps its own slot table (`CLUSTER SLOTS`) and one multiplexed
+/// connection per master, so a call only ever waits for the node that serves
+/// its slot: a dead or hung master does not slow the others. (redis-rs'
+/// cluster connection stalls every node while it refreshes its slot map
+/// after one node fails; see the README's "Failure behaviour".)
+///
+/// * A node whose connection breaks, or that times out
+///   [`ClusterBuilder::node_down_after`] times within
+///   [`ClusterBuilder::failure_window`], is marked **down**: calls for its
+///   slots fail at once with the transient [`Error::NodeDown`] (fail-open
+///   limiters bypass, fail-closed callers are freed) instead of waiting for
+///   the timeout. One probe per backoff interval
+///   ([`ClusterBuilder::reconnect_backoff`], jittered, growing to its cap)
+///   tries to reconnect.
+/// * The topology is refreshed in the background (single flight, at most
+///   every [`ClusterBuilder::refresh_interval`]) after a `MOVED`, when a
+///   node goes down, and while a slot is served by a down node — so the
+///   moment a replica is promoted, its slots are called again. Callers
+///   never wait for a refresh.
+/// * [`Cluster::nodes`] (and [`Stats::nodes`]) shows each node's state.
 ///
 /// ```no_run
 /// # async fn demo() -> shardlimit::Result<()> {
@@ -95,7 +106,7 @@ pub struct Cluster {
 }
 
 struct Inner {
-    conn: Arc<HealingConnection>,
+    router: Arc<Router>,
     keys: KeyBuilder,
     command_timeout: Duration,
     registry: Registry,
@@ -146,20 +157,22 @@ impl Cluster {
         self.inner.command_timeout
     }
 
-    /// How many times the connection was rebuilt after repeated transient
-    /// failures.
+    /// Every node this handle has connected to or learnt of from the
+    /// topology, with its connection counts and whether it is believed down.
     #[must_use]
-    pub fn connection_rebuilds(&self) -> u64 {
-        self.inner.conn.rebuilds()
+    pub fn nodes(&self) -> Vec<NodeState> {
+        self.inner.router.node_states()
     }
 
     /// Allowed / denied / bypassed / error counts of every primitive built
-    /// from this handle (or its clones), by kind and name.
+    /// from this handle (or its clones), by kind and name, and the state of
+    /// every node.
     #[must_use]
     pub fn stats(&self) -> Stats {
         Stats {
             primitives: self.inner.registry.snapshot(),
-            connection_rebuilds: self.connection_rebuilds(),
+            nodes: self.nodes(),
+            topology_refreshes: self.inner.router.refreshes(),
         }
     }
 
@@ -200,6 +213,22 @@ impl Cluster {
         convert(script.name_cow(), value)
     }
 
+    /// Runs `script` like [`eval`](Self::eval), then `then` right behind it
+    /// in one pipeline on the same connection to the same node, and returns
+    /// both replies. For commands whose meaning depends on the connection,
+    /// such as `WAIT` (which counts the writes made on its own connection).
+    pub(crate) async fn eval_then<T: FromRedisValue, U: FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: &KeySet,
+        args: impl ToRedisArgs,
+        then: redis::Cmd,
+    ) -> Result<(T, U)> {
+        let payload = Payload::script(script, keys, args).then(then);
+        let value = self.run(script.name_cow(), keys.slot(), payload).await?;
+        convert(script.name_cow(), value)
+    }
+
     /// Runs `tx` as one MULTI/EXEC on the master owning the key set's slot and
     /// converts the EXEC reply (one element per command) to `T`.
     ///
@@ -236,20 +265,10 @@ impl Cluster {
     }
 
     /// The masters, their slots and replicas, as a node of the cluster sees
-    /// them now (`CLUSTER SLOTS`). Bounded by the command timeout.
+    /// them now (`CLUSTER SLOTS` from a master that is up, else a seed).
+    /// Bounded by the command timeout per node asked.
     pub async fn topology(&self) -> Result<Topology> {
-        let mut cmd = redis::cmd("CLUSTER");
-        cmd.arg("SLOTS");
-        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
-        let reply = self
-            .bounded(
-                "cluster slots".into(),
-                None,
-                self.command_timeout(),
-                |mut conn| async move { conn.route_command(cmd, routing).await },
-            )
-            .await?;
-        Topology::from_cluster_slots(reply)
+        self.inner.router.fetch().await
     }
 
     /// Sends `cmd` to one node, by the address the cluster announces for it.
@@ -260,18 +279,7 @@ impl Cluster {
         node: &NodeAddr,
         cmd: redis::Cmd,
     ) -> Result<T> {
-        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-            host: node.host.clone(),
-            port: node.port,
-        });
-        let reply = self
-            .bounded(
-                op.into(),
-                None,
-                self.command_timeout(),
-                |mut conn| async move { conn.route_command(cmd, routing).await?.extract_error() },
-            )
-            .await?;
+        let reply = self.node_request(op, node, Request::Cmd(&cmd)).await?;
         convert(op.into(), reply)
     }
 
@@ -283,23 +291,10 @@ impl Cluster {
         node: &NodeAddr,
         pipe: redis::Pipeline,
     ) -> Result<Vec<Value>> {
-        let routing = SingleNodeRoutingInfo::ByAddress {
-            host: node.host.clone(),
-            port: node.port,
-        };
-        let count = pipe.len();
-        let reply = self
-            .bounded(
-                op.into(),
-                None,
-                self.command_timeout(),
-                |mut conn| async move {
-                    let replies = conn.route_pipeline(pipe, 0, count, routing).await?;
-                    Ok(Value::Array(replies))
-                },
-            )
-            .await?;
-        match reply {
+        match self
+            .node_request(op, node, Request::Pipeline(&pipe))
+            .await?
+        {
             Value::Array(replies) => Ok(replies),
             other => Err(Error::UnexpectedReply {
                 op: op.into(),
@@ -308,87 +303,35 @@ impl Cluster {
         }
     }
 
-    /// Sends `cmd` to the master owning `slot` on the shared connection (so
-    /// e.g. `WAIT` covers this connection's earlier writes), bounded by
-    /// `timeout` rather than the command timeout.
-    pub(crate) async fn slot_command<T: FromRedisValue>(
+    async fn node_request(
         &self,
         op: &'static str,
-        slot: u16,
-        cmd: redis::Cmd,
-        timeout: Duration,
-    ) -> Result<T> {
-        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
-            redis::cluster_routing::Route::new(slot, redis::cluster_routing::SlotAddr::Master),
-        ));
-        let reply = self
-            .bounded(op.into(), Some(slot), timeout, |mut conn| async move {
-                conn.route_command(cmd, routing).await?.extract_error()
-            })
-            .await?;
-        convert(op.into(), reply)
+        node: &NodeAddr,
+        request: Request<'_>,
+    ) -> Result<Value> {
+        let router = &self.inner.router;
+        let target = router.node(&node.host, node.port)?;
+        let started = crate::metrics::Started::now();
+        let outcome =
+            exec::node_request(&target, op, request, self.command_timeout(), router).await;
+        self.inner.metrics.observe(&op.into(), started, &outcome);
+        outcome
     }
 
     async fn run(&self, op: Cow<'static, str>, slot: u16, payload: Payload<'_>) -> Result<Value> {
-        self.bounded(
-            op,
-            Some(slot),
-            self.command_timeout(),
-            |mut conn| async move { exec::run(&mut conn, slot, payload).await },
-        )
-        .await
-    }
-
-    /// Runs `request` on the current connection within `timeout`, reporting
-    /// connection trouble to the healing logic.
-    async fn bounded<F, Fut>(
-        &self,
-        op: Cow<'static, str>,
-        slot: Option<u16>,
-        timeout: Duration,
-        request: F,
-    ) -> Result<Value>
-    where
-        F: FnOnce(ClusterConnection) -> Fut,
-        Fut: Future<Output = redis::RedisResult<Value>>,
-    {
-        let generation = self.inner.conn.current();
-        let Some(conn) = generation.conn.clone() else {
-            // Built lazily and not connected yet: fail fast, connect soon.
-            self.inner.conn.report_failure(generation.id, true);
-            return Err(Error::Connect {
-                nodes: self.inner.conn.nodes().to_owned(),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::NotConnected,
-                    "not connected to the cluster yet",
-                )
-                .into(),
-            });
-        };
-        crate::metrics::span_slot(slot);
+        crate::metrics::span_slot(Some(slot));
         let started = crate::metrics::Started::now();
-        let outcome = tokio::time::timeout(timeout, request(conn)).await;
+        let outcome = exec::run(
+            &self.inner.router,
+            &op,
+            slot,
+            payload,
+            self.command_timeout(),
+        )
+        .await;
         self.inner.metrics.observe(&op, started, &outcome);
-        match outcome {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(source)) => {
-                if breaks_connection(&source) {
-                    self.inner.conn.report_failure(generation.id, false);
-                }
-                Err(Error::Redis { op, slot, source })
-            }
-            Err(_elapsed) => {
-                self.inner.conn.report_failure(generation.id, false);
-                Err(Error::Timeout { op, slot, timeout })
-            }
-        }
+        outcome
     }
-}
-
-/// Failures that say the connection (not the cluster's configuration) is in
-/// trouble, and so count towards a rebuild.
-fn breaks_connection(err: &RedisError) -> bool {
-    crate::error::is_connection_fault(err)
 }
 
 fn convert<T: FromRedisValue>(op: Cow<'static, str>, value: Value) -> Result<T> {
@@ -416,9 +359,11 @@ pub struct ClusterBuilder {
     namespace: String,
     command_timeout: Duration,
     connect_timeout: Duration,
-    rebuild_after: u32,
+    node_down_after: u32,
     failure_window: Duration,
-    rebuild_interval: Duration,
+    refresh_interval: Duration,
+    reconnect_min: Duration,
+    reconnect_max: Duration,
     lazy: bool,
 }
 
@@ -429,9 +374,11 @@ impl ClusterBuilder {
             namespace: "sl".to_owned(),
             command_timeout: Duration::from_millis(250),
             connect_timeout: Duration::from_secs(2),
-            rebuild_after: 3,
+            node_down_after: 3,
             failure_window: Duration::from_secs(1),
-            rebuild_interval: Duration::from_millis(500),
+            refresh_interval: Duration::from_millis(500),
+            reconnect_min: Duration::from_millis(500),
+            reconnect_max: Duration::from_secs(5),
             lazy: false,
         }
     }
@@ -451,36 +398,52 @@ impl ClusterBuilder {
         self
     }
 
-    /// Bound on establishing the connection (at build and on every rebuild).
+    /// Bound on reading the first topology in [`build`](Self::build).
     /// Default 2 s. Must be non-zero.
     ///
     /// Each node gets the command timeout (at least 100 ms, at most half of
     /// this) to accept a connection and answer: a hung node then fails alone
-    /// and the attempt completes with the others.
+    /// and the next seed is asked.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
     }
 
-    /// Number of transient failures (timeouts, connection errors) within
-    /// [`failure_window`](Self::failure_window) that triggers a rebuild of the
-    /// connection. Default 3. Must be at least 1.
-    pub fn rebuild_after(mut self, failures: u32) -> Self {
-        self.rebuild_after = failures;
+    /// Number of timeouts on one node within
+    /// [`failure_window`](Self::failure_window) that mark it down (a broken
+    /// or refused connection marks it down at once). Default 3. Must be at
+    /// least 1.
+    pub fn node_down_after(mut self, timeouts: u32) -> Self {
+        self.node_down_after = timeouts;
         self
     }
 
-    /// Window in which [`rebuild_after`](Self::rebuild_after) failures are
-    /// counted. Default 1 s. Must be non-zero.
+    /// Window in which [`node_down_after`](Self::node_down_after) timeouts
+    /// are counted. Default 1 s. Must be non-zero.
     pub fn failure_window(mut self, window: Duration) -> Self {
         self.failure_window = window;
         self
     }
 
-    /// Least time between two rebuild attempts, so a node that stays down
-    /// costs one reconnect per interval. Default 500 ms.
-    pub fn rebuild_interval(mut self, interval: Duration) -> Self {
-        self.rebuild_interval = interval;
+    /// Least time between two topology refreshes (jittered). Default
+    /// 500 ms. While a slot is served by a down node the topology is read
+    /// this often, so a promoted replica is found within about this long
+    /// after the cluster promotes it. Must be non-zero.
+    pub fn refresh_interval(mut self, interval: Duration) -> Self {
+        self.refresh_interval = interval;
+        self
+    }
+
+    /// Wait before the first reconnect attempt to a down node, and the
+    /// largest wait it grows to (doubling after every failed attempt;
+    /// jittered to between half and all of it). Defaults 500 ms and 5 s.
+    /// `min` must be non-zero and at most `max`.
+    ///
+    /// A failed topology refresh backs off the same way, from
+    /// [`refresh_interval`](Self::refresh_interval) up to `max`.
+    pub fn reconnect_backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.reconnect_min = min;
+        self.reconnect_max = max;
         self
     }
 
@@ -488,10 +451,10 @@ impl ClusterBuilder {
     /// the background. Default `false` (connect in `build`, and fail there).
     ///
     /// For services that must start while Redis is unreachable: until the
-    /// first connection succeeds, every call fails with a transient
+    /// topology is first read, every call fails with a transient
     /// [`Error::Connect`] — which fail-open limiters turn into bypassed
-    /// decisions — and a connection is retried at most once per
-    /// [`rebuild_interval`](Self::rebuild_interval).
+    /// decisions — and the seeds are asked again with the reconnect
+    /// backoff.
     pub fn lazy_connect(mut self, lazy: bool) -> Self {
         self.lazy = lazy;
         self
@@ -513,48 +476,72 @@ impl ClusterBuilder {
         if self.nodes.is_empty() {
             return Err(config("nodes", "at least one node URL is needed"));
         }
+        let mut seeds = Vec::with_capacity(self.nodes.len());
         for node in &self.nodes {
-            node.as_str()
+            let info = node
+                .as_str()
                 .into_connection_info()
                 .map_err(|err| config("nodes", format!("{node:?}: {err}")))?;
+            seeds.push(info);
         }
         for (field, value) in [
             ("command_timeout", self.command_timeout),
             ("connect_timeout", self.connect_timeout),
             ("failure_window", self.failure_window),
+            ("refresh_interval", self.refresh_interval),
+            ("reconnect_backoff", self.reconnect_min),
         ] {
             if value.is_zero() {
                 return Err(config(field, "must be greater than zero"));
             }
         }
-        if self.rebuild_after == 0 {
-            return Err(config("rebuild_after", "must be at least 1"));
+        if self.node_down_after == 0 {
+            return Err(config("node_down_after", "must be at least 1"));
         }
-        let client = ClusterClientBuilder::new(self.nodes.iter().map(String::as_str))
-            // Every retry decision is made in `exec`, where it is known
-            // whether a command may have run; redis-rs would resend after
-            // I/O errors.
-            .retries(0)
-            // redis-rs waits for every seed node before it asks for the slot
-            // map, so one hung (paused) node would stall every rebuild for
-            // the whole budget. A node gets no longer to connect than a
-            // command gets to answer (at least 100 ms, at most half the
-            // budget): a hung node then fails alone and quickly.
-            .connection_timeout(self.node_connect_timeout())
-            .response_timeout(self.command_timeout)
-            .build()
-            .map_err(|err| config("nodes", err.to_string()))?;
-        let healing = HealingConfig {
-            connect_timeout: self.connect_timeout,
-            rebuild_after: self.rebuild_after,
-            failure_window: self.failure_window,
-            rebuild_interval: self.rebuild_interval,
-        };
-        let conn =
-            HealingConnection::connect(client, self.nodes.join(","), healing, self.lazy).await?;
+        if self.reconnect_min > self.reconnect_max {
+            return Err(config(
+                "reconnect_backoff",
+                format!(
+                    "the first wait ({:?}) is longer than the largest ({:?})",
+                    self.reconnect_min, self.reconnect_max
+                ),
+            ));
+        }
+        let router = Router::new(
+            seeds,
+            self.nodes.join(","),
+            RouterConfig {
+                node: NodeConfig {
+                    connect_timeout: self.node_connect_timeout(),
+                    down_after: self.node_down_after,
+                    failure_window: self.failure_window,
+                    reconnect_min: self.reconnect_min,
+                    reconnect_max: self.reconnect_max,
+                },
+                command_timeout: self.command_timeout,
+                refresh_interval: self.refresh_interval,
+            },
+        )?;
+        if self.lazy {
+            router.request_refresh();
+        } else {
+            match tokio::time::timeout(self.connect_timeout, router.load()).await {
+                Ok(result) => result?,
+                Err(_) => {
+                    return Err(Error::Connect {
+                        nodes: router.seed_list().to_owned(),
+                        source: std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!("no topology within {:?}", self.connect_timeout),
+                        )
+                        .into(),
+                    });
+                }
+            }
+        }
         Ok(Cluster {
             inner: Arc::new(Inner {
-                conn,
+                router,
                 keys,
                 command_timeout: self.command_timeout,
                 registry: Registry::default(),

@@ -121,6 +121,22 @@ pub enum Error {
         timeout: Duration,
     },
 
+    /// The node serving the slot is known to be down (its connection broke,
+    /// or it kept timing out), so nothing was sent. Calls for its slots
+    /// fail this way, at once, until it answers again or its slots move to
+    /// another node.
+    #[error("{op}{}: node {node} is down (for {down_for:?}); not sent", on_slot(*.slot))]
+    NodeDown {
+        /// The operation (a script's name, `"transaction"`, or a command).
+        op: Cow<'static, str>,
+        /// The hash slot it was pinned to, for slot-pinned operations.
+        slot: Option<u16>,
+        /// The node, `host:port`.
+        node: String,
+        /// How long it has been believed down.
+        down_for: Duration,
+    },
+
     /// Redis or the client returned an error.
     #[error("{op}{} failed: {source}", on_slot(*.slot))]
     Redis {
@@ -155,7 +171,7 @@ impl Error {
     #[must_use]
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Timeout { .. } | Error::Connect { .. } => true,
+            Error::Timeout { .. } | Error::Connect { .. } | Error::NodeDown { .. } => true,
             Error::Redis { source, .. } => is_transient_redis(source),
             _ => false,
         }
@@ -165,7 +181,9 @@ impl Error {
     #[must_use]
     pub fn slot(&self) -> Option<u16> {
         match self {
-            Error::Timeout { slot, .. } | Error::Redis { slot, .. } => *slot,
+            Error::Timeout { slot, .. }
+            | Error::Redis { slot, .. }
+            | Error::NodeDown { slot, .. } => *slot,
             _ => None,
         }
     }
@@ -179,13 +197,12 @@ pub(crate) fn is_transient_redis(err: &RedisError) -> bool {
 }
 
 /// The connection (not the cluster's configuration) is in trouble: I/O
-/// error, timeout, dropped or refused connection, no connection for a slot.
+/// error, timeout, dropped or refused connection.
 pub(crate) fn is_connection_fault(err: &RedisError) -> bool {
     err.is_io_error()
         || err.is_timeout()
         || err.is_connection_dropped()
         || err.is_connection_refusal()
-        || err.kind() == ErrorKind::ClusterConnectionNotFound
 }
 
 /// The cluster is failing over, migrating or loading: CLUSTERDOWN, TRYAGAIN,

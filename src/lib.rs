@@ -83,8 +83,8 @@ pub mod tower;
 #[cfg(feature = "metrics")]
 pub use self::metrics::describe_metrics;
 pub use cluster::{
-    Cluster, ClusterBuilder, DEFAULT_NODES, NODES_ENV, NodeAddr, Shard, Topology, Transaction,
-    TxCommand,
+    Cluster, ClusterBuilder, DEFAULT_NODES, NODES_ENV, NodeAddr, NodeState, Shard, Topology,
+    Transaction, TxCommand,
 };
 pub use counter::{Counter, CounterBuilder};
 pub use error::{Error, Result};

@@ -305,11 +305,28 @@ impl Lock {
         // the local view of the lock's validity is conservative.
         let sent = Instant::now();
         let fence_ttl_ms = inner.fence_ttl_ms.max(inner.ttl_ms);
-        let reply: Vec<i64> = match inner
-            .cluster
-            .eval(&LOCK_ACQUIRE, &keys, (&token, inner.ttl_ms, fence_ttl_ms))
-            .await
-        {
+        let args = (&token, inner.ttl_ms, fence_ttl_ms);
+        // With replica acknowledgement, WAIT travels right behind the script
+        // in one pipeline on the same connection to the same node: WAIT only
+        // counts the writes made earlier on its own connection, so sent
+        // anywhere else it would "confirm" a write it never saw.
+        let sent_reply: Result<(Vec<i64>, Option<i64>)> = match inner.replica_ack {
+            None => inner
+                .cluster
+                .eval(&LOCK_ACQUIRE, &keys, args)
+                .await
+                .map(|reply| (reply, None)),
+            Some(ack) => {
+                let mut wait = redis::cmd("WAIT");
+                wait.arg(ack.replicas.get()).arg(ack.timeout_ms);
+                inner
+                    .cluster
+                    .eval_then(&LOCK_ACQUIRE, &keys, args, wait)
+                    .await
+                    .map(|(reply, acked)| (reply, Some(acked)))
+            }
+        };
+        let (reply, acked) = match sent_reply {
             Ok(reply) => reply,
             Err(err) => {
                 if err.is_transient()
@@ -331,7 +348,7 @@ impl Lock {
                     fence,
                     sent,
                 );
-                let guard = self.confirm_replicas(guard).await?;
+                let guard = self.confirm_replicas(guard, acked).await?;
                 Ok(Attempt::Acquired(guard.start_watchdog(runtime)))
             }
             [0, pttl] => Ok(Attempt::Held(Duration::from_millis(
@@ -341,42 +358,30 @@ impl Lock {
         }
     }
 
-    /// With replica acknowledgement on: `WAIT` on the owning master, on the
-    /// connection that ran the acquisition (so it covers that write), and
-    /// release the lock again if too few replicas confirm.
-    async fn confirm_replicas(&self, guard: LockGuard) -> Result<LockGuard> {
+    /// With replica acknowledgement on: keeps the lock only if `acked` — the
+    /// reply of the `WAIT` sent behind the acquisition — says enough
+    /// replicas confirmed it; otherwise releases it again and errors (fail
+    /// closed: a lock a failover could hand to someone else is not held).
+    async fn confirm_replicas(&self, guard: LockGuard, acked: Option<i64>) -> Result<LockGuard> {
         let Some(ack) = self.inner.replica_ack else {
             return Ok(guard);
         };
-        let cluster = &self.inner.cluster;
-        let mut cmd = redis::cmd("WAIT");
-        cmd.arg(ack.replicas.get()).arg(ack.timeout_ms);
-        // The client bounds every reply by the command timeout anyway (its
-        // response timeout); `build` made sure WAIT's own timeout, plus the
-        // server's lateness, fits in it.
-        let slot = guard.slot();
-        let acked: Result<i64> = cluster
-            .slot_command("lock replica ack", slot, cmd, cluster.command_timeout())
-            .await;
-        let failure = match acked {
-            Ok(n) if u64::try_from(n).unwrap_or(0) >= u64::from(ack.replicas.get()) => {
-                return Ok(guard);
-            }
-            Ok(n) => Error::Timeout {
-                op: format!(
-                    "replica ack for lock {} ({n} of {} replicas acknowledged)",
-                    self.name(),
-                    ack.replicas
-                )
-                .into(),
-                slot: Some(slot),
-                timeout: ack.timeout,
-            },
-            Err(err) => err,
+        let needed = u64::from(ack.replicas.get());
+        let confirmed = acked.and_then(|n| u64::try_from(n).ok()).unwrap_or(0);
+        if confirmed >= needed {
+            return Ok(guard);
+        }
+        let failure = Error::Timeout {
+            op: format!(
+                "replica ack for lock {} ({confirmed} of {} replicas acknowledged)",
+                self.name(),
+                ack.replicas
+            )
+            .into(),
+            slot: Some(guard.slot()),
+            timeout: ack.timeout,
         };
-        // Not confirmed: give the lock back rather than hold one a failover
-        // could hand to someone else. If this release fails too, the lock
-        // expires after its TTL.
+        // If this release fails too, the lock expires after its TTL.
         if let Err(err) = guard.release().await {
             tracing::warn!(lock = %self.name(), error = %err,
                 "shardlimit: could not release an unconfirmed lock; it expires after its TTL");

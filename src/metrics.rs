@@ -10,7 +10,7 @@
 //!   decision counters of a primitive are registered once, when it is built
 //!   (next to its [`Counters`](crate::stats)), and the latency histograms
 //!   once per operation name and [`Cluster`](crate::Cluster) handle, then
-//!   found by a read-locked map lookup. Rare events (rebuilds, lock losses,
+//!   found by a read-locked map lookup. Rare events (reconnects, lock losses,
 //!   scanner pages) register per call.
 //! * **Spans** (`shardlimit.check`, `shardlimit.lock.acquire`, …) are
 //!   created by `#[tracing::instrument]` at `debug` level on each primitive
@@ -35,12 +35,18 @@ const DECISIONS: &str = "shardlimit_decisions_total";
 /// `shardlimit_redis_duration_seconds`: every request to Redis.
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 const REDIS_DURATION: &str = "shardlimit_redis_duration_seconds";
-/// `shardlimit_connection_rebuilds_total`.
+/// `shardlimit_node_connects_total`.
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-const REBUILDS: &str = "shardlimit_connection_rebuilds_total";
-/// `shardlimit_connection_rebuild_failures_total`.
+const NODE_CONNECTS: &str = "shardlimit_node_connects_total";
+/// `shardlimit_node_connect_failures_total`.
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-const REBUILD_FAILURES: &str = "shardlimit_connection_rebuild_failures_total";
+const NODE_CONNECT_FAILURES: &str = "shardlimit_node_connect_failures_total";
+/// `shardlimit_node_down`.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+const NODE_DOWN: &str = "shardlimit_node_down";
+/// `shardlimit_topology_refreshes_total`.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+const TOPOLOGY_REFRESHES: &str = "shardlimit_topology_refreshes_total";
 /// `shardlimit_lock_losses_total`.
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 const LOCK_LOSSES: &str = "shardlimit_lock_losses_total";
@@ -151,30 +157,48 @@ impl ClusterMetrics {
     // A `Cow<'static, str>`, not a `&str`: a new name becomes a label by
     // cloning it, which copies nothing for the crate's `'static` names.
     #[allow(clippy::ptr_arg)]
-    pub(crate) fn observe<T, E, X>(
+    pub(crate) fn observe<T>(
         &self,
         op: &std::borrow::Cow<'static, str>,
         started: Started,
-        outcome: &Result<Result<T, E>, X>,
+        outcome: &crate::Result<T>,
     ) {
         #[cfg(feature = "metrics")]
         {
             let status = match outcome {
-                Ok(Ok(_)) => 0,
-                Ok(Err(_)) => 1,
-                Err(_) => 2,
+                Ok(_) => 0,
+                Err(crate::Error::Timeout { .. }) => 2,
+                Err(_) => 1,
             };
             self.latency.record(op, status, started.at.elapsed());
         }
     }
 }
 
-/// The connection was rebuilt (`ok`) or a rebuild attempt failed.
+/// A connection to `node` was opened (`ok`) or an attempt failed.
 #[inline]
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-pub(crate) fn connection_rebuild(ok: bool) {
+pub(crate) fn node_connect(node: &str, ok: bool) {
     #[cfg(feature = "metrics")]
-    metrics::counter!(if ok { REBUILDS } else { REBUILD_FAILURES }).increment(1);
+    metrics::counter!(if ok { NODE_CONNECTS } else { NODE_CONNECT_FAILURES }, "node" => node.to_owned())
+        .increment(1);
+}
+
+/// `node` was marked down (`true`) or answered again (`false`).
+#[inline]
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn node_down(node: &str, down: bool) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!(NODE_DOWN, "node" => node.to_owned()).set(if down { 1.0 } else { 0.0 });
+}
+
+/// A background topology refresh completed (`ok`) or found no node to
+/// answer.
+#[inline]
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn topology_refresh(ok: bool) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(TOPOLOGY_REFRESHES, "ok" => if ok { "true" } else { "false" }).increment(1);
 }
 
 /// An extension or release of the lock `name` found it expired or taken.
@@ -350,8 +374,10 @@ mod enabled {
     /// |---|---|---|---|
     /// | `shardlimit_decisions_total` | counter | `kind`, `name`, `outcome` | outcomes per primitive, as in [`Cluster::stats`](crate::Cluster::stats): `allowed`, `denied`, `bypassed`, `error` (locks: acquired, held elsewhere) |
     /// | `shardlimit_redis_duration_seconds` | histogram | `op`, `status` | time of each request to Redis by operation (script name, `transaction`, node command); `status` `ok`, `error`, `timeout` |
-    /// | `shardlimit_connection_rebuilds_total` | counter | | connection rebuilds after repeated transient failures |
-    /// | `shardlimit_connection_rebuild_failures_total` | counter | | rebuild attempts that failed |
+    /// | `shardlimit_node_connects_total` | counter | `node` | connections opened to a node (the first and every reconnect) |
+    /// | `shardlimit_node_connect_failures_total` | counter | `node` | connection attempts that failed, probes of a down node included |
+    /// | `shardlimit_node_down` | gauge | `node` | 1 while the node is believed down (its calls fail fast), else 0 |
+    /// | `shardlimit_topology_refreshes_total` | counter | `ok` | background slot-table refreshes, by whether a node answered |
     /// | `shardlimit_lock_losses_total` | counter | `name` | an extension (watchdog or explicit) or release found the lock expired or taken |
     /// | `shardlimit_scan_keys_total` | counter | `node` | keys returned by the admin scanner's `SCAN` pages |
     /// | `shardlimit_scan_progress_ratio` | gauge | `node` | keys scanned / `DBSIZE` of the node; 1 when its walk is done |
@@ -372,14 +398,23 @@ mod enabled {
             "Time of each shardlimit request to Redis, by operation and status"
         );
         metrics::describe_counter!(
-            REBUILDS,
+            NODE_CONNECTS,
             Unit::Count,
-            "Cluster connection rebuilds after repeated transient failures"
+            "Connections opened to a Redis node (the first and every reconnect)"
         );
         metrics::describe_counter!(
-            REBUILD_FAILURES,
+            NODE_CONNECT_FAILURES,
             Unit::Count,
-            "Cluster connection rebuild attempts that failed"
+            "Connection attempts to a Redis node that failed"
+        );
+        metrics::describe_gauge!(
+            NODE_DOWN,
+            "1 while a Redis node is believed down and its calls fail fast, else 0"
+        );
+        metrics::describe_counter!(
+            TOPOLOGY_REFRESHES,
+            Unit::Count,
+            "Background slot-table refreshes, by whether a node answered"
         );
         metrics::describe_counter!(
             LOCK_LOSSES,
@@ -414,14 +449,12 @@ mod tests {
     fn hooks_are_harmless_without_a_recorder_or_subscriber() {
         let m = DecisionMetrics::new("gcra", "api");
         m.record(Outcome::Allowed);
-        ClusterMetrics::default().observe::<(), (), ()>(
-            &"gcra".into(),
-            Started::now(),
-            &Ok(Ok(())),
-        );
+        ClusterMetrics::default().observe::<()>(&"gcra".into(), Started::now(), &Ok(()));
         span_slot(Some(7));
         span_subject(b"user:42");
-        connection_rebuild(true);
+        node_connect("127.0.0.1:7000", true);
+        node_down("127.0.0.1:7000", false);
+        topology_refresh(true);
         lock_lost("job");
     }
 
@@ -477,7 +510,7 @@ mod tests {
             let decisions = DecisionMetrics::new("gcra", "bench");
             let cluster = ClusterMetrics::default();
             let op: std::borrow::Cow<'static, str> = "gcra".into();
-            let ok: Result<Result<(), ()>, ()> = Ok(Ok(()));
+            let ok: crate::Result<()> = Ok(());
             let plain_ns = per_op(|| {
                 black_box(poll_once(plain("gcra", "bench", b"user:42")));
             });

@@ -41,6 +41,8 @@ pub enum BypassReason {
     Timeout,
     /// No connection to the node, or it broke.
     Connection,
+    /// The node serving the slot is known to be down; nothing was sent.
+    NodeDown,
     /// The cluster was failing over, migrating or loading (`CLUSTERDOWN`,
     /// `TRYAGAIN`, `MASTERDOWN`, `LOADING`, `READONLY`, unresolved redirect).
     ClusterUnavailable,
@@ -56,6 +58,7 @@ impl BypassReason {
         }
         Some(match err {
             Error::Timeout { .. } => BypassReason::Timeout,
+            Error::NodeDown { .. } => BypassReason::NodeDown,
             Error::Redis { source, .. } if is_reconfiguring(source) => {
                 BypassReason::ClusterUnavailable
             }
@@ -64,12 +67,14 @@ impl BypassReason {
         })
     }
 
-    /// A short label: `timeout`, `connection`, `cluster_unavailable`.
+    /// A short label: `timeout`, `connection`, `node_down`,
+    /// `cluster_unavailable`.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
             BypassReason::Timeout => "timeout",
             BypassReason::Connection => "connection",
+            BypassReason::NodeDown => "node_down",
             BypassReason::ClusterUnavailable => "cluster_unavailable",
         }
     }

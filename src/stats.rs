@@ -37,8 +37,11 @@ pub struct PrimitiveStats {
 pub struct Stats {
     /// One entry per kind and name, sorted.
     pub primitives: Vec<PrimitiveStats>,
-    /// How many times the connection was rebuilt.
-    pub connection_rebuilds: u64,
+    /// Every node the handle knows, with its connection counts and whether
+    /// it is believed down.
+    pub nodes: Vec<crate::cluster::NodeState>,
+    /// Topology reads completed (at build, after redirects, failovers).
+    pub topology_refreshes: u64,
 }
 
 impl Stats {

@@ -321,8 +321,8 @@ async fn builder_refuses_bad_configuration_before_connecting() {
             "failure_window",
         ),
         (
-            Cluster::builder(common::node_urls()).rebuild_after(0),
-            "rebuild_after",
+            Cluster::builder(common::node_urls()).node_down_after(0),
+            "node_down_after",
         ),
     ];
     for (builder, field) in cases {

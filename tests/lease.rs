@@ -260,11 +260,12 @@ async fn unreachable_cluster_fails_closed_or_bypasses_as_configured() {
             .await
             .unwrap()
             .expect("bypassed permit");
-        // A timeout, or a connection error once the handle gives up on it.
+        // A timeout, or — once the node timed out `node_down_after` times —
+        // refused at once as down.
         assert!(
             matches!(
                 permit.bypassed(),
-                Some(BypassReason::Timeout | BypassReason::Connection)
+                Some(BypassReason::Timeout | BypassReason::Connection | BypassReason::NodeDown)
             ),
             "{permit:?}"
         );

@@ -226,18 +226,26 @@ async fn a_recorder_sees_every_decision_of_a_known_sequence() {
     }
     assert!(closed.check("s").await.is_err());
 
-    // A lazily built handle connects in the background: one rebuild. The
-    // unreachable one's attempts fail.
+    // A lazily built handle reads the topology in the background and then
+    // connects to the nodes it calls. The unreachable one's attempts fail.
     let lazy = common::builder("metrics-lazy")
         .lazy_connect(true)
         .build()
         .await
         .unwrap();
-    eventually(|| lazy.connection_rebuilds() == 1).await;
+    eventually(|| lazy.stats().topology_refreshes >= 1).await;
     let before_scan = Metrics::take();
-    assert!(before_scan.counter("shardlimit_connection_rebuilds_total", &[]) >= 1);
+    assert!(before_scan.counter("shardlimit_topology_refreshes_total", &[("ok", "true")]) >= 1);
+    assert!(before_scan.counter("shardlimit_node_connects_total", &[]) >= 1);
     eventually(|| {
-        Metrics::take().counter("shardlimit_connection_rebuild_failures_total", &[]) >= 1
+        Metrics::take().counter(
+            "shardlimit_node_connect_failures_total",
+            &[("node", "127.0.0.1:1")],
+        ) >= 1
+    })
+    .await;
+    eventually(|| {
+        Metrics::take().gauge("shardlimit_node_down", &[("node", "127.0.0.1:1")]) == Some(1.0)
     })
     .await;
 

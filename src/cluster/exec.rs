@@ -1,16 +1,18 @@
 //! Sending one slot-pinned operation and following the cluster's redirects.
 //!
-//! redis-rs is configured with `retries(0)`: it still refreshes its slot map
-//! when it sees `MOVED`, but every retry decision is made here, where it is
-//! known which errors prove the operation did **not** run:
+//! Every request goes to one node's multiplexed connection, chosen by the
+//! router's slot table, and is bounded by one deadline. Every retry decision
+//! is made here, where it is known which errors prove the operation did
+//! **not** run:
 //!
 //! | reply | meaning | what happens |
 //! |---|---|---|
-//! | `MOVED slot host:port` | slot owned elsewhere; not executed | resend to that node (redis-rs refreshes its map in the background) |
+//! | `MOVED slot host:port` | slot owned elsewhere; not executed | update the slot table, ask for a refresh, resend to that node |
 //! | `ASK slot host:port` | slot migrating, key already moved; not executed | resend to that node as `ASKING` + op in one pipeline |
-//! | `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `LOADING`, `READONLY`, no connection for the slot | not executed | short backoff, resend by slot |
+//! | `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `LOADING`, `READONLY`, no node for the slot | not executed | ask for a refresh, short backoff, resend by slot |
+//! | the node is known to be down | not sent | returned at once |
 //! | `NOSCRIPT` | script not cached on that node; not executed | resend as `EVAL` with the body |
-//! | timeout, I/O error | **may have run** | never resent; returned to the caller |
+//! | timeout, I/O error | **may have run** | never resent; reported to the node's health; returned to the caller |
 //! | anything else | configuration or script error | returned |
 //!
 //! `ASKING` must immediately precede the command it applies to, and the
@@ -19,12 +21,11 @@
 //! flag survives `MULTI` and covers every queued command and `EXEC`.
 //!
 //! Transactions are sent as an atomic pipeline, so redis-rs collects the error
-//! of every queued command into one `EXECABORT` — which it does not follow,
-//! and which does not make it refresh its slot map. Here an aborted
-//! transaction (which executed nothing) is resent when the causes say where:
+//! of every queued command into one `EXECABORT`. An aborted transaction
+//! (which executed nothing) is resent when the causes say where:
 //!
-//! * every queued command got `MOVED` → resend to that node, after a probe
-//!   command that makes redis-rs see the `MOVED` and refresh its map;
+//! * every queued command got `MOVED` → update the slot table and resend to
+//!   that node;
 //! * every queued command got `ASK` → resend as `ASKING MULTI … EXEC` to the
 //!   importing node (every key has left the source already);
 //! * a mix of `ASK` and queued commands, or `TRYAGAIN` → the slot is half
@@ -32,13 +33,18 @@
 //!   exist on the source, so back off until the migration moves them (the
 //!   same rule Redis applies to multi-key commands and scripts).
 
+use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::Duration;
 
-use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{Arg, Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::{Arg, Cmd, ErrorKind, Pipeline, RedisError, RedisResult, ServerErrorKind, Value};
+use tokio::time::{Instant, timeout_at};
 
+use super::node::{Fault, Live, Node, Unavailable};
+use super::router::Router;
 use super::transaction::Transaction;
+use crate::error::{Error, Result, is_connection_fault};
 use crate::keys::KeySet;
 use crate::scripts::Script;
 
@@ -49,7 +55,7 @@ const MAX_ATTEMPTS: u32 = 16;
 /// Where the next attempt goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Target {
-    /// The master that redis-rs' slot map says owns the slot.
+    /// The node the slot table says serves the slot.
     Slot,
     /// A node named by a redirect.
     Node {
@@ -66,6 +72,9 @@ pub(crate) enum Payload<'a> {
         /// `EVALSHA`, replaced by `EVAL` after a `NOSCRIPT`.
         cmd: Cmd,
         sent_body: bool,
+        /// A command sent right behind the script on the same connection,
+        /// in the same pipeline (`WAIT` after a lock's write).
+        then: Option<Cmd>,
     },
     Transaction {
         tx: &'a Transaction,
@@ -85,7 +94,17 @@ impl<'a> Payload<'a> {
             script,
             cmd,
             sent_body: false,
+            then: None,
         }
+    }
+
+    /// Sends `then` right behind the script, on the same connection; the
+    /// reply becomes `[script reply, then reply]`.
+    pub(crate) fn then(mut self, next: Cmd) -> Self {
+        if let Payload::Script { then, .. } = &mut self {
+            *then = Some(next);
+        }
+        self
     }
 
     fn queued_commands(&self) -> usize {
@@ -101,6 +120,7 @@ impl<'a> Payload<'a> {
             script,
             cmd,
             sent_body,
+            ..
         } = self
         else {
             return false;
@@ -122,43 +142,216 @@ impl<'a> Payload<'a> {
     }
 }
 
-/// Runs `payload` on the master owning `slot`, following redirects.
+/// Runs `payload` on the node serving `slot`, following redirects, within
+/// `timeout`.
+// `op` is a `Cow`, not a `&str`: errors take it by cloning, which copies
+// nothing for the crate's `'static` names.
+#[allow(clippy::ptr_arg)]
 pub(crate) async fn run(
-    conn: &mut ClusterConnection,
+    router: &Router,
+    op: &Cow<'static, str>,
     slot: u16,
     mut payload: Payload<'_>,
-) -> RedisResult<Value> {
+    timeout: Duration,
+) -> Result<Value> {
+    let deadline = Instant::now() + timeout;
+    let timed_out = || Error::Timeout {
+        op: op.clone(),
+        slot: Some(slot),
+        timeout,
+    };
+    let failed = |source| Error::Redis {
+        op: op.clone(),
+        slot: Some(slot),
+        source,
+    };
     let mut target = Target::Slot;
     let mut attempt = 0;
     loop {
-        let err = match send(conn, slot, &payload, &target).await {
-            Ok(value) => return Ok(value),
-            Err(err) => err,
+        let node = match &target {
+            Target::Slot => match router.owner(slot) {
+                Some(node) => Some(node),
+                None if !router.loaded() => {
+                    router.request_refresh();
+                    return Err(not_connected(router));
+                }
+                None => None,
+            },
+            Target::Node { host, port, .. } => Some(router.node(host, *port)?),
+        };
+        let err = match node {
+            // Known cluster, but no node serves the slot (yet): as if the
+            // cluster had said CLUSTERDOWN.
+            None => RedisError::from((
+                ErrorKind::Server(ServerErrorKind::ClusterDown),
+                "no node serves this slot in the slot table",
+            )),
+            Some(node) => {
+                let live = connect(&node, deadline, op, Some(slot), timeout).await?;
+                let asking = matches!(target, Target::Node { asking: true, .. });
+                let mut conn = live.conn.clone();
+                let sent_at = Instant::now();
+                match timeout_at(deadline, send(&mut conn, &payload, asking)).await {
+                    Ok(Ok(value)) => return Ok(value),
+                    Err(_elapsed) => {
+                        // Only a request the node left unanswered for a long
+                        // time says it may be hung; a retry cut short by the
+                        // deadline (after CLUSTERDOWN replies, say) does not.
+                        if sent_at.elapsed() >= timeout / 2 {
+                            report(router, &node, &live, Fault::Timeout);
+                        }
+                        return Err(timed_out());
+                    }
+                    Ok(Err(err)) if is_connection_fault(&err) => {
+                        let fault = if err.is_timeout() {
+                            Fault::Timeout
+                        } else {
+                            Fault::Broken
+                        };
+                        report(router, &node, &live, fault);
+                        return Err(failed(err));
+                    }
+                    Ok(Err(err)) => err,
+                }
+            }
         };
         attempt += 1;
         if attempt >= MAX_ATTEMPTS {
-            return Err(cause(err));
+            return Err(failed(cause(err)));
         }
         match next_step(&err, payload.queued_commands()) {
-            Step::Redirect(next) => target = next,
-            Step::RefreshAndRedirect(next) => {
-                refresh_slot_map(conn, slot, &payload).await;
+            Step::Redirect(next) => {
+                if let Target::Node {
+                    host,
+                    port,
+                    asking: false,
+                } = &next
+                {
+                    router.moved(slot, router.node(host, *port)?);
+                }
                 target = next;
             }
             Step::Backoff => {
-                tokio::time::sleep(backoff(attempt)).await;
+                router.request_refresh();
+                let wake = Instant::now() + backoff(attempt);
+                if wake >= deadline {
+                    return Err(failed(cause(err)));
+                }
+                tokio::time::sleep_until(wake).await;
                 target = Target::Slot;
             }
             Step::Reload if payload.fall_back_to_eval() => {}
-            Step::Reload | Step::Fail => return Err(cause(err)),
+            Step::Reload | Step::Fail => return Err(failed(cause(err))),
         }
+    }
+}
+
+/// What is sent by [`node_request`].
+pub(crate) enum Request<'a> {
+    /// One command; a server error is returned as an error.
+    Cmd(&'a Cmd),
+    /// A plain (not atomic) pipeline; every reply is returned, server
+    /// errors as values.
+    Pipeline(&'a Pipeline),
+}
+
+/// Sends `request` to `node`, without following redirects, within
+/// `timeout`.
+pub(crate) async fn node_request(
+    node: &Arc<Node>,
+    op: impl Into<Cow<'static, str>>,
+    request: Request<'_>,
+    timeout: Duration,
+    router: &Router,
+) -> Result<Value> {
+    let op = op.into();
+    let deadline = Instant::now() + timeout;
+    let live = connect(node, deadline, &op, None, timeout).await?;
+    let mut conn = live.conn.clone();
+    let sent = async {
+        match request {
+            Request::Cmd(cmd) => conn.req_packed_command(cmd).await?.extract_error(),
+            Request::Pipeline(pipe) => conn
+                .req_packed_commands(pipe, 0, pipe.len())
+                .await
+                .map(Value::Array),
+        }
+    };
+    match timeout_at(deadline, sent).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(source)) => {
+            if is_connection_fault(&source) {
+                report(router, node, &live, Fault::Broken);
+            }
+            Err(Error::Redis {
+                op,
+                slot: None,
+                source,
+            })
+        }
+        Err(_elapsed) => {
+            report(router, node, &live, Fault::Timeout);
+            Err(Error::Timeout {
+                op,
+                slot: None,
+                timeout,
+            })
+        }
+    }
+}
+
+/// A connection to `node`, or the error that says why there is none: a node
+/// known down is refused at once, without sending anything.
+#[allow(clippy::ptr_arg)] // as in `run`
+async fn connect(
+    node: &Arc<Node>,
+    deadline: Instant,
+    op: &Cow<'static, str>,
+    slot: Option<u16>,
+    timeout: Duration,
+) -> Result<Live> {
+    match timeout_at(deadline, node.connection()).await {
+        Ok(Ok(live)) => Ok(live),
+        Ok(Err(Unavailable::Down { since })) => Err(Error::NodeDown {
+            op: op.clone(),
+            slot,
+            node: node.addr().to_owned(),
+            down_for: since.elapsed(),
+        }),
+        Ok(Err(Unavailable::Connect(source))) => Err(Error::Redis {
+            op: op.clone(),
+            slot,
+            source,
+        }),
+        Err(_elapsed) => Err(Error::Timeout {
+            op: op.clone(),
+            slot,
+            timeout,
+        }),
+    }
+}
+
+/// Tells the node about a failed request; a node that went down makes the
+/// router look for a new topology (its slots may have moved).
+fn report(router: &Router, node: &Node, live: &Live, fault: Fault) {
+    if node.report(live, fault) {
+        router.request_refresh();
+    }
+}
+
+fn not_connected(router: &Router) -> Error {
+    Error::Connect {
+        nodes: router.seed_list().to_owned(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::NotConnected,
+            "not connected to the cluster yet",
+        )
+        .into(),
     }
 }
 
 enum Step {
     Redirect(Target),
-    /// Redirect a transaction after making redis-rs refresh its slot map.
-    RefreshAndRedirect(Target),
     Backoff,
     Reload,
     Fail,
@@ -216,7 +409,7 @@ fn abort_step(err: &RedisError, queued: usize) -> Step {
             .map(|(host, port)| Target::Node { host, port, asking })
     };
     if all(ServerErrorKind::Moved) {
-        return target(false).map_or(Step::Backoff, Step::RefreshAndRedirect);
+        return target(false).map_or(Step::Backoff, Step::Redirect);
     }
     if all(ServerErrorKind::Ask) && causes.len() == queued {
         return target(true).map_or(Step::Backoff, Step::Redirect);
@@ -245,26 +438,6 @@ fn cause(err: RedisError) -> RedisError {
     }
 }
 
-/// Sends a one-key read through redis-rs' normal slot routing: on a stale map
-/// it gets `MOVED`, which makes redis-rs rebuild its map in the background.
-async fn refresh_slot_map(conn: &mut ClusterConnection, slot: u16, payload: &Payload<'_>) {
-    let Payload::Transaction { keys, .. } = payload else {
-        return;
-    };
-    let mut probe = redis::cmd("EXISTS");
-    probe.arg(&keys.keys()[0]);
-    // The reply does not matter, only that redis-rs sees it.
-    let _ = conn
-        .route_command(
-            probe,
-            RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
-                slot,
-                SlotAddr::Master,
-            ))),
-        )
-        .await;
-}
-
 fn split_addr(addr: &str) -> Option<(String, u16)> {
     let (host, port) = addr.rsplit_once(':')?;
     Some((host.to_owned(), port.parse().ok()?))
@@ -275,54 +448,65 @@ fn backoff(attempt: u32) -> Duration {
 }
 
 async fn send(
-    conn: &mut ClusterConnection,
-    slot: u16,
+    conn: &mut MultiplexedConnection,
     payload: &Payload<'_>,
-    target: &Target,
+    asking: bool,
 ) -> RedisResult<Value> {
-    let route = match target {
-        Target::Slot => SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master)),
-        Target::Node { host, port, .. } => SingleNodeRoutingInfo::ByAddress {
-            host: host.clone(),
-            port: *port,
-        },
-    };
-    let asking = matches!(target, Target::Node { asking: true, .. });
-    match (payload, asking) {
-        (Payload::Script { cmd, .. }, false) => conn
-            .route_command(cmd.clone(), RoutingInfo::SingleNode(route))
-            .await?
-            .extract_error(),
-        (Payload::Script { cmd, .. }, true) => {
+    match payload {
+        Payload::Script { cmd, then, .. } => {
+            if !asking && then.is_none() {
+                return conn.req_packed_command(cmd).await?.extract_error();
+            }
+            // ASKING must come right before the script, and `then` right
+            // after it on this connection: one pipeline, written at once.
             let mut pipe = redis::pipe();
-            pipe.cmd("ASKING").add_command(cmd.clone());
-            let mut replies = conn.route_pipeline(pipe, 1, 1, route).await?;
-            replies
-                .pop()
+            if asking {
+                pipe.cmd("ASKING");
+            }
+            pipe.add_command(cmd.clone());
+            if let Some(then) = then {
+                pipe.add_command(then.clone());
+            }
+            let skip = usize::from(asking);
+            let mut replies = conn
+                .req_packed_commands(&pipe, skip, pipe.len() - skip)
+                .await?
+                .into_iter();
+            let script = replies
+                .next()
                 .ok_or_else(|| unexpected("no reply to the script"))?
-                .extract_error()
+                .extract_error()?;
+            match then {
+                None => Ok(script),
+                Some(_) => {
+                    let next = replies
+                        .next()
+                        .ok_or_else(|| unexpected("no reply to the command after the script"))?
+                        .extract_error()?;
+                    Ok(Value::Array(vec![script, next]))
+                }
+            }
         }
-        (Payload::Transaction { tx, keys }, false) => {
+        Payload::Transaction { tx, keys } if !asking => {
             // Atomic: redis-rs collects every queued error into the abort.
             let mut pipe = redis::pipe();
             pipe.atomic();
             tx.write_commands(keys, &mut pipe);
-            let mut replies = conn.route_pipeline(pipe, tx.len() + 1, 1, route).await?;
+            let mut replies = conn.req_packed_commands(&pipe, tx.len() + 1, 1).await?;
             match replies.pop() {
                 Some(Value::Array(items)) => Ok(Value::Array(items)),
                 other => Err(unexpected_owned(format!("EXEC replied {other:?}"))),
             }
         }
-        (Payload::Transaction { tx, keys }, true) => {
+        Payload::Transaction { tx, keys } => {
             // ASKING must precede MULTI, which an atomic pipeline cannot
-            // express; ask for every reply so redis-rs reports a redirect
-            // among them as an error.
+            // express; ask for every reply so a redirect among them is seen.
             let mut pipe = redis::pipe();
             pipe.cmd("ASKING").cmd("MULTI");
             tx.write_commands(keys, &mut pipe);
             pipe.cmd("EXEC");
             let count = pipe.len();
-            let replies = conn.route_pipeline(pipe, 0, count, route).await?;
+            let replies = conn.req_packed_commands(&pipe, 0, count).await?;
             exec_reply(replies, 1)
         }
     }

@@ -1,0 +1,405 @@
+//! One Redis node as the router sees it: its multiplexed connection and
+//! whether it is believed down.
+//!
+//! A node is **down** after its connection broke (an I/O error, a refused
+//! connect) or after `down_after` timeouts within `failure_window` (a hung
+//! node). While down, callers are refused at once without sending anything
+//! — a dead master must not hold its callers for the whole command timeout,
+//! nor slow the healthy masters — and one background probe per backoff
+//! interval tries to reconnect. The interval starts at `reconnect_min`,
+//! doubles after every failed probe up to `reconnect_max`, and is jittered
+//! (half to all of it), so a fleet of services does not reconnect in step.
+//!
+//! The hot path (node up, connected) is one read lock and a clone of the
+//! connection handle.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client, RedisError};
+
+/// Connection and failure-detection settings shared by every node.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NodeConfig {
+    /// Bound on one connection attempt (TCP, TLS, `HELLO`/`AUTH`).
+    pub(crate) connect_timeout: Duration,
+    /// Timeouts within `failure_window` that mark a node down.
+    pub(crate) down_after: u32,
+    pub(crate) failure_window: Duration,
+    /// First and largest wait between reconnect attempts to a down node.
+    pub(crate) reconnect_min: Duration,
+    pub(crate) reconnect_max: Duration,
+}
+
+/// What went wrong with a request, as far as the node's health goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// No reply in time: the node may be hung, or just slow.
+    Timeout,
+    /// The connection broke or was refused: the node is gone.
+    Broken,
+}
+
+/// Why no connection could be had.
+#[derive(Debug)]
+pub(crate) enum Unavailable {
+    /// The node is believed down; nothing was sent.
+    Down { since: Instant },
+    /// Connecting failed just now (the node is now down).
+    Connect(RedisError),
+}
+
+/// A connection and the number that tells it apart from its successors, so
+/// a fault reported on an old connection does not drop a new one.
+#[derive(Clone)]
+pub(crate) struct Live {
+    pub(crate) conn: MultiplexedConnection,
+    id: u64,
+}
+
+/// A point-in-time view of a node, for stats and health.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeState {
+    /// `host:port` as the cluster announces it.
+    pub addr: String,
+    /// How long the node has been believed down; `None` when it is up (or
+    /// was never tried).
+    pub down_for: Option<Duration>,
+    /// Connections opened to it (the first one and every reconnect).
+    pub connects: u64,
+    /// Connection attempts that failed, probes of a down node included.
+    pub connect_failures: u64,
+    /// Times it was marked down.
+    pub marked_down: u64,
+}
+
+pub(crate) struct Node {
+    addr: String,
+    client: Client,
+    config: NodeConfig,
+    live: RwLock<Option<Live>>,
+    /// Held while connecting, so concurrent first callers open one
+    /// connection, not one each.
+    connecting: tokio::sync::Mutex<()>,
+    health: Mutex<Health>,
+    next_id: AtomicU64,
+    connects: AtomicU64,
+    connect_failures: AtomicU64,
+    marked_down: AtomicU64,
+}
+
+#[derive(Default)]
+struct Health {
+    down: Option<Down>,
+    timeouts: u32,
+    window_started: Option<Instant>,
+}
+
+struct Down {
+    since: Instant,
+    backoff: Duration,
+    next_probe: Instant,
+    probing: bool,
+}
+
+impl Node {
+    pub(crate) fn new(addr: String, client: Client, config: NodeConfig) -> Self {
+        Node {
+            addr,
+            client,
+            config,
+            live: RwLock::new(None),
+            connecting: tokio::sync::Mutex::new(()),
+            health: Mutex::new(Health::default()),
+            next_id: AtomicU64::new(0),
+            connects: AtomicU64::new(0),
+            connect_failures: AtomicU64::new(0),
+            marked_down: AtomicU64::new(0),
+        }
+    }
+
+    /// `host:port`.
+    pub(crate) fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    pub(crate) fn is_down(&self) -> bool {
+        self.health().down.is_some()
+    }
+
+    pub(crate) fn state(&self) -> NodeState {
+        NodeState {
+            addr: self.addr.clone(),
+            down_for: self.health().down.as_ref().map(|d| d.since.elapsed()),
+            connects: self.connects.load(Ordering::Relaxed),
+            connect_failures: self.connect_failures.load(Ordering::Relaxed),
+            marked_down: self.marked_down.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The connection to use now: the open one; or, for a node that is not
+    /// down, a new one (concurrent callers share the attempt). A down node
+    /// is refused at once; if its probe is due, one is started in the
+    /// background.
+    pub(crate) async fn connection(self: &Arc<Self>) -> Result<Live, Unavailable> {
+        if let Some(live) = self.current() {
+            return Ok(live);
+        }
+        self.refuse_if_down()?;
+        let _connecting = self.connecting.lock().await;
+        // Someone else may have connected, or failed, while we waited.
+        if let Some(live) = self.current() {
+            return Ok(live);
+        }
+        self.refuse_if_down()?;
+        match self.open().await {
+            Ok(live) => Ok(live),
+            Err(err) => {
+                self.mark_down(&err.to_string());
+                Err(Unavailable::Connect(err))
+            }
+        }
+    }
+
+    fn current(&self) -> Option<Live> {
+        self.live
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn health(&self) -> std::sync::MutexGuard<'_, Health> {
+        self.health.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn refuse_if_down(self: &Arc<Self>) -> Result<(), Unavailable> {
+        let mut health = self.health();
+        let Some(down) = health.down.as_mut() else {
+            return Ok(());
+        };
+        if !down.probing && Instant::now() >= down.next_probe {
+            down.probing = true;
+            let weak = Arc::downgrade(self);
+            tokio::spawn(async move {
+                if let Some(node) = weak.upgrade() {
+                    node.probe().await;
+                }
+            });
+        }
+        Err(Unavailable::Down { since: down.since })
+    }
+
+    /// One reconnect attempt to a down node, in the background.
+    async fn probe(self: Arc<Self>) {
+        let _connecting = self.connecting.lock().await;
+        let result = self.open().await;
+        let mut health = self.health();
+        match result {
+            Ok(_) => {
+                let since = health.down.take().map(|d| d.since);
+                health.timeouts = 0;
+                drop(health);
+                crate::metrics::node_down(&self.addr, false);
+                tracing::warn!(
+                    node = %self.addr,
+                    down_for = ?since.map(|s| s.elapsed()),
+                    "shardlimit: node reachable again"
+                );
+            }
+            Err(err) => {
+                if let Some(down) = health.down.as_mut() {
+                    down.backoff = (down.backoff * 2).min(self.config.reconnect_max);
+                    down.next_probe = Instant::now() + jittered(down.backoff);
+                    down.probing = false;
+                }
+                drop(health);
+                tracing::debug!(node = %self.addr, error = %err,
+                    "shardlimit: reconnect to a down node failed");
+            }
+        }
+    }
+
+    /// Opens a connection and installs it. The caller holds `connecting`.
+    async fn open(&self) -> Result<Live, RedisError> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.config.connect_timeout))
+            // Every request is bounded by the caller's deadline instead, so
+            // the router knows which node and request timed out.
+            .set_response_timeout(None);
+        let attempt = tokio::time::timeout(
+            self.config.connect_timeout,
+            self.client
+                .get_multiplexed_async_connection_with_config(&config),
+        )
+        .await;
+        let conn = match attempt {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(err)) => {
+                self.connect_failures.fetch_add(1, Ordering::Relaxed);
+                crate::metrics::node_connect(&self.addr, false);
+                return Err(err);
+            }
+            Err(_) => {
+                self.connect_failures.fetch_add(1, Ordering::Relaxed);
+                crate::metrics::node_connect(&self.addr, false);
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no connection within {:?}", self.config.connect_timeout),
+                )
+                .into());
+            }
+        };
+        self.connects.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::node_connect(&self.addr, true);
+        let live = Live {
+            conn,
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+        };
+        *self.live.write().unwrap_or_else(PoisonError::into_inner) = Some(live.clone());
+        Ok(live)
+    }
+
+    /// Records a failed request on `live`. Returns true when this marked
+    /// the node down (the caller then looks for a new topology).
+    pub(crate) fn report(&self, live: &Live, fault: Fault) -> bool {
+        let down = match fault {
+            Fault::Broken => true,
+            Fault::Timeout => self.count_timeout(),
+        };
+        if !down {
+            return false;
+        }
+        // Drop the connection only if it is still the one that failed: a
+        // reconnect may have replaced it already.
+        {
+            let mut current = self.live.write().unwrap_or_else(PoisonError::into_inner);
+            if current.as_ref().is_some_and(|c| c.id == live.id) {
+                *current = None;
+            } else {
+                return false;
+            }
+        }
+        self.mark_down(match fault {
+            Fault::Broken => "connection broken",
+            Fault::Timeout => "repeated timeouts",
+        })
+    }
+
+    fn count_timeout(&self) -> bool {
+        let mut health = self.health();
+        let now = Instant::now();
+        match health.window_started {
+            Some(started) if now.duration_since(started) <= self.config.failure_window => {}
+            _ => {
+                health.window_started = Some(now);
+                health.timeouts = 0;
+            }
+        }
+        health.timeouts += 1;
+        health.timeouts >= self.config.down_after
+    }
+
+    /// Marks the node down (if it is not already); true if it was up.
+    fn mark_down(&self, why: &str) -> bool {
+        let mut health = self.health();
+        if health.down.is_some() {
+            return false;
+        }
+        let now = Instant::now();
+        health.down = Some(Down {
+            since: now,
+            backoff: self.config.reconnect_min,
+            next_probe: now + jittered(self.config.reconnect_min),
+            probing: false,
+        });
+        health.timeouts = 0;
+        drop(health);
+        self.marked_down.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::node_down(&self.addr, true);
+        tracing::warn!(node = %self.addr, reason = why,
+            "shardlimit: node marked down; its calls fail fast until it answers again or its slots move");
+        true
+    }
+}
+
+/// Half to all of `interval`, at random.
+fn jittered(interval: Duration) -> Duration {
+    interval.mul_f64(rand::random_range(0.5..=1.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> NodeConfig {
+        NodeConfig {
+            connect_timeout: Duration::from_millis(300),
+            down_after: 3,
+            failure_window: Duration::from_secs(60),
+            reconnect_min: Duration::from_millis(100),
+            reconnect_max: Duration::from_millis(400),
+        }
+    }
+
+    fn refused_node() -> Arc<Node> {
+        // Nothing listens on port 1: every connection attempt is refused.
+        let client = Client::open("redis://127.0.0.1:1").unwrap();
+        Arc::new(Node::new("127.0.0.1:1".into(), client, config()))
+    }
+
+    #[tokio::test]
+    async fn a_refused_connect_marks_the_node_down_and_later_calls_fail_fast() {
+        let node = refused_node();
+        assert!(matches!(
+            node.connection().await,
+            Err(Unavailable::Connect(_))
+        ));
+        assert!(node.is_down());
+        let started = Instant::now();
+        for _ in 0..100 {
+            assert!(matches!(
+                node.connection().await,
+                Err(Unavailable::Down { .. })
+            ));
+        }
+        assert!(started.elapsed() < Duration::from_millis(50));
+        let state = node.state();
+        assert_eq!(state.marked_down, 1);
+        assert!(state.down_for.is_some());
+    }
+
+    #[tokio::test]
+    async fn probes_back_off_with_growth_up_to_the_cap() {
+        let node = refused_node();
+        let _ = node.connection().await;
+        let started = Instant::now();
+        // Call constantly for 1.5 s: probes start only when due.
+        while started.elapsed() < Duration::from_millis(1500) {
+            let _ = node.connection().await;
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let attempts = node.state().connect_failures;
+        // First attempt, then probes after 50-100, 100-200, 200-400 and
+        // every 200-400 ms: at most 1 + 8 in 1.5 s, at least 1 + 3.
+        assert!((4..=9).contains(&attempts), "{attempts} connect attempts");
+    }
+
+    #[test]
+    fn timeouts_mark_down_only_after_the_threshold() {
+        let node = refused_node();
+        assert!(!node.count_timeout());
+        assert!(!node.count_timeout());
+        assert!(node.count_timeout(), "the third timeout in the window");
+    }
+
+    #[test]
+    fn jitter_stays_within_half_to_all() {
+        for _ in 0..1000 {
+            let j = jittered(Duration::from_millis(100));
+            assert!(j >= Duration::from_millis(50) && j <= Duration::from_millis(100));
+        }
+    }
+}

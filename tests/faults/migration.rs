@@ -1,0 +1,112 @@
+//! A slot migrating under load.
+
+use shardlimit::keys::slot;
+use shardlimit::{RateLimiter, Transaction, TxCommand};
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::common;
+use crate::harness::*;
+
+/// A slot moves to another master and back (`SETSLOT … MIGRATING/IMPORTING`,
+/// `MIGRATE`, `SETSLOT … NODE`) while scripts and MULTI transactions run on
+/// its keys: no error reaches the caller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fault injection: run by scripts/test.sh, serially"]
+async fn slot_migration_under_load() {
+    restore_cluster();
+    let _restore = RestoreOnDrop;
+    let cluster = cluster_builder("migrate").build().await.unwrap();
+    let limiter = RateLimiter::builder(&cluster, "mig", big_quota())
+        .build()
+        .unwrap();
+    let masters = common::masters().await;
+    let source = masters
+        .iter()
+        .find(|m| m.addr == "127.0.0.1:7000")
+        .unwrap()
+        .clone();
+    let target = masters
+        .iter()
+        .find(|m| m.addr == "127.0.0.1:7001")
+        .unwrap()
+        .clone();
+    // Eight subjects that share one slot of 7000.
+    let the_slot = slot(b"migrating-0");
+    assert!(source.owns(the_slot));
+    let subjects: Arc<Vec<String>> = Arc::new(
+        (0..)
+            .map(|i| format!("migrating-{i}"))
+            .filter(|s| slot(s.as_bytes()) == the_slot)
+            .take(8)
+            .collect(),
+    );
+    let counter = shardlimit::keys::KeyId::new("counter", "mig").unwrap();
+    let t0 = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let scripts_load = {
+        let (limiter, subjects) = (limiter.clone(), subjects.clone());
+        load("scripts", 8, t0, stop.clone(), move |task| {
+            let (limiter, subjects) = (limiter.clone(), subjects.clone());
+            async move { check_outcome(limiter.check(&subjects[task]).await) }
+        })
+    };
+    let tx_load = {
+        let (cluster, subjects) = (cluster.clone(), subjects.clone());
+        load("transactions", 8, t0, stop.clone(), move |task| {
+            let (cluster, subjects, counter) = (cluster.clone(), subjects.clone(), counter.clone());
+            async move {
+                let keys = cluster.keys().key_set(&subjects[task], [&counter]).unwrap();
+                let tx = Transaction::new()
+                    .command(TxCommand::new("INCRBY").key(0).arg(1))
+                    .command(TxCommand::new("PEXPIRE").key(0).arg(60_000));
+                match cluster.transaction::<(i64, i64)>(&keys, &tx).await {
+                    Ok(_) => Outcome::Decided,
+                    Err(e) => Outcome::Failed(e.to_string()),
+                }
+            }
+        })
+    };
+
+    let s = the_slot.to_string();
+    for (from, to) in [(&source, &target), (&target, &source)] {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        common::cmd(&to.addr, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &from.id]).await;
+        common::cmd(&from.addr, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &to.id]).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        common::migrate_keys(the_slot, from, to).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        common::finish_move(the_slot, to, &masters).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut samples = scripts_load.await.unwrap();
+    samples.extend(tx_load.await.unwrap());
+    let failures: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.outcome != Outcome::Decided)
+        .collect();
+    report(
+        "slot_migration_under_load",
+        &[format!(
+            "slot {the_slot} moved 7000 -> 7001 -> 7000 under load: {} script calls, {} transactions, {} failures{}",
+            samples.iter().filter(|s| s.group == "scripts").count(),
+            samples.iter().filter(|s| s.group == "transactions").count(),
+            failures.len(),
+            failures
+                .first()
+                .map(|s| format!(", first: {:?}", s.outcome))
+                .unwrap_or_default()
+        )],
+    );
+    assert!(
+        failures.is_empty(),
+        "{} calls failed, first: {:?}",
+        failures.len(),
+        failures[0]
+    );
+    assert_eq!(common::owner(the_slot).await.addr, source.addr);
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
