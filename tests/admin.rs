@@ -348,3 +348,68 @@ async fn reset_removes_exactly_one_subjects_keys() {
     );
     common::assert_every_key_has_ttl(cluster.namespace()).await;
 }
+
+#[tokio::test]
+async fn a_wrong_type_key_is_reported_unrecognised_and_the_walk_goes_on() {
+    let cluster = common::cluster("wrongtype").await;
+    let expected = populate(&cluster, 70).await;
+    // Keys shaped like ours whose type the state reads cannot read: GET on
+    // a list (fixed window), ZCARD on a string (lease), HMGET on a set
+    // (sliding window counter).
+    let ns = cluster.namespace().to_owned();
+    let planted: Vec<(Vec<u8>, redis::Cmd)> = [
+        ("{planted-1}:fw:api", "RPUSH"),
+        ("{planted-2}:lease:exports", "SET"),
+        ("{planted-3}:swc:api", "SADD"),
+    ]
+    .into_iter()
+    .map(|(rest, write)| {
+        let key = format!("{ns}:{rest}").into_bytes();
+        let mut cmd = redis::cmd(write);
+        cmd.arg(&key).arg("x");
+        (key, cmd)
+    })
+    .collect();
+    for (key, cmd) in &planted {
+        let _: redis::Value = common::on_owner(key, &mut cmd.clone()).await;
+        let _: i64 = common::on_owner(key, redis::cmd("PEXPIRE").arg(key).arg(600_000)).await;
+    }
+
+    let scanner = Scanner::new(&cluster);
+    let (found, mut unrecognized) = collect(&scanner).await;
+    let found: BTreeSet<Id> = found.iter().map(id).collect();
+    assert_eq!(found, expected);
+    unrecognized.sort();
+    let mut keys: Vec<Vec<u8>> = planted.iter().map(|(k, _)| k.clone()).collect();
+    keys.sort();
+    assert_eq!(unrecognized, keys);
+
+    // `show` of such a subject answers too (without the stranger).
+    assert!(scanner.subject("planted-1").await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn show_and_reset_page_through_a_slot_with_many_keys() {
+    let cluster = common::cluster("slotpage").await;
+    let all = limiters(&cluster);
+    let target = "crowded";
+    // Seven neighbours in the target's slot: 32 keys there, listed 5 at a
+    // time.
+    let neighbours: Vec<String> = (0..)
+        .map(|i| format!("n-{i}"))
+        .filter(|s| slot(s.as_bytes()) == slot(target.as_bytes()))
+        .take(7)
+        .collect();
+    for l in &all {
+        for s in neighbours.iter().map(String::as_str).chain([target]) {
+            let _ = l.check(s).await.unwrap();
+        }
+    }
+    let scanner = Scanner::new(&cluster).count(5);
+    let shown = scanner.subject(target).await.unwrap();
+    assert_eq!(shown.len(), 4);
+    assert!(shown.iter().all(|i| i.subject == target.as_bytes()));
+    assert_eq!(scanner.reset(target, None, None).await.unwrap(), 4);
+    assert!(scanner.subject(target).await.unwrap().is_empty());
+    assert_eq!(scanner.subject(&neighbours[0]).await.unwrap().len(), 4);
+}

@@ -76,7 +76,9 @@ type ProgressFn = Arc<dyn Fn(&Progress) + Send + Sync>;
 pub enum ScanEvent {
     /// A primitive and its state.
     Limiter(LimiterInfo),
-    /// A key under the namespace that the key parser does not recognise.
+    /// A key under the namespace that the key parser does not recognise, or
+    /// one named like a primitive but holding another Redis type (its state
+    /// read answered `WRONGTYPE`). Either way the walk goes on.
     Unrecognized {
         /// The key.
         key: Vec<u8>,
@@ -305,8 +307,11 @@ impl Scanner {
     /// many keys were deleted.
     ///
     /// The keys are listed with `CLUSTER GETKEYSINSLOT` on the slot's master
-    /// (the slot holds only this subject's keys and those of subjects that
-    /// share the slot, so this never walks the node).
+    /// when the slot holds at most [`count`](Self::count) keys (this
+    /// subject's and those of subjects sharing the slot); a more crowded
+    /// slot is searched with `SCAN MATCH <this subject's key prefix>*`,
+    /// `count` keys per call, so no call blocks the node for long (Redis
+    /// 7.0 walks the whole master for that, page by page).
     pub async fn reset(
         &self,
         subject: impl AsRef<[u8]>,
@@ -357,15 +362,22 @@ impl Scanner {
             .cluster
             .node_command("cluster countkeysinslot", &owner, count_cmd)
             .await?;
-        if in_slot == 0 {
+        let keys = if in_slot == 0 {
             return Ok((owner, Vec::new()));
-        }
-        let mut list = redis::cmd("CLUSTER");
-        list.arg("GETKEYSINSLOT").arg(the_slot).arg(in_slot);
-        let keys: Vec<Vec<u8>> = self
-            .cluster
-            .node_command("cluster getkeysinslot", &owner, list)
-            .await?;
+        } else if in_slot <= u64::from(self.count) {
+            let mut list = redis::cmd("CLUSTER");
+            list.arg("GETKEYSINSLOT").arg(the_slot).arg(in_slot);
+            self.cluster
+                .node_command("cluster getkeysinslot", &owner, list)
+                .await?
+        } else {
+            // GETKEYSINSLOT has no cursor: asking for a crowded slot's keys
+            // at once would block the node for the whole slot. SCAN for
+            // exactly this subject's keys instead, `count` per call.
+            let tag_end = probe.len() - b"probe:probe".len();
+            self.scan_matching(&owner, &glob_escape(&probe[..tag_end]))
+                .await?
+        };
         let namespace = self.cluster.namespace();
         let mine = keys
             .into_iter()
@@ -379,6 +391,28 @@ impl Scanner {
             })
             .collect();
         Ok((owner, mine))
+    }
+
+    /// Every key on `node` matching `pattern`, `SCAN`ning `count` keys per
+    /// call; each key once (SCAN may return a key twice).
+    async fn scan_matching(&self, node: &NodeAddr, pattern: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let mut found = std::collections::BTreeSet::new();
+        let mut cursor = 0u64;
+        loop {
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(self.count);
+            let (next, keys): (u64, Vec<Vec<u8>>) =
+                self.cluster.node_command("scan", node, scan).await?;
+            found.extend(keys);
+            if next == 0 {
+                return Ok(found.into_iter().collect());
+            }
+            cursor = next;
+        }
     }
 
     /// Starts one task per master; events arrive on the returned channel,
@@ -560,16 +594,25 @@ impl Scanner {
         }
         let replies = self.cluster.node_pipeline("scan reads", node, pipe).await?;
         let mut replies = replies.into_iter();
-        for (key, plan) in reads {
+        'keys: for (key, plan) in reads {
             let mine: Vec<Value> = replies.by_ref().take(plan.commands()).collect();
             for reply in &mine {
-                if let Value::ServerError(err) = reply {
+                match reply {
+                    // A key named like ours but holding another type: not
+                    // ours. One stranger must not hide the rest of the node.
+                    Value::ServerError(err) if is_wrong_type(err) => {
+                        found.push(Found::Unrecognized(key));
+                        continue 'keys;
+                    }
                     // A MOVED here means the node is no longer a master.
-                    return Err(Error::Redis {
-                        op: "scan reads".into(),
-                        slot: Some(slot(&key)),
-                        source: err.clone().into(),
-                    });
+                    Value::ServerError(err) => {
+                        return Err(Error::Redis {
+                            op: "scan reads".into(),
+                            slot: Some(slot(&key)),
+                            source: err.clone().into(),
+                        });
+                    }
+                    _ => {}
                 }
             }
             if let Some(f) = plan.interpret(key, node, &mine) {
@@ -806,6 +849,12 @@ fn info(
     })
 }
 
+/// `WRONGTYPE`: redis-rs has no error kind for it, so its code decides
+/// (the code, not the message text, is the protocol's contract).
+fn is_wrong_type(err: &redis::ServerError) -> bool {
+    err.code() == "WRONGTYPE"
+}
+
 /// `PTTL` → `Some(ttl)` (`None` inside when the key has no TTL), or `None`
 /// when the key is gone.
 fn ttl(pttl: Option<i64>) -> Option<Option<Duration>> {
@@ -887,6 +936,20 @@ impl From<Error> for WalkError {
     }
 }
 
+/// `prefix` followed by `*`, with the bytes SCAN's glob treats specially
+/// escaped, so the pattern matches exactly the keys starting with `prefix`.
+fn glob_escape(prefix: &[u8]) -> Vec<u8> {
+    let mut pattern = Vec::with_capacity(prefix.len() + 8);
+    for &b in prefix {
+        if matches!(b, b'*' | b'?' | b'[' | b']' | b'\\') {
+            pattern.push(b'\\');
+        }
+        pattern.push(b);
+    }
+    pattern.push(b'*');
+    pattern
+}
+
 /// Glob match over bytes: `*` any run, `?` one byte, `\` escapes.
 pub(crate) fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
     let (mut p, mut t) = (0, 0);
@@ -957,6 +1020,19 @@ mod tests {
             ("ab", "abc", false),
         ] {
             assert_eq!(glob_match(p.as_bytes(), t.as_bytes()), m, "{p} ~ {t}");
+        }
+    }
+
+    #[test]
+    fn escaped_globs_match_exactly_the_prefix() {
+        for prefix in [&b"sl:{a*b?}:"[..], b"sl:{[x]\\}:", b"sl:{plain}:"] {
+            let pattern = glob_escape(prefix);
+            let mut key = prefix.to_vec();
+            key.extend_from_slice(b"gcra:api");
+            assert!(glob_match(&pattern, &key), "{pattern:?}");
+            assert!(glob_match(&pattern, prefix));
+            assert!(!glob_match(&pattern, b"sl:{axxb?}:gcra:api"));
+            assert!(!glob_match(&pattern, b"sl:{x]\\}:gcra:api"));
         }
     }
 
