@@ -48,14 +48,19 @@ pub(super) async fn run(held: Weak<Held>, mut stop: oneshot::Receiver<()>) {
                 next = Instant::now() + period;
             }
             Ok(false) => {
-                tracing::warn!(lock = %name, resource = %held.resource_lossy(),
+                // The resource names a subject (possibly personal data):
+                // only ever logged at `trace`, in an event of its own.
+                tracing::warn!(lock = %name,
                     "shardlimit: watchdog found the lock expired or taken; it is lost");
+                tracing::trace!(lock = %name, resource = %held.resource_lossy(),
+                    "shardlimit: the lost lock's resource");
                 return;
             }
             Err(err) => {
-                tracing::warn!(lock = %name, resource = %held.resource_lossy(), error = %err,
-                    still_valid = held.is_held(),
+                tracing::warn!(lock = %name, error = %err, still_valid = held.is_held(),
                     "shardlimit: watchdog could not extend the lock; retrying");
+                tracing::trace!(lock = %name, resource = %held.resource_lossy(),
+                    "shardlimit: the resource of the lock the watchdog could not extend");
                 next = Instant::now() + retry;
             }
         }
