@@ -23,6 +23,7 @@ use axum::extract::ConnectInfo;
 use axum::routing::get;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
+use shardlimit::keys::HashedSubject;
 use shardlimit::tower::{HeaderKey, MissingKey, PeerIp, RateLimitLayer};
 use shardlimit::{Cluster, Error, FailurePolicy, MultiLimiter, Quota, RateLimiter};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -318,11 +319,10 @@ async fn a_missing_key_follows_the_configured_policy() {
         .layer(counting_inner(calls.clone()))
     };
     let keyless = || Request::new(String::new());
-    let too_long = || with_key(&"k".repeat(shardlimit::keys::MAX_SUBJECT_LEN + 1));
 
     // Reject (the default): 400, nothing checked, the inner service not called.
     let reject = build("reject", MissingKey::Reject);
-    for request in [keyless(), too_long(), with_key("")] {
+    for request in [keyless(), with_key("")] {
         let response = reject.clone().oneshot(request).await.unwrap();
         assert_eq!(response.status(), StatusCode::BAD_REQUEST);
         assert_eq!(header(&response, "ratelimit"), None);
@@ -344,7 +344,7 @@ async fn a_missing_key_follows_the_configured_policy() {
         let response = fallback.clone().oneshot(keyless()).await.unwrap();
         assert_eq!(response.status(), StatusCode::OK);
     }
-    let denied = fallback.clone().oneshot(too_long()).await.unwrap();
+    let denied = fallback.clone().oneshot(with_key("")).await.unwrap();
     assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
     let keyed = fallback.clone().oneshot(with_key("k")).await.unwrap();
     assert_eq!(keyed.status(), StatusCode::OK);
@@ -478,4 +478,71 @@ async fn the_builder_validates_cost_and_fallback_key() {
         .missing_key(MissingKey::fallback("anonymous"))
         .build()
         .unwrap();
+}
+
+#[tokio::test]
+async fn keys_over_the_subject_limit_are_limited_like_any_other() {
+    let cluster = common::cluster("tower-long").await;
+    let calls = Arc::new(AtomicU32::new(0));
+    // A JWT-sized bearer token, and another differing only in its last byte.
+    let token = format!("{}a", "eyJhbGciOiJSUzI1NiJ9.".repeat(60));
+    let other = format!("{}b", &token[..token.len() - 1]);
+    assert!(token.len() > shardlimit::keys::MAX_SUBJECT_LEN);
+    for missing in [MissingKey::Pass, MissingKey::Reject] {
+        let name = format!("{missing:?}").to_lowercase();
+        let service = RateLimitLayer::builder(
+            three_per_six(&cluster, &name),
+            HeaderKey::from_static("x-api-key"),
+        )
+        .missing_key(missing)
+        .build()
+        .unwrap()
+        .layer(counting_inner(calls.clone()));
+        for remaining in [2u64, 1, 0] {
+            let response = service.clone().oneshot(with_key(&token)).await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK, "{name}");
+            assert_eq!(
+                ratelimit(&response),
+                [(name.clone(), remaining, 6 - 2 * remaining)]
+            );
+        }
+        let denied = service.clone().oneshot(with_key(&token)).await.unwrap();
+        assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS, "{name}");
+        // Its own limit, not one shared by every long key.
+        let response = service.clone().oneshot(with_key(&other)).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{name}");
+    }
+    assert_eq!(calls.load(Ordering::Relaxed), 8);
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
+#[tokio::test]
+async fn with_hash_keys_no_key_is_stored_verbatim() {
+    let cluster = common::cluster("tower-hash").await;
+    let calls = Arc::new(AtomicU32::new(0));
+    let service = RateLimitLayer::builder(
+        three_per_six(&cluster, "api"),
+        HeaderKey::from_static("x-api-key"),
+    )
+    .hash_keys(true)
+    .build()
+    .unwrap()
+    .layer(counting_inner(calls.clone()));
+    let secret = "sk-live-51Hx9Q";
+    for _ in 0..3 {
+        let response = service.clone().oneshot(with_key(secret)).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    let denied = service.clone().oneshot(with_key(secret)).await.unwrap();
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+
+    let keys = common::keys_with_pttl(cluster.namespace()).await;
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let key = String::from_utf8(keys[0].0.clone()).unwrap();
+    assert!(!key.contains(secret), "{key}");
+    // The same digest a caller gets from the public helper.
+    let digest = HashedSubject::of(secret);
+    assert!(key.contains(digest.as_str()), "{key}");
+    let peek = three_per_six(&cluster, "api").peek(digest).await.unwrap();
+    assert_eq!(peek.remaining, 0);
 }

@@ -32,6 +32,9 @@
 //! tag early or leave it empty; everything else, `:` included, is kept as is.
 //! Namespace, kind, name and part are `[A-Za-z0-9_.-]{1,64}`.
 //!
+//! A longer subject, or one that should not appear in key names (an API
+//! key, a bearer token), can be replaced by its digest: [`HashedSubject`].
+//!
 //! # Proof, not hope
 //!
 //! [`slot`] is Redis' own function (CRC16/XMODEM of the tag, mod 16384).
@@ -41,12 +44,14 @@
 //! key under a namespace back into its subject and primitive.
 
 mod builder;
+mod hashed;
 mod ident;
 mod keyset;
 mod parse;
 mod slot;
 
 pub use builder::{KeyBuilder, MAX_SUBJECT_LEN};
+pub use hashed::HashedSubject;
 pub use ident::{KeyId, MAX_IDENT_LEN};
 pub use keyset::KeySet;
 pub use parse::ParsedKey;

@@ -37,9 +37,9 @@ use http::header::{HeaderName, HeaderValue};
 /// assert_eq!(by_user.extract(&req).as_deref(), Some("42"));
 /// ```
 pub trait KeyExtractor<B>: Clone + Send + Sync + 'static {
-    /// The key; any bytes, at most
-    /// [`MAX_SUBJECT_LEN`](crate::keys::MAX_SUBJECT_LEN) (an empty or longer
-    /// key counts as missing).
+    /// The key; any bytes (an empty key counts as missing; one longer than
+    /// [`MAX_SUBJECT_LEN`](crate::keys::MAX_SUBJECT_LEN) is limited under
+    /// its [digest](crate::keys::HashedSubject)).
     type Key: AsRef<[u8]> + Send + 'static;
 
     /// The key of `request`, or `None` if it has none.

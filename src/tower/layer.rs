@@ -14,8 +14,9 @@ use crate::keys::MAX_SUBJECT_LEN;
 use crate::policy::WarnLimiter;
 
 /// What to do with a request whose key cannot be extracted (the extractor
-/// returned `None`, or an empty key, or one longer than
-/// [`MAX_SUBJECT_LEN`]).
+/// returned `None`, or an empty key). A key longer than [`MAX_SUBJECT_LEN`]
+/// is not missing: it is limited under its digest (see
+/// [`hash_keys`](RateLimitLayerBuilder::hash_keys)).
 ///
 /// ```
 /// use shardlimit::tower::MissingKey;
@@ -54,6 +55,8 @@ pub(crate) struct Config {
     pub(crate) missing: MissingKey,
     pub(crate) headers_on_allowed: bool,
     pub(crate) cost: u32,
+    /// Every key is limited under its digest, not only over-long ones.
+    pub(crate) hash_keys: bool,
     /// At most one warning per few seconds about checks that failed (503).
     pub(crate) warn: WarnLimiter,
 }
@@ -66,6 +69,7 @@ impl fmt::Debug for Config {
             .field("missing", &self.missing)
             .field("headers_on_allowed", &self.headers_on_allowed)
             .field("cost", &self.cost)
+            .field("hash_keys", &self.hash_keys)
             .finish_non_exhaustive()
     }
 }
@@ -140,6 +144,7 @@ impl<X> RateLimitLayer<X> {
                 missing: MissingKey::default(),
                 headers_on_allowed: true,
                 cost: 1,
+                hash_keys: false,
                 warn: WarnLimiter::new(),
             }),
             extractor,
@@ -171,6 +176,7 @@ impl<X> RateLimitLayer<X> {
             missing: MissingKey::default(),
             headers_on_allowed: true,
             cost: 1,
+            hash_keys: false,
         }
     }
 
@@ -225,6 +231,7 @@ impl<S, X: Clone> Layer<S> for RateLimitLayer<X> {
 ///     .missing_key(MissingKey::Reject) // default
 ///     .headers_on_allowed(true)         // default
 ///     .cost(1)                          // default
+///     .hash_keys(false)                 // default
 ///     .build()?;
 /// # Ok(()) }
 /// ```
@@ -235,6 +242,7 @@ pub struct RateLimitLayerBuilder<X> {
     missing: MissingKey,
     headers_on_allowed: bool,
     cost: u32,
+    hash_keys: bool,
 }
 
 impl<X> RateLimitLayerBuilder<X> {
@@ -256,6 +264,33 @@ impl<X> RateLimitLayerBuilder<X> {
     /// layer). Default 1. Must be 1 to the smallest capacity of the limits.
     pub fn cost(mut self, cost: u32) -> Self {
         self.cost = cost;
+        self
+    }
+
+    /// Whether every key is limited under its SHA-256 digest
+    /// ([`HashedSubject`](crate::keys::HashedSubject)) rather than as is.
+    /// Default `false`: keys are used as they are, except keys longer than
+    /// [`MAX_SUBJECT_LEN`], which are always hashed (a JWT must be limited
+    /// like any other key).
+    ///
+    /// Turn it on when keys are secrets (API keys, bearer tokens), so they
+    /// are not stored verbatim in Redis key names. The price: the admin view
+    /// (`shardlimit list`) shows `sha256:…` digests instead of the keys, and
+    /// each request computes a SHA-256 of its key (on the stack). An unkeyed
+    /// digest hides only what is hard to guess: it does not make an IP
+    /// address or a user id secret.
+    ///
+    /// ```no_run
+    /// # fn demo(limiter: shardlimit::RateLimiter) -> shardlimit::Result<()> {
+    /// use http::header::AUTHORIZATION;
+    /// use shardlimit::tower::{HeaderKey, RateLimitLayer};
+    /// let per_token = RateLimitLayer::builder(limiter, HeaderKey::new(AUTHORIZATION))
+    ///     .hash_keys(true)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn hash_keys(mut self, on: bool) -> Self {
+        self.hash_keys = on;
         self
     }
 
@@ -289,6 +324,7 @@ impl<X> RateLimitLayerBuilder<X> {
                 missing: self.missing,
                 headers_on_allowed: self.headers_on_allowed,
                 cost: self.cost,
+                hash_keys: self.hash_keys,
                 warn: WarnLimiter::new(),
             }),
             extractor: self.extractor,
@@ -304,6 +340,7 @@ impl<X> fmt::Debug for RateLimitLayerBuilder<X> {
             .field("missing", &self.missing)
             .field("headers_on_allowed", &self.headers_on_allowed)
             .field("cost", &self.cost)
+            .field("hash_keys", &self.hash_keys)
             .finish()
     }
 }

@@ -13,7 +13,7 @@ use super::future::ResponseFuture;
 use super::headers::{self, RATELIMIT, RATELIMIT_POLICY};
 use super::layer::{Config, MissingKey};
 use super::limits::Verdict;
-use crate::keys::MAX_SUBJECT_LEN;
+use crate::keys::{HashedSubject, MAX_SUBJECT_LEN};
 
 /// The service a [`RateLimitLayer`](super::RateLimitLayer) wraps around an
 /// inner service. Cheap to clone (the configuration is shared); see the
@@ -89,8 +89,16 @@ where
         let key = self
             .extractor
             .extract(&request)
-            .filter(|k| (1..=MAX_SUBJECT_LEN).contains(&k.as_ref().len()))
-            .map(Subject::Key);
+            .filter(|k| !k.as_ref().is_empty())
+            .map(|k| {
+                // Hashing is a fixed-length stand-in for a key too long to
+                // be a subject, and for every key when keys are secrets.
+                if self.config.hash_keys || k.as_ref().len() > MAX_SUBJECT_LEN {
+                    Subject::Hashed(HashedSubject::of(k))
+                } else {
+                    Subject::Key(k)
+                }
+            });
         let subject = match (key, &self.config.missing) {
             (Some(subject), _) => subject,
             (None, MissingKey::Fallback(key)) => Subject::Fallback(Arc::clone(key)),
@@ -116,9 +124,10 @@ where
     }
 }
 
-/// The key to check: the request's own or the shared fallback.
+/// The key to check: the request's own, its digest, or the shared fallback.
 enum Subject<K> {
     Key(K),
+    Hashed(HashedSubject),
     Fallback(Arc<[u8]>),
 }
 
@@ -126,6 +135,7 @@ impl<K: AsRef<[u8]>> AsRef<[u8]> for Subject<K> {
     fn as_ref(&self) -> &[u8] {
         match self {
             Subject::Key(key) => key.as_ref(),
+            Subject::Hashed(digest) => digest.as_ref(),
             Subject::Fallback(key) => key,
         }
     }
