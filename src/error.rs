@@ -149,6 +149,15 @@ pub enum Error {
         source: RedisError,
     },
 
+    /// An admin reset was refused, and nothing deleted, because primitives
+    /// of the subject are in use (a held lock, a lease with permits, a
+    /// counter with a value); forcing it deletes them anyway.
+    #[error("reset refused, nothing deleted: {}; force it to delete them anyway", .in_use.join(", "))]
+    ResetRefused {
+        /// What is in use, e.g. `lock job is held` (without the subject).
+        in_use: Vec<String>,
+    },
+
     /// Redis answered with something the operation did not expect.
     #[error("{op}: unexpected reply: {detail}")]
     UnexpectedReply {

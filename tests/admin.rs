@@ -413,3 +413,66 @@ async fn show_and_reset_page_through_a_slot_with_many_keys() {
     assert!(scanner.subject(target).await.unwrap().is_empty());
     assert_eq!(scanner.subject(&neighbours[0]).await.unwrap().len(), 4);
 }
+
+#[tokio::test]
+async fn reset_refuses_what_is_in_use_unless_forced_and_plans_exactly_its_keys() {
+    let cluster = common::cluster("adminreset-safe").await;
+    let o = others(&cluster);
+    let guard = o.lock.try_acquire("busy").await.unwrap().unwrap();
+    let permit = o.lease.try_acquire("busy").await.unwrap().unwrap();
+    o.counter.add("busy", 7).await.unwrap();
+    let scanner = Scanner::new(&cluster);
+
+    let plan = scanner.plan_reset("busy", None, None).await.unwrap();
+    let ns = cluster.namespace();
+    let expected: Vec<Vec<u8>> = [
+        "counter:billing",
+        "lease:exports",
+        "lock:job",
+        "lock:job:fence",
+    ]
+    .iter()
+    .map(|rest| format!("{ns}:{{busy}}:{rest}").into_bytes())
+    .collect();
+    assert_eq!(plan.keys(), expected);
+    let reasons: Vec<String> = plan.in_use().iter().map(ToString::to_string).collect();
+    assert_eq!(
+        reasons,
+        [
+            "counter billing holds 7 (not drained)",
+            "lease exports has 1 permit(s)",
+            "lock job is held",
+        ]
+    );
+    match scanner.reset("busy", None, None).await {
+        Err(shardlimit::Error::ResetRefused { in_use }) => assert_eq!(in_use, reasons),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(common::keys_with_pttl(ns).await.len(), 4);
+    assert!(guard.is_held());
+
+    // Released and drained: nothing in the way (the free lock's fence and
+    // the drained counter remain).
+    assert!(guard.release().await.unwrap());
+    assert!(permit.release().await.unwrap());
+    assert_eq!(o.counter.drain("busy").await.unwrap(), Some(7));
+    assert!(
+        scanner
+            .plan_reset("busy", None, None)
+            .await
+            .unwrap()
+            .in_use()
+            .is_empty()
+    );
+    assert_eq!(scanner.reset("busy", None, None).await.unwrap(), 2);
+
+    // Forced: deleted while in use.
+    let _guard = o.lock.try_acquire("busy").await.unwrap().unwrap();
+    let plan = scanner
+        .plan_reset("busy", Some("lock"), None)
+        .await
+        .unwrap();
+    assert_eq!(plan.in_use().len(), 1);
+    assert_eq!(plan.execute(&scanner, true).await.unwrap(), 2);
+    assert!(common::keys_with_pttl(ns).await.is_empty());
+}

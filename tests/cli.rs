@@ -95,7 +95,9 @@ async fn list_count_show_audit_and_reset() {
     assert_eq!(problems[0]["problem"], "no_ttl");
     assert_eq!(problems[0]["key"], String::from_utf8(leak.clone()).unwrap());
 
-    let out = cli(&ns, &["reset", "zombie"]);
+    // The leaked counter still holds 5: refused without --force.
+    assert_eq!(cli(&ns, &["reset", "zombie"]).status.code(), Some(1));
+    let out = cli(&ns, &["reset", "zombie", "--force"]);
     assert!(stdout(&out).contains("deleted 1 keys"), "{}", stdout(&out));
     assert_eq!(cli(&ns, &["audit"]).status.code(), Some(0));
 
@@ -118,4 +120,82 @@ fn unreachable_cluster_is_exit_code_2_with_the_cause() {
         err.contains("could not connect to the cluster at redis://127.0.0.1:1"),
         "{err}"
     );
+}
+
+#[tokio::test]
+async fn reset_dry_runs_and_refuses_held_locks_live_permits_and_counts_unless_forced() {
+    let cluster = common::cluster("cli-reset").await;
+    let ns = cluster.namespace().to_owned();
+    let hour = std::time::Duration::from_secs(3600);
+    let lock = shardlimit::Lock::builder(&cluster, "job")
+        .ttl(hour)
+        .build()
+        .unwrap();
+    let guard = lock.try_acquire("busy").await.unwrap().unwrap();
+    let lease = shardlimit::ConcurrencyLimiter::builder(&cluster, "exports")
+        .lease_ttl(hour)
+        .build()
+        .unwrap();
+    let permit = lease.try_acquire("busy").await.unwrap().unwrap();
+    let counter = shardlimit::Counter::builder(&cluster, "billing")
+        .build()
+        .unwrap();
+    counter.add("busy", 30).await.unwrap();
+    let limiter = RateLimiter::builder(
+        &cluster,
+        "api",
+        Quota::per_hour(NonZeroU32::new(10).unwrap()),
+    )
+    .build()
+    .unwrap();
+    assert!(limiter.check("busy").await.unwrap().allowed);
+    let keys_before = common::keys_with_pttl(&ns).await.len();
+    assert_eq!(keys_before, 5, "gcra, lease, counter, lock and its fence");
+
+    // --dry-run lists exactly the keys, deletes nothing.
+    let out = cli(&ns, &["reset", "busy", "--dry-run"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = stdout(&out);
+    let listed: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("would delete"))
+        .collect();
+    assert_eq!(listed.len(), 5, "{text}");
+    assert!(
+        text.contains(&format!("{ns}:{{busy}}:lock:job:fence")),
+        "{text}"
+    );
+    assert_eq!(common::keys_with_pttl(&ns).await.len(), 5);
+
+    // Without --force: refused, with the reasons, nothing deleted.
+    let out = cli(&ns, &["reset", "busy"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for reason in [
+        "lock job is held",
+        "lease exports has 1 permit",
+        "counter billing holds 30",
+    ] {
+        assert!(err.contains(reason), "{err}");
+    }
+    assert_eq!(common::keys_with_pttl(&ns).await.len(), 5);
+
+    // Only the rate limiter: nothing in the way.
+    let out = cli(&ns, &["reset", "busy", "--kind", "gcra"]);
+    assert!(stdout(&out).contains("deleted 1 keys"), "{}", stdout(&out));
+
+    // A drained counter no longer stands in the way; the lock and lease do.
+    assert_eq!(counter.drain("busy").await.unwrap(), Some(30));
+    let out = cli(&ns, &["reset", "busy", "--kind", "counter"]);
+    assert!(stdout(&out).contains("deleted 1 keys"), "{}", stdout(&out));
+    let out = cli(&ns, &["reset", "busy", "--force"]);
+    assert!(stdout(&out).contains("deleted 3 keys"), "{}", stdout(&out));
+    assert!(common::keys_with_pttl(&ns).await.is_empty());
+    assert!(!guard.release().await.unwrap());
+    assert!(!permit.release().await.unwrap());
 }

@@ -9,12 +9,16 @@
 //! counts primitives per node, kind and name ([`Scanner::count_limiters`]),
 //! audits the namespace for keys without a TTL — the seed-003 leak — and
 //! keys the parser does not recognise ([`Scanner::audit`]), and deletes one
-//! subject's keys in one slot-pinned transaction ([`Scanner::reset`]).
+//! subject's keys in one slot-pinned transaction ([`Scanner::reset`]) —
+//! refusing a held lock, a lease with permits or an undrained counter unless
+//! forced, with a dry run first ([`Scanner::plan_reset`], [`ResetPlan`]).
 //!
 //! The `shardlimit` command-line tool (feature `cli`) is built on it.
 
 mod info;
+mod reset;
 mod scanner;
 
 pub use info::{LimiterInfo, Progress, Usage};
+pub use reset::{InUse, ResetPlan};
 pub use scanner::{AuditReport, CountReport, DEFAULT_SCAN_COUNT, ScanEvent, Scanner};

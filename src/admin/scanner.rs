@@ -10,9 +10,9 @@ use redis::Value;
 use tokio::sync::mpsc;
 
 use super::info::{LimiterInfo, Progress, Usage};
-use crate::cluster::{Cluster, NodeAddr, Transaction, TxCommand};
+use crate::cluster::{Cluster, NodeAddr};
 use crate::error::{Error, Result};
-use crate::keys::{KeyId, KeySet, ParsedKey, slot};
+use crate::keys::{KeyId, ParsedKey, slot};
 
 /// How many keys one `SCAN` call asks for by default. See
 /// [`Scanner::count`].
@@ -257,13 +257,7 @@ impl Scanner {
     /// parser recognises. The kind/name/subject filters do not apply: an
     /// audit looks at every key.
     pub async fn audit(&self) -> Result<AuditReport> {
-        let unfiltered = Scanner {
-            kind: None,
-            name: None,
-            subject_glob: None,
-            ..self.clone()
-        };
-        let mut rx = unfiltered.walk(Mode::Audit);
+        let mut rx = self.unfiltered().walk(Mode::Audit);
         let mut report = AuditReport::default();
         while let Some(event) = rx.recv().await {
             match event {
@@ -284,54 +278,75 @@ impl Scanner {
     /// Every primitive of one subject (all kinds and names; the filters do
     /// not apply), read from the subject's slot on its master — no walk.
     pub async fn subject(&self, subject: impl AsRef<[u8]>) -> Result<Vec<LimiterInfo>> {
-        let (owner, keys) = self.subject_keys(subject.as_ref(), None, None).await?;
-        let found = Scanner {
-            kind: None,
-            name: None,
-            subject_glob: None,
-            ..self.clone()
-        }
-        .read_page(Mode::List, &owner, keys)
-        .await?;
-        Ok(found
+        let (_, primitives) = self
+            .subject_primitives(subject.as_ref(), None, None)
+            .await?;
+        Ok(primitives)
+    }
+
+    /// One subject's keys (of `kind` and `name`, if given), sorted, and the
+    /// primitives they hold.
+    pub(super) async fn subject_primitives(
+        &self,
+        subject: &[u8],
+        kind: Option<&str>,
+        name: Option<&str>,
+    ) -> Result<(Vec<Vec<u8>>, Vec<LimiterInfo>)> {
+        let (owner, mut keys) = self.subject_keys(subject, kind, name).await?;
+        keys.sort();
+        let found = self
+            .unfiltered()
+            .read_page(Mode::List, &owner, keys.clone())
+            .await?;
+        let primitives = found
             .into_iter()
             .filter_map(|f| match f {
                 Found::Limiter(info) => Some(info),
                 _ => None,
             })
-            .collect())
+            .collect();
+        Ok((keys, primitives))
     }
 
     /// Deletes one subject's keys — all of them, or only those of `kind`
-    /// and/or `name` — in one MULTI/EXEC on the subject's slot. Returns how
-    /// many keys were deleted.
+    /// and/or `name` — in one MULTI/EXEC on the subject's slot, unless one
+    /// of them is in use: a held lock, a lease with permits, a counter with
+    /// a non-zero value. Returns how many keys were deleted.
     ///
-    /// The keys are listed with `CLUSTER GETKEYSINSLOT` on the slot's master
-    /// when the slot holds at most [`count`](Self::count) keys (this
-    /// subject's and those of subjects sharing the slot); a more crowded
-    /// slot is searched with `SCAN MATCH <this subject's key prefix>*`,
-    /// `count` keys per call, so no call blocks the node for long (Redis
-    /// 7.0 walks the whole master for that, page by page).
+    /// Errors with [`Error::ResetRefused`] (nothing deleted) when something
+    /// is in use; [`plan_reset`](Self::plan_reset) shows what would be
+    /// deleted and [`ResetPlan::execute`](super::ResetPlan::execute) with
+    /// `force` deletes regardless.
+    ///
+    /// ```no_run
+    /// # async fn demo(scanner: shardlimit::admin::Scanner) -> shardlimit::Result<()> {
+    /// let deleted = scanner.reset("user:42", Some("gcra"), None).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn reset(
         &self,
         subject: impl AsRef<[u8]>,
         kind: Option<&str>,
         name: Option<&str>,
     ) -> Result<u64> {
-        let (_, mine) = self.subject_keys(subject.as_ref(), kind, name).await?;
-        if mine.is_empty() {
-            return Ok(0);
+        self.plan_reset(subject, kind, name)
+            .await?
+            .execute(self, false)
+            .await
+    }
+
+    /// This scanner without its kind, name and subject filters.
+    fn unfiltered(&self) -> Scanner {
+        Scanner {
+            kind: None,
+            name: None,
+            subject_glob: None,
+            ..self.clone()
         }
-        let keys = KeySet::from_keys(mine)?;
-        let mut del = TxCommand::new("DEL");
-        for i in 0..keys.len() {
-            del = del.key(i);
-        }
-        let (deleted,): (u64,) = self
-            .cluster
-            .transaction(&keys, &Transaction::new().command(del))
-            .await?;
-        Ok(deleted)
+    }
+
+    pub(super) fn cluster(&self) -> &Cluster {
+        &self.cluster
     }
 
     /// The master serving `subject`'s slot and the subject's keys there (of

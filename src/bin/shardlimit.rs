@@ -6,7 +6,7 @@
 //! shardlimit show <subject> [--json]
 //! shardlimit count [--json]
 //! shardlimit audit [--json]        # exit code 1 when anything is found
-//! shardlimit reset <subject> [--kind K] [--name N]
+//! shardlimit reset <subject> [--kind K] [--name N] [--dry-run] [--force] [--yes]
 //! shardlimit health
 //! ```
 //!
@@ -25,7 +25,7 @@ use clap::{Parser, Subcommand};
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
-use shardlimit::admin::{LimiterInfo, Progress, ScanEvent, Scanner, Usage};
+use shardlimit::admin::{LimiterInfo, Progress, ResetPlan, ScanEvent, Scanner, Usage};
 use shardlimit::{Cluster, DEFAULT_NODES};
 
 #[derive(Parser, Debug)]
@@ -85,12 +85,25 @@ enum Command {
         json: bool,
     },
     /// Delete one subject's keys (all, or one kind / name) in one transaction.
+    ///
+    /// Refuses (exit code 1) when a lock is held, a lease has permits or a
+    /// counter has a value, unless --force. Asks for confirmation when stdin
+    /// is a terminal, unless --yes.
     Reset {
         subject: String,
         #[arg(long)]
         kind: Option<String>,
         #[arg(long)]
         name: Option<String>,
+        /// List exactly what would be deleted, and what is in use; delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Delete held locks, leases with permits and undrained counters too.
+        #[arg(long)]
+        force: bool,
+        /// Do not ask for confirmation.
+        #[arg(long, short = 'y')]
+        yes: bool,
     },
     /// Cluster state, masters and replicas, AOF, memory per master.
     Health,
@@ -286,10 +299,51 @@ async fn run(cli: Cli) -> AnyResult<ExitCode> {
             subject,
             kind,
             name,
+            dry_run,
+            force,
+            yes,
         } => {
-            let deleted = scanner
-                .reset(&subject, kind.as_deref(), name.as_deref())
+            let plan = scanner
+                .plan_reset(&subject, kind.as_deref(), name.as_deref())
                 .await?;
+            if dry_run {
+                for key in plan.keys() {
+                    writeln!(out, "would delete\t{}", String::from_utf8_lossy(key))?;
+                }
+                for info in plan.primitives() {
+                    writeln!(
+                        out,
+                        "state\t{} {}\t{}",
+                        info.kind,
+                        info.name,
+                        info.usage.describe()
+                    )?;
+                }
+                for reason in plan.in_use() {
+                    writeln!(out, "in use (needs --force)\t{reason}")?;
+                }
+                writeln!(
+                    out,
+                    "{} keys of subject {subject:?}; nothing deleted (dry run)",
+                    plan.keys().len()
+                )?;
+                out.flush()?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            if !force && !plan.in_use().is_empty() {
+                for reason in plan.in_use() {
+                    eprintln!("in use: {reason}");
+                }
+                eprintln!(
+                    "refused: nothing deleted; --dry-run lists the keys, --force deletes them anyway"
+                );
+                return Ok(ExitCode::from(1));
+            }
+            if !yes && std::io::stdin().is_terminal() && !confirm(&subject, &plan)? {
+                eprintln!("aborted: nothing deleted");
+                return Ok(ExitCode::from(1));
+            }
+            let deleted = plan.execute(&scanner, force).await?;
             writeln!(out, "deleted {deleted} keys of subject {subject:?}")?;
             out.flush()?;
             Ok(ExitCode::SUCCESS)
@@ -329,6 +383,29 @@ async fn run(cli: Cli) -> AnyResult<ExitCode> {
             })
         }
     }
+}
+
+/// Shows what a reset deletes and asks on stderr; true on `y` or `yes`.
+fn confirm(subject: &str, plan: &ResetPlan) -> std::io::Result<bool> {
+    let mut err = std::io::stderr().lock();
+    for key in plan.keys() {
+        writeln!(err, "will delete\t{}", String::from_utf8_lossy(key))?;
+    }
+    for reason in plan.in_use() {
+        writeln!(err, "in use (forced)\t{reason}")?;
+    }
+    write!(
+        err,
+        "delete {} keys of subject {subject:?}? [y/N] ",
+        plan.keys().len()
+    )?;
+    err.flush()?;
+    let mut answer = String::new();
+    std::io::stdin().read_line(&mut answer)?;
+    Ok(matches!(
+        answer.trim().to_ascii_lowercase().as_str(),
+        "y" | "yes"
+    ))
 }
 
 /// A progress bar on stderr (hidden unless stderr is a terminal), fed by

@@ -1,0 +1,162 @@
+//! Resetting one subject: what would be deleted, what is in use, and the
+//! deletion itself. The check lives here, not in the CLI, so every front
+//! end (the CLI, a web page) refuses the same things.
+
+use std::fmt;
+
+use super::info::{LimiterInfo, Usage};
+use super::scanner::Scanner;
+use crate::cluster::{Transaction, TxCommand};
+use crate::error::{Error, Result};
+use crate::keys::KeySet;
+
+/// What [`Scanner::reset`] would delete for one subject, and what stands in
+/// its way: from [`Scanner::plan_reset`], carried out by
+/// [`execute`](Self::execute).
+///
+/// Deleting a held lock lets a second holder in while the first still
+/// works; deleting a lease frees permits that are in use; deleting a counter
+/// with a value loses counted units (seed 003's billing). Those are
+/// [`in_use`](Self::in_use) and need `force`.
+///
+/// ```no_run
+/// # async fn demo(scanner: shardlimit::admin::Scanner) -> shardlimit::Result<()> {
+/// let plan = scanner.plan_reset("user:42", None, None).await?;
+/// for key in plan.keys() {
+///     println!("would delete {}", String::from_utf8_lossy(key));
+/// }
+/// for reason in plan.in_use() {
+///     println!("in use: {reason}");
+/// }
+/// let deleted = plan.execute(&scanner, false).await?; // refused if anything is in use
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+#[must_use = "a plan deletes nothing until it is executed"]
+pub struct ResetPlan {
+    keys: Vec<Vec<u8>>,
+    primitives: Vec<LimiterInfo>,
+    in_use: Vec<InUse>,
+}
+
+/// A primitive a reset would break, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InUse {
+    /// Its kind (`lock`, `lease`, `counter`).
+    pub kind: String,
+    /// Its name.
+    pub name: String,
+    /// Its state.
+    pub usage: Usage,
+}
+
+impl fmt::Display for InUse {
+    /// `lock job is held`, `lease exports has 2 permit(s)`, `counter billing
+    /// holds 30`. The subject is left out: the caller named it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (kind, name) = (&self.kind, &self.name);
+        match &self.usage {
+            Usage::Lock { .. } => write!(f, "{kind} {name} is held"),
+            Usage::Lease { holders } => write!(f, "{kind} {name} has {holders} permit(s)"),
+            Usage::Counter { value } => {
+                write!(f, "{kind} {name} holds {value} (not drained)")
+            }
+            other => write!(f, "{kind} {name} is in use ({})", other.describe()),
+        }
+    }
+}
+
+/// Whether deleting the primitive in this state loses something. A lease's
+/// count includes expired permits not yet reclaimed (the scanner does not
+/// read the server clock): it errs on the side of refusing.
+fn in_use(info: &LimiterInfo) -> Option<InUse> {
+    let busy = match info.usage {
+        Usage::Lock { held, .. } => held,
+        Usage::Lease { holders } => holders > 0,
+        Usage::Counter { value } => value != 0,
+        _ => false,
+    };
+    busy.then(|| InUse {
+        kind: info.kind.clone(),
+        name: info.name.clone(),
+        usage: info.usage.clone(),
+    })
+}
+
+impl ResetPlan {
+    /// Exactly the keys [`execute`](Self::execute) deletes, sorted.
+    #[must_use]
+    pub fn keys(&self) -> &[Vec<u8>] {
+        &self.keys
+    }
+
+    /// The primitives those keys hold, with their state.
+    #[must_use]
+    pub fn primitives(&self) -> &[LimiterInfo] {
+        &self.primitives
+    }
+
+    /// The primitives in use: a held lock, a lease with permits, a counter
+    /// with a non-zero value. Empty when the reset is harmless.
+    #[must_use]
+    pub fn in_use(&self) -> &[InUse] {
+        &self.in_use
+    }
+
+    /// Deletes [`keys`](Self::keys) in one MULTI/EXEC on the subject's slot
+    /// and returns how many were deleted (keys that expired meanwhile are
+    /// not counted). Unless `force`, refuses with [`Error::ResetRefused`]
+    /// (nothing deleted) when anything is [`in_use`](Self::in_use).
+    ///
+    /// The check and the deletion are not one atomic step: a lock taken
+    /// after the plan was made is deleted too. Make the plan just before.
+    pub async fn execute(self, scanner: &Scanner, force: bool) -> Result<u64> {
+        if !force && !self.in_use.is_empty() {
+            return Err(Error::ResetRefused {
+                in_use: self.in_use.iter().map(ToString::to_string).collect(),
+            });
+        }
+        if self.keys.is_empty() {
+            return Ok(0);
+        }
+        let keys = KeySet::from_keys(self.keys)?;
+        let del = (0..keys.len()).fold(TxCommand::new("DEL"), |del, i| del.key(i));
+        let (deleted,): (u64,) = scanner
+            .cluster()
+            .transaction(&keys, &Transaction::new().command(del))
+            .await?;
+        Ok(deleted)
+    }
+}
+
+impl Scanner {
+    /// What [`reset`](Self::reset) of `subject` (all its keys, or only
+    /// those of `kind` and/or `name`) would delete, with each primitive's
+    /// state and what is in use. Reads only; see [`ResetPlan`].
+    ///
+    /// ```no_run
+    /// # async fn demo(scanner: shardlimit::admin::Scanner) -> shardlimit::Result<()> {
+    /// let plan = scanner.plan_reset("user:42", Some("lock"), None).await?;
+    /// if plan.in_use().is_empty() {
+    ///     plan.execute(&scanner, false).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn plan_reset(
+        &self,
+        subject: impl AsRef<[u8]>,
+        kind: Option<&str>,
+        name: Option<&str>,
+    ) -> Result<ResetPlan> {
+        let (keys, primitives) = self
+            .subject_primitives(subject.as_ref(), kind, name)
+            .await?;
+        let in_use = primitives.iter().filter_map(in_use).collect();
+        Ok(ResetPlan {
+            keys,
+            primitives,
+            in_use,
+        })
+    }
+}
