@@ -229,8 +229,8 @@ async fn compare<A, FA, B, FB>(
     let mut table = String::new();
     writeln!(
         table,
-        "{:<7} {:>12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8}",
-        "", "decisions/s", "p50", "p90", "p99", "p99.9", "max", "errors", "bypassed"
+        "{:<7} {:>12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8}",
+        "", "decisions/s", "cpu µs/op", "p50", "p90", "p99", "p99.9", "max", "errors", "bypassed"
     )
     .unwrap();
     table.push_str(&a_side.row(a_name));
@@ -259,6 +259,7 @@ async fn compare<A, FA, B, FB>(
         let p99_ratio = median(&a_side.p99s) / median(&b_side.p99s);
         let pooled_p99_ratio =
             a_side.quantile(0.99).as_secs_f64() / b_side.quantile(0.99).as_secs_f64();
+        let cpu_ratio = median(&a_side.cpu_us) / median(&b_side.cpu_us);
         let extra_us =
             (a_side.quantile(0.5).as_secs_f64() - b_side.quantile(0.5).as_secs_f64()) * 1e6;
         writeln!(
@@ -266,11 +267,15 @@ async fn compare<A, FA, B, FB>(
             "{a_name}/{b_name} throughput: {throughput_ratio:.3} (ratio of the medians); per-round ratios: \
              median {:.3}, interquartile {q1:.3}..{q3:.3} over {} rounds\n\
              {a_name}/{b_name} p99: {p99_ratio:.3} (ratio of the median per-round p99s; pooled {pooled_p99_ratio:.3}); \
-             p50 difference: {extra_us:+.0} µs",
+             p50 difference: {extra_us:+.0} µs\n\
+             {a_name}/{b_name} client CPU per decision: {cpu_ratio:.3} ({:.1} / {:.1} µs, medians of rounds)",
             median(&ratios),
-            ratios.len()
+            ratios.len(),
+            median(&a_side.cpu_us),
+            median(&b_side.cpu_us),
         )
         .unwrap();
+        report["ratio_cpu_per_decision"] = json!(cpu_ratio);
         report["ratio_p99_pooled"] = json!(pooled_p99_ratio);
         report[*b_name] = b_side.json();
         report["ratio_throughput"] = json!(throughput_ratio);
@@ -285,6 +290,8 @@ async fn compare<A, FA, B, FB>(
 /// The rounds of one side of a comparison.
 struct Side {
     rates: Vec<f64>,
+    /// Process CPU time per decision in each round, microseconds.
+    cpu_us: Vec<f64>,
     /// p99 of each round, microseconds.
     p99s: Vec<f64>,
     hist: Histogram<u64>,
@@ -295,6 +302,7 @@ impl Default for Side {
     fn default() -> Self {
         Side {
             rates: Vec::new(),
+            cpu_us: Vec::new(),
             p99s: Vec::new(),
             hist: new_hist(),
             outcome: Outcome::default(),
@@ -303,8 +311,9 @@ impl Default for Side {
 }
 
 impl Side {
-    fn push(&mut self, (rate, hist, outcome): (f64, Histogram<u64>, Outcome)) {
+    fn push(&mut self, (rate, hist, outcome, cpu_us): (f64, Histogram<u64>, Outcome, f64)) {
         self.rates.push(rate);
+        self.cpu_us.push(cpu_us);
         self.p99s.push(hist.value_at_quantile(0.99) as f64);
         self.hist.add(&hist).unwrap();
         add(&mut self.outcome, outcome);
@@ -317,8 +326,9 @@ impl Side {
     fn row(&self, name: &str) -> String {
         let ms = |d: Duration| format!("{:.2}ms", d.as_secs_f64() * 1000.0);
         format!(
-            "{name:<7} {:>12.0} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8}\n",
+            "{name:<7} {:>12.0} {:>9.1} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8}\n",
             median(&self.rates),
+            median(&self.cpu_us),
             ms(self.quantile(0.5)),
             ms(self.quantile(0.9)),
             ms(self.quantile(0.99)),
@@ -332,6 +342,8 @@ impl Side {
     fn json(&self) -> serde_json::Value {
         let mut json = side_json(&self.rates, &self.hist, self.outcome);
         json["p99_us_rounds"] = json!(self.p99s);
+        json["cpu_us_per_decision_rounds"] = json!(self.cpu_us);
+        json["cpu_us_per_decision"] = json!(median(&self.cpu_us));
         json
     }
 }
@@ -593,7 +605,7 @@ async fn drive<F, Fut>(
     args: &Args,
     sampler: &Sampler,
     call: F,
-) -> (f64, Histogram<u64>, Outcome)
+) -> (f64, Histogram<u64>, Outcome, f64)
 where
     F: Fn(u64) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = Result<bool, String>> + Send + 'static,
@@ -601,6 +613,7 @@ where
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
+    let cpu_started = process_cpu();
     let tasks: Vec<_> = (0..args.concurrency)
         .map(|_| {
             let (stop, done, call, sampler) =
@@ -660,7 +673,31 @@ where
         }
     }
     let elapsed = started.elapsed().as_secs_f64();
-    ((total.ok + total.errors) as f64 / elapsed, hist, total)
+    let calls = total.ok + total.errors;
+    let cpu_us = (process_cpu() - cpu_started).as_secs_f64() * 1e6 / calls.max(1) as f64;
+    (calls as f64 / elapsed, hist, total, cpu_us)
+}
+
+/// CPU time (user + system) this process has used, from `/proc/self/stat`
+/// (clock ticks of 1/100 s, Linux's fixed user-space `USER_HZ`); zero where
+/// there is no procfs.
+fn process_cpu() -> Duration {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return Duration::ZERO;
+    };
+    // Fields after the command name (which may hold spaces) in parentheses:
+    // state is field 3, utime field 14, stime field 15.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return Duration::ZERO;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
 }
 
 /// Creates `n` limiters (one operation per subject `s0..s{n}`) and reports
@@ -757,7 +794,7 @@ async fn populate(cluster: &Cluster, target: &Target, args: &Args, n: u64) {
         let target = target.clone();
         move |k| lib_call(target.clone(), k)
     };
-    let (check_rate, check_hist, check_outcome) = drive(
+    let (check_rate, check_hist, check_outcome, _) = drive(
         "checking",
         Duration::from_secs_f64(args.round_secs * args.rounds as f64),
         None,

@@ -10,7 +10,7 @@
 
 use futures::future::join_all;
 
-use crate::cluster::{Cluster, NodeAddr};
+use crate::cluster::{Cluster, NodeAddr, NodeState};
 use crate::error::Result;
 use crate::keys::SLOT_COUNT;
 
@@ -52,6 +52,10 @@ pub struct MasterHealth {
     pub known_replicas: usize,
     /// Its `INFO` and `CLUSTER INFO`, or why it could not be asked.
     pub status: Result<NodeHealth>,
+    /// This handle's own view of the node after asking: connections opened,
+    /// failed attempts, and whether it is believed down (its calls then fail
+    /// at once).
+    pub client_view: Option<NodeState>,
 }
 
 /// What one master reported about itself.
@@ -174,10 +178,13 @@ impl Cluster {
     pub async fn health(&self) -> Result<Health> {
         let topology = self.topology().await?;
         let masters = join_all(topology.shards.iter().map(|shard| async move {
+            let status = self.probe(&shard.master).await;
+            let addr = shard.master.to_string();
             MasterHealth {
                 master: shard.master.clone(),
                 known_replicas: shard.replicas.len(),
-                status: self.probe(&shard.master).await,
+                status,
+                client_view: self.nodes().into_iter().find(|n| n.addr == addr),
             }
         }))
         .await;
@@ -253,6 +260,7 @@ mod tests {
                 id: "a".into(),
             },
             known_replicas: 1,
+            client_view: None,
             status: Ok(NodeHealth {
                 aof_enabled: aof,
                 aof_last_write_ok: true,

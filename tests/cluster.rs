@@ -392,3 +392,56 @@ async fn bad_subjects_are_refused_before_any_io() {
     ));
     assert!(common::keys_with_pttl(cluster.namespace()).await.is_empty());
 }
+
+/// A call that fails at once (here: no topology yet, from an unreachable
+/// seed) must still yield to the scheduler now and then, or a caller that
+/// loops on it starves every other task on its thread — timers included.
+/// On a single-threaded runtime (its own thread, so a starved runtime fails
+/// this test instead of hanging it), a busy loop of failing checks must let
+/// a 50 ms sleep elsewhere finish.
+#[test]
+fn calls_that_fail_at_once_do_not_starve_the_runtime() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let failures = runtime.block_on(async {
+            let cluster = Cluster::builder(["redis://127.0.0.1:1"])
+                .lazy_connect(true)
+                .build()
+                .await
+                .unwrap();
+            let limiter = shardlimit::RateLimiter::builder(
+                &cluster,
+                "starve",
+                shardlimit::Quota::per_second(std::num::NonZeroU32::new(5).unwrap()),
+            )
+            .build()
+            .unwrap();
+            let done = Arc::new(AtomicBool::new(false));
+            let spinner = {
+                let done = done.clone();
+                tokio::spawn(async move {
+                    let mut failures = 0u64;
+                    while !done.load(Ordering::Relaxed) {
+                        assert!(limiter.check("s").await.is_err());
+                        failures += 1;
+                    }
+                    failures
+                })
+            };
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            done.store(true, Ordering::Relaxed);
+            spinner.await.unwrap()
+        });
+        let _ = tx.send(failures);
+    });
+    let failures = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the sleep never woke: the failing calls starved the runtime");
+    assert!(failures > 0);
+}

@@ -49,6 +49,11 @@ async fn health_reports_every_master_with_its_aof_and_replicas() {
         );
         assert_eq!(status.role, "master");
         assert!(status.cluster_state_ok);
+        // The handle's own view of the node it just asked: connected, up.
+        let view = m.client_view.as_ref().expect("the handle knows the node");
+        assert_eq!(view.addr, addr);
+        assert!(view.connects >= 1, "{view:?}");
+        assert_eq!(view.down_for, None, "{view:?}");
         eprintln!(
             "{addr}: aof_enabled={} connected_replicas={} known_replicas={}",
             status.aof_enabled, status.connected_replicas, m.known_replicas

@@ -41,7 +41,7 @@ use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{Arg, Cmd, ErrorKind, Pipeline, RedisError, RedisResult, ServerErrorKind, Value};
 use tokio::time::{Instant, timeout_at};
 
-use super::node::{Fault, Live, Node, Unavailable};
+use super::node::{Fault, Lane, Live, Node, Unavailable};
 use super::router::Router;
 use super::transaction::Transaction;
 use crate::error::{Error, Result, is_connection_fault};
@@ -107,6 +107,15 @@ impl<'a> Payload<'a> {
         self
     }
 
+    /// A script followed by a command (a lock's `WAIT`) may block on the
+    /// server: it gets the node's blocking connection.
+    fn lane(&self) -> Lane {
+        match self {
+            Payload::Script { then: Some(_), .. } => Lane::Blocking,
+            _ => Lane::Shared,
+        }
+    }
+
     fn queued_commands(&self) -> usize {
         match self {
             Payload::Script { .. } => 0,
@@ -154,6 +163,11 @@ pub(crate) async fn run(
     mut payload: Payload<'_>,
     timeout: Duration,
 ) -> Result<Value> {
+    // A call for a node known down completes in one poll without touching
+    // any tokio resource, so a caller looping on it would never yield and
+    // could starve its worker thread (timers included). Spend one unit of
+    // the task's cooperative budget per call, as tokio's own resources do.
+    tokio::task::coop::consume_budget().await;
     let deadline = Instant::now() + timeout;
     let timed_out = || Error::Timeout {
         op: op.clone(),
@@ -187,7 +201,8 @@ pub(crate) async fn run(
                 "no node serves this slot in the slot table",
             )),
             Some(node) => {
-                let live = connect(&node, deadline, op, Some(slot), timeout).await?;
+                let live =
+                    connect(&node, payload.lane(), deadline, op, Some(slot), timeout).await?;
                 let asking = matches!(target, Target::Node { asking: true, .. });
                 let mut conn = live.conn.clone();
                 let sent_at = Instant::now();
@@ -265,8 +280,9 @@ pub(crate) async fn node_request(
     router: &Router,
 ) -> Result<Value> {
     let op = op.into();
+    tokio::task::coop::consume_budget().await; // see `run`
     let deadline = Instant::now() + timeout;
-    let live = connect(node, deadline, &op, None, timeout).await?;
+    let live = connect(node, Lane::Shared, deadline, &op, None, timeout).await?;
     let mut conn = live.conn.clone();
     let sent = async {
         match request {
@@ -305,12 +321,13 @@ pub(crate) async fn node_request(
 #[allow(clippy::ptr_arg)] // as in `run`
 async fn connect(
     node: &Arc<Node>,
+    lane: Lane,
     deadline: Instant,
     op: &Cow<'static, str>,
     slot: Option<u16>,
     timeout: Duration,
 ) -> Result<Live> {
-    match timeout_at(deadline, node.connection()).await {
+    match timeout_at(deadline, node.connection(lane)).await {
         Ok(Ok(live)) => Ok(live),
         Ok(Err(Unavailable::Down { since })) => Err(Error::NodeDown {
             op: op.clone(),

@@ -51,12 +51,28 @@ pub(crate) enum Unavailable {
     Connect(RedisError),
 }
 
+/// Which of a node's two connections a request uses.
+///
+/// Redis runs one connection's commands in order, so a command that blocks
+/// on the server (`WAIT` for replicas) holds up everything sent after it on
+/// that connection. Such requests get a connection of their own, so a
+/// lagging replica slows only the requests that wait for it — and a
+/// blocked `WAIT` never looks like a hung node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lane {
+    /// Everything that does not block on the server.
+    Shared = 0,
+    /// Requests that may block on the server (`WAIT`).
+    Blocking = 1,
+}
+
 /// A connection and the number that tells it apart from its successors, so
 /// a fault reported on an old connection does not drop a new one.
 #[derive(Clone)]
 pub(crate) struct Live {
     pub(crate) conn: MultiplexedConnection,
     id: u64,
+    lane: Lane,
 }
 
 /// A point-in-time view of a node, for stats and health.
@@ -80,7 +96,8 @@ pub(crate) struct Node {
     addr: String,
     client: Client,
     config: NodeConfig,
-    live: RwLock<Option<Live>>,
+    /// One connection per [`Lane`].
+    live: [RwLock<Option<Live>>; 2],
     /// Held while connecting, so concurrent first callers open one
     /// connection, not one each.
     connecting: tokio::sync::Mutex<()>,
@@ -111,7 +128,7 @@ impl Node {
             addr,
             client,
             config,
-            live: RwLock::new(None),
+            live: [RwLock::new(None), RwLock::new(None)],
             connecting: tokio::sync::Mutex::new(()),
             health: Mutex::new(Health::default()),
             next_id: AtomicU64::new(0),
@@ -144,18 +161,18 @@ impl Node {
     /// down, a new one (concurrent callers share the attempt). A down node
     /// is refused at once; if its probe is due, one is started in the
     /// background.
-    pub(crate) async fn connection(self: &Arc<Self>) -> Result<Live, Unavailable> {
-        if let Some(live) = self.current() {
+    pub(crate) async fn connection(self: &Arc<Self>, lane: Lane) -> Result<Live, Unavailable> {
+        if let Some(live) = self.current(lane) {
             return Ok(live);
         }
         self.refuse_if_down()?;
         let _connecting = self.connecting.lock().await;
         // Someone else may have connected, or failed, while we waited.
-        if let Some(live) = self.current() {
+        if let Some(live) = self.current(lane) {
             return Ok(live);
         }
         self.refuse_if_down()?;
-        match self.open().await {
+        match self.open(lane).await {
             Ok(live) => Ok(live),
             Err(err) => {
                 self.mark_down(&err.to_string());
@@ -164,8 +181,8 @@ impl Node {
         }
     }
 
-    fn current(&self) -> Option<Live> {
-        self.live
+    fn current(&self, lane: Lane) -> Option<Live> {
+        self.live[lane as usize]
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
@@ -195,7 +212,7 @@ impl Node {
     /// One reconnect attempt to a down node, in the background.
     async fn probe(self: Arc<Self>) {
         let _connecting = self.connecting.lock().await;
-        let result = self.open().await;
+        let result = self.open(Lane::Shared).await;
         let mut health = self.health();
         match result {
             Ok(_) => {
@@ -223,7 +240,7 @@ impl Node {
     }
 
     /// Opens a connection and installs it. The caller holds `connecting`.
-    async fn open(&self) -> Result<Live, RedisError> {
+    async fn open(&self, lane: Lane) -> Result<Live, RedisError> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.config.connect_timeout))
             // Every request is bounded by the caller's deadline instead, so
@@ -257,17 +274,22 @@ impl Node {
         let live = Live {
             conn,
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            lane,
         };
-        *self.live.write().unwrap_or_else(PoisonError::into_inner) = Some(live.clone());
+        *self.live[lane as usize]
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Some(live.clone());
         Ok(live)
     }
 
     /// Records a failed request on `live`. Returns true when this marked
     /// the node down (the caller then looks for a new topology).
     pub(crate) fn report(&self, live: &Live, fault: Fault) -> bool {
-        let down = match fault {
-            Fault::Broken => true,
-            Fault::Timeout => self.count_timeout(),
+        let down = match (fault, live.lane) {
+            (Fault::Broken, _) => true,
+            // A `WAIT` may block for its whole timeout by design.
+            (Fault::Timeout, Lane::Blocking) => false,
+            (Fault::Timeout, Lane::Shared) => self.count_timeout(),
         };
         if !down {
             return false;
@@ -275,7 +297,9 @@ impl Node {
         // Drop the connection only if it is still the one that failed: a
         // reconnect may have replaced it already.
         {
-            let mut current = self.live.write().unwrap_or_else(PoisonError::into_inner);
+            let mut current = self.live[live.lane as usize]
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
             if current.as_ref().is_some_and(|c| c.id == live.id) {
                 *current = None;
             } else {
@@ -354,14 +378,14 @@ mod tests {
     async fn a_refused_connect_marks_the_node_down_and_later_calls_fail_fast() {
         let node = refused_node();
         assert!(matches!(
-            node.connection().await,
+            node.connection(Lane::Shared).await,
             Err(Unavailable::Connect(_))
         ));
         assert!(node.is_down());
         let started = Instant::now();
         for _ in 0..100 {
             assert!(matches!(
-                node.connection().await,
+                node.connection(Lane::Shared).await,
                 Err(Unavailable::Down { .. })
             ));
         }
@@ -374,11 +398,11 @@ mod tests {
     #[tokio::test]
     async fn probes_back_off_with_growth_up_to_the_cap() {
         let node = refused_node();
-        let _ = node.connection().await;
+        let _ = node.connection(Lane::Shared).await;
         let started = Instant::now();
         // Call constantly for 1.5 s: probes start only when due.
         while started.elapsed() < Duration::from_millis(1500) {
-            let _ = node.connection().await;
+            let _ = node.connection(Lane::Shared).await;
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         let attempts = node.state().connect_failures;

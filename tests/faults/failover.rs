@@ -163,6 +163,15 @@ async fn hung_master() {
     };
 
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let attempts = |cluster: &shardlimit::Cluster| -> u64 {
+        cluster
+            .nodes()
+            .iter()
+            .map(|n| n.connects + n.connect_failures)
+            .sum()
+    };
+    let (attempts_before, refreshes_before) =
+        (attempts(&cluster), cluster.stats().topology_refreshes);
     let paused_at = t0.elapsed();
     node("pause", 7000).await;
     let mut promoted_after = None;
@@ -173,6 +182,9 @@ async fn hung_master() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let unpaused_at = t0.elapsed();
+    let outage = (unpaused_at - paused_at).as_secs_f64();
+    let reconnects_per_sec = (attempts(&cluster) - attempts_before) as f64 / outage;
+    let refreshes_per_sec = (cluster.stats().topology_refreshes - refreshes_before) as f64 / outage;
     node("unpause", 7000).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     stop.store(true, Ordering::Relaxed);
@@ -189,6 +201,9 @@ async fn hung_master() {
             format!(
                 "replica 7003 promoted {promoted_after:?} after the pause; 7000 unpaused {:?} after it",
                 unpaused_at - paused_at
+            ),
+            format!(
+                "during the {outage:.1} s pause: {reconnects_per_sec:.2} connection attempts/s, {refreshes_per_sec:.2} topology refreshes/s (one process)"
             ),
             format!("fail-open: {open_sum:?}; stats {open_stats:?}"),
             format!("fail-closed: {closed_sum:?}"),
@@ -241,6 +256,12 @@ async fn hung_master() {
         "every bypass is counted"
     );
     assert!(promoted_after.is_some(), "the replica was never promoted");
+    // Reconnects back off: a handful in the whole outage, not one per
+    // request or per 500 ms.
+    assert!(
+        reconnects_per_sec <= 1.0,
+        "{reconnects_per_sec:.2} connection attempts/s while a master hung"
+    );
     // A hung node is noticed later than a dead one: the cluster needs the
     // node timeout to mark it failed, and clients wait out their timeouts.
     let recovered = open_sum.last_trouble_after_fault.unwrap_or_default();
