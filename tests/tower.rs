@@ -164,19 +164,8 @@ async fn an_axum_router_limits_by_peer_ip() {
     let per_ip = RateLimiter::builder(&cluster, "ip", Quota::per_minute(nz(2)))
         .build()
         .unwrap();
-    let app: Router =
-        Router::new()
-            .route("/", get(|| async { "hello" }))
-            .layer(RateLimitLayer::new(
-                per_ip,
-                PeerIp::from_extension(|info: &ConnectInfo<SocketAddr>| info.0),
-            ));
-    let from = |ip: &str| {
-        let mut req = Request::builder().uri("/").body(Body::empty()).unwrap();
-        let addr: SocketAddr = format!("{ip}:40000").parse().unwrap();
-        req.extensions_mut().insert(ConnectInfo(addr));
-        req
-    };
+    let app = peer_app(per_ip, PeerIp::from_extension(connect_info));
+    let from = |ip: &str| from_peer(ip, &[]);
 
     for remaining in [1, 0] {
         let response = app.clone().oneshot(from("203.0.113.7")).await.unwrap();
@@ -545,4 +534,84 @@ async fn with_hash_keys_no_key_is_stored_verbatim() {
     assert!(key.contains(digest.as_str()), "{key}");
     let peek = three_per_six(&cluster, "api").peek(digest).await.unwrap();
     assert_eq!(peek.remaining, 0);
+}
+
+/// An axum router limited by `limiter` under the key `extractor` takes;
+/// `from_peer` makes a request from `peer` (with or without a port) as axum
+/// would: with `ConnectInfo`.
+fn peer_app<X>(limiter: RateLimiter, extractor: X) -> Router
+where
+    X: shardlimit::tower::KeyExtractor<Body>,
+{
+    Router::new()
+        .route("/", get(|| async { "hello" }))
+        .layer(RateLimitLayer::new(limiter, extractor))
+}
+
+fn from_peer(peer: &str, headers: &[(&str, &str)]) -> Request<Body> {
+    let mut req = Request::builder().uri("/");
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let mut req = req.body(Body::empty()).unwrap();
+    let addr: SocketAddr = peer
+        .parse()
+        .or_else(|_| format!("{peer}:40000").parse())
+        .or_else(|_| format!("[{peer}]:40000").parse())
+        .unwrap();
+    req.extensions_mut().insert(ConnectInfo(addr));
+    req
+}
+
+fn connect_info(info: &ConnectInfo<SocketAddr>) -> SocketAddr {
+    info.0
+}
+
+#[tokio::test]
+async fn ipv6_peers_in_one_64_share_a_limit_and_other_64s_do_not() {
+    let cluster = common::cluster("tower-v6").await;
+    let per_ip = RateLimiter::builder(&cluster, "ip", Quota::per_minute(nz(2)))
+        .build()
+        .unwrap();
+    let app = peer_app(per_ip, PeerIp::from_extension(connect_info));
+    let status = |peer: &'static str| {
+        let app = app.clone();
+        async move { app.oneshot(from_peer(peer, &[])).await.unwrap().status() }
+    };
+
+    // Two addresses of one /64 (a client rotating its interface id).
+    assert_eq!(status("2001:db8:1:2::1").await, StatusCode::OK);
+    assert_eq!(status("2001:db8:1:2:ffff:1:2:3").await, StatusCode::OK);
+    assert_eq!(
+        status("2001:db8:1:2::abcd").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // The neighbouring /64 has its own limit.
+    assert_eq!(status("2001:db8:1:3::1").await, StatusCode::OK);
+
+    // The key is the network, readable.
+    let stored = format!("{}:{{2001:db8:1:2::/64}}:gcra:ip", cluster.namespace());
+    assert!(common::pttl(stored.as_bytes()).await > 0, "{stored}");
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
+#[tokio::test]
+async fn the_peer_ip_builder_refuses_bad_prefixes() {
+    let peer = |v4, v6| {
+        PeerIp::builder(connect_info)
+            .ipv4_prefix(v4)
+            .ipv6_prefix(v6)
+            .build()
+    };
+    for (v4, v6, field) in [
+        (32, 0, "ipv6_prefix"),
+        (32, 129, "ipv6_prefix"),
+        (33, 64, "ipv4_prefix"),
+    ] {
+        let err = peer(v4, v6).unwrap_err();
+        assert!(
+            matches!(err, Error::Config { field: f, .. } if f == field),
+            "{err}"
+        );
+    }
 }

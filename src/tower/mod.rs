@@ -11,8 +11,8 @@
 //! * [`Limits`] — a [`RateLimiter`](crate::RateLimiter) or a
 //!   [`MultiLimiter`](crate::MultiLimiter).
 //! * [`KeyExtractor`] — what a request is limited by: any closure
-//!   `Fn(&Request<B>) -> Option<K>`, or [`PeerIp`] (the client address) or
-//!   [`HeaderKey`] (a header value, e.g. an API key).
+//!   `Fn(&Request<B>) -> Option<K>`, or [`PeerIp`] (the client address;
+//!   IPv6 by its /64) or [`HeaderKey`] (a header value, e.g. an API key).
 //! * [`MissingKey`] — what happens to a request without a key: 400, pass,
 //!   or a shared fallback key.
 //!
@@ -75,12 +75,14 @@
 mod extract;
 mod future;
 mod headers;
+mod ip;
 mod layer;
 mod limits;
 mod service;
 
-pub use extract::{HeaderKey, IpKey, KeyExtractor, PeerIp};
+pub use extract::{HeaderKey, KeyExtractor, PeerIp, PeerIpBuilder};
 pub use future::ResponseFuture;
+pub use ip::IpKey;
 pub use layer::{MissingKey, RateLimitLayer, RateLimitLayerBuilder};
 pub use limits::Limits;
 pub use service::RateLimitService;
