@@ -82,9 +82,10 @@ where
 /// client owns a /64 and could otherwise take a fresh address, and a fresh
 /// limit, for every request. [`PeerIp::builder`] sets other prefix lengths.
 ///
-/// Behind a proxy or load balancer the peer is the proxy: take the client
-/// address from the header your proxy sets instead (a closure or
-/// [`HeaderKey`]), and only if clients cannot set that header themselves.
+/// Behind a proxy or load balancer the peer is the proxy: use
+/// [`ForwardedIp`](super::ForwardedIp), which believes the proxy's
+/// `Forwarded` or `X-Forwarded-For` header only when the peer is a proxy
+/// you trust.
 pub struct PeerIp<T = SocketAddr> {
     addr: fn(&T) -> SocketAddr,
     prefixes: Prefixes,

@@ -1,4 +1,5 @@
-//! Client addresses as keys: prefix masking and the on-stack key text.
+//! Client addresses as keys: prefix masking, the on-stack key text, and
+//! the networks of trusted proxies.
 //!
 //! Why a prefix: an IPv6 client is usually given a whole /64 (or more), so
 //! it can pick a fresh address for every request; a limit per /128 is no
@@ -93,10 +94,11 @@ fn family_bits(ip: IpAddr) -> u8 {
 }
 
 /// A client address or network as text, on the stack: the key [`PeerIp`]
-/// extracts. A whole address is written as itself
+/// and [`ForwardedIp`] extract. A whole address is written as itself
 /// (`203.0.113.7`), a network with its prefix (`2001:db8:1:2::/64`).
 ///
 /// [`PeerIp`]: super::PeerIp
+/// [`ForwardedIp`]: super::ForwardedIp
 ///
 /// ```
 /// use shardlimit::tower::IpKey;
@@ -144,6 +146,61 @@ impl AsRef<[u8]> for IpKey {
 impl fmt::Debug for IpKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "IpKey({})", String::from_utf8_lossy(self.as_ref()))
+    }
+}
+
+/// A network of trusted proxies, `10.0.0.0/8` or a single address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct IpNet {
+    net: IpAddr,
+    prefix: u8,
+}
+
+impl IpNet {
+    /// Parses `addr` or `addr/prefix`. Refused: host bits set after the
+    /// prefix (a typo more often than not), a /0 (trusting every address
+    /// lets every client pick its own key), and IPv4-mapped IPv6 (addresses
+    /// are matched as IPv4, so such a network would never match).
+    pub(crate) fn parse(text: &str) -> Result<Self> {
+        let fail = |reason: String| Error::Config {
+            field: "trusted_proxies",
+            reason: format!("{text:?}: {reason}"),
+        };
+        let (addr, prefix) = match text.trim().split_once('/') {
+            Some((addr, prefix)) => (addr, Some(prefix)),
+            None => (text.trim(), None),
+        };
+        let net: IpAddr = addr
+            .parse()
+            .map_err(|_| fail("not an IP address or CIDR network".into()))?;
+        if net.to_canonical() != net {
+            return Err(fail(format!(
+                "write an IPv4-mapped network as IPv4 ({})",
+                net.to_canonical()
+            )));
+        }
+        let bits = family_bits(net);
+        let prefix = match prefix {
+            None => bits,
+            Some(p) => p
+                .parse::<u8>()
+                .ok()
+                .filter(|p| (1..=bits).contains(p))
+                .ok_or_else(|| fail(format!("the prefix length must be 1 to {bits}")))?,
+        };
+        let masked = mask(net, prefix);
+        if masked != net {
+            return Err(fail(format!(
+                "host bits are set after /{prefix}; did you mean {masked}/{prefix}?"
+            )));
+        }
+        Ok(IpNet { net, prefix })
+    }
+
+    /// Whether `ip` (an IPv4-mapped one as IPv4) is in the network.
+    pub(crate) fn contains(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        family_bits(ip) == family_bits(self.net) && mask(ip, self.prefix) == self.net
     }
 }
 
@@ -225,5 +282,51 @@ mod tests {
             Prefixes::new(32, 129).unwrap_err().to_string(),
             "invalid configuration: ipv6_prefix: an IPv6 prefix length must be 1 to 128, not 129"
         );
+    }
+
+    #[test]
+    fn networks_match_their_addresses_only() {
+        let net = IpNet::parse("10.0.0.0/8").unwrap();
+        assert!(net.contains(ip("10.255.0.1")));
+        assert!(net.contains(ip("::ffff:10.1.2.3")));
+        assert!(!net.contains(ip("11.0.0.1")));
+        assert!(!net.contains(ip("::a00:1"))); // IPv4-compatible is not mapped
+        let one = IpNet::parse(" 192.0.2.1 ").unwrap();
+        assert!(one.contains(ip("192.0.2.1")));
+        assert!(!one.contains(ip("192.0.2.2")));
+        let v6 = IpNet::parse("2001:db8::/32").unwrap();
+        assert!(v6.contains(ip("2001:db8:ffff::1")));
+        assert!(!v6.contains(ip("2001:db9::1")));
+        assert!(!v6.contains(ip("10.0.0.1")));
+        let host = IpNet::parse("2001:db8::1/128").unwrap();
+        assert!(host.contains(ip("2001:db8::1")));
+    }
+
+    #[test]
+    fn bad_networks_are_refused_with_the_reason() {
+        for (text, reason) in [
+            ("10.0.0.1/8", "did you mean 10.0.0.0/8?"),
+            ("0.0.0.0/0", "1 to 32"),
+            ("::/0", "1 to 128"),
+            ("10.0.0.0/33", "1 to 32"),
+            ("10.0.0.0/x", "1 to 32"),
+            ("10.0.0.0/", "1 to 32"),
+            ("::ffff:10.0.0.0/104", "as IPv4 (10.0.0.0)"),
+            ("proxy.internal", "not an IP address"),
+            ("", "not an IP address"),
+        ] {
+            let err = IpNet::parse(text).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    Error::Config {
+                        field: "trusted_proxies",
+                        ..
+                    }
+                ),
+                "{text}: {err}"
+            );
+            assert!(err.to_string().contains(reason), "{text}: {err}");
+        }
     }
 }
