@@ -1,7 +1,8 @@
 //! An axum API rate-limited on the six-node cluster with the `tower` layer:
 //!
-//! * every route, per client IP: GCRA, 20 per second with bursts of 40,
-//!   fail-open (an unreachable Redis must not take the site down);
+//! * every route, per client IP (an IPv6 client per /64): GCRA, 20 per
+//!   second with bursts of 40, fail-open (an unreachable Redis must not
+//!   take the site down);
 //! * `/api/*`, per API key (`x-api-key`): 10 per second **and** 1000 per
 //!   hour, both checked in one script, fail-closed (a paid quota); a request
 //!   without a key gets 400.
@@ -15,6 +16,9 @@
 //! ```
 //!
 //! `SHARDLIMIT_NODES` picks the cluster, `DEMO_ADDR` the listening address.
+//! Behind a load balancer, `DEMO_TRUSTED_PROXIES` (comma-separated
+//! addresses or networks, e.g. `10.0.0.0/8`) keys by the client address the
+//! balancer adds to `X-Forwarded-For`, believed only from those peers.
 
 use std::error::Error;
 use std::net::SocketAddr;
@@ -23,7 +27,7 @@ use std::num::NonZeroU32;
 use axum::Router;
 use axum::extract::{ConnectInfo, State};
 use axum::routing::get;
-use shardlimit::tower::{HeaderKey, MissingKey, PeerIp, RateLimitLayer};
+use shardlimit::tower::{ForwardedIp, HeaderKey, MissingKey, PeerIp, ProxyHeader, RateLimitLayer};
 use shardlimit::{Algorithm, Cluster, FailurePolicy, MultiLimiter, Quota, RateLimiter};
 
 fn nz(n: u32) -> NonZeroU32 {
@@ -49,12 +53,9 @@ async fn main() -> Result<(), Box<dyn Error>> {
     )
     .policy(FailurePolicy::FailOpen)
     .build()?;
-    let per_ip = RateLimitLayer::new(
-        per_ip,
-        // axum puts the peer address in `ConnectInfo` when served with
-        // `into_make_service_with_connect_info` (below).
-        PeerIp::from_extension(|info: &ConnectInfo<SocketAddr>| info.0),
-    );
+    // axum puts the peer address in `ConnectInfo` when served with
+    // `into_make_service_with_connect_info` (below).
+    let peer = PeerIp::from_extension(|info: &ConnectInfo<SocketAddr>| info.0);
 
     let key_per_second =
         RateLimiter::builder(&cluster, "key-1s", Quota::per_second(nz(10))).build()?;
@@ -74,12 +75,22 @@ async fn main() -> Result<(), Box<dyn Error>> {
         // `route_layer`: only matched routes are checked, so a 404 costs
         // no quota.
         .route_layer(per_key);
-    let app = Router::new()
+    let routes = Router::new()
         .route("/", get(|| async { "shardlimit axum demo\n" }))
         .route("/stats", get(stats))
-        .merge(api)
-        .layer(per_ip)
-        .with_state(cluster);
+        .merge(api);
+    // The two extractors are different types, hence two `layer` calls.
+    let routes = match std::env::var("DEMO_TRUSTED_PROXIES") {
+        Ok(proxies) => {
+            let mut client_ip = ForwardedIp::builder(peer, ProxyHeader::XForwardedFor);
+            for net in proxies.split(',') {
+                client_ip = client_ip.trust(net);
+            }
+            routes.layer(RateLimitLayer::new(per_ip, client_ip.build()?))
+        }
+        Err(_) => routes.layer(RateLimitLayer::new(per_ip, peer)),
+    };
+    let app = routes.with_state(cluster);
 
     let addr = std::env::var("DEMO_ADDR").unwrap_or_else(|_| "127.0.0.1:3000".to_owned());
     let listener = tokio::net::TcpListener::bind(&addr).await?;

@@ -24,7 +24,7 @@ use axum::routing::get;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use shardlimit::keys::HashedSubject;
-use shardlimit::tower::{HeaderKey, MissingKey, PeerIp, RateLimitLayer};
+use shardlimit::tower::{ForwardedIp, HeaderKey, MissingKey, PeerIp, ProxyHeader, RateLimitLayer};
 use shardlimit::{Cluster, Error, FailurePolicy, MultiLimiter, Quota, RateLimiter};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::{Layer, Service, ServiceExt, service_fn};
@@ -164,19 +164,8 @@ async fn an_axum_router_limits_by_peer_ip() {
     let per_ip = RateLimiter::builder(&cluster, "ip", Quota::per_minute(nz(2)))
         .build()
         .unwrap();
-    let app: Router =
-        Router::new()
-            .route("/", get(|| async { "hello" }))
-            .layer(RateLimitLayer::new(
-                per_ip,
-                PeerIp::from_extension(|info: &ConnectInfo<SocketAddr>| info.0),
-            ));
-    let from = |ip: &str| {
-        let mut req = Request::builder().uri("/").body(Body::empty()).unwrap();
-        let addr: SocketAddr = format!("{ip}:40000").parse().unwrap();
-        req.extensions_mut().insert(ConnectInfo(addr));
-        req
-    };
+    let app = peer_app(per_ip, PeerIp::from_extension(connect_info));
+    let from = |ip: &str| from_peer(ip, &[]);
 
     for remaining in [1, 0] {
         let response = app.clone().oneshot(from("203.0.113.7")).await.unwrap();
@@ -545,4 +534,185 @@ async fn with_hash_keys_no_key_is_stored_verbatim() {
     assert!(key.contains(digest.as_str()), "{key}");
     let peek = three_per_six(&cluster, "api").peek(digest).await.unwrap();
     assert_eq!(peek.remaining, 0);
+}
+
+/// An axum router limited by `limiter` under the key `extractor` takes;
+/// `from_peer` makes a request from `peer` (with or without a port) as axum
+/// would: with `ConnectInfo`.
+fn peer_app<X>(limiter: RateLimiter, extractor: X) -> Router
+where
+    X: shardlimit::tower::KeyExtractor<Body>,
+{
+    Router::new()
+        .route("/", get(|| async { "hello" }))
+        .layer(RateLimitLayer::new(limiter, extractor))
+}
+
+fn from_peer(peer: &str, headers: &[(&str, &str)]) -> Request<Body> {
+    let mut req = Request::builder().uri("/");
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let mut req = req.body(Body::empty()).unwrap();
+    let addr: SocketAddr = peer
+        .parse()
+        .or_else(|_| format!("{peer}:40000").parse())
+        .or_else(|_| format!("[{peer}]:40000").parse())
+        .unwrap();
+    req.extensions_mut().insert(ConnectInfo(addr));
+    req
+}
+
+fn connect_info(info: &ConnectInfo<SocketAddr>) -> SocketAddr {
+    info.0
+}
+
+#[tokio::test]
+async fn ipv6_peers_in_one_64_share_a_limit_and_other_64s_do_not() {
+    let cluster = common::cluster("tower-v6").await;
+    let per_ip = RateLimiter::builder(&cluster, "ip", Quota::per_minute(nz(2)))
+        .build()
+        .unwrap();
+    let app = peer_app(per_ip, PeerIp::from_extension(connect_info));
+    let status = |peer: &'static str| {
+        let app = app.clone();
+        async move { app.oneshot(from_peer(peer, &[])).await.unwrap().status() }
+    };
+
+    // Two addresses of one /64 (a client rotating its interface id).
+    assert_eq!(status("2001:db8:1:2::1").await, StatusCode::OK);
+    assert_eq!(status("2001:db8:1:2:ffff:1:2:3").await, StatusCode::OK);
+    assert_eq!(
+        status("2001:db8:1:2::abcd").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // The neighbouring /64 has its own limit.
+    assert_eq!(status("2001:db8:1:3::1").await, StatusCode::OK);
+
+    // The key is the network, readable.
+    let stored = format!("{}:{{2001:db8:1:2::/64}}:gcra:ip", cluster.namespace());
+    assert!(common::pttl(stored.as_bytes()).await > 0, "{stored}");
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
+/// Behind load balancers in 10.0.0.0/8: the client from `X-Forwarded-For`
+/// or `Forwarded`, only when the peer is one of them.
+#[tokio::test]
+async fn forwarded_headers_count_only_from_trusted_proxies() {
+    let cluster = common::cluster("tower-proxy").await;
+    let per_client = |name: &str| {
+        RateLimiter::builder(&cluster, name, Quota::per_minute(nz(2)))
+            .build()
+            .unwrap()
+    };
+    let client_ip = |header| {
+        ForwardedIp::builder(PeerIp::from_extension(connect_info), header)
+            .trust("10.0.0.0/8")
+            .build()
+            .unwrap()
+    };
+    let xff_app = peer_app(per_client("xff"), client_ip(ProxyHeader::XForwardedFor));
+    let status = |app: &Router, peer: &str, headers: &[(&str, &str)]| {
+        let request = from_peer(peer, headers);
+        let app = app.clone();
+        async move { app.oneshot(request).await.unwrap().status() }
+    };
+
+    // An untrusted peer spoofing a new address each time: still its own key.
+    let attacker = "198.51.100.66";
+    for spoofed in ["192.0.2.1", "192.0.2.2"] {
+        let xff = [("x-forwarded-for", spoofed)];
+        assert_eq!(status(&xff_app, attacker, &xff).await, StatusCode::OK);
+    }
+    let xff = [("x-forwarded-for", "192.0.2.3")];
+    assert_eq!(
+        status(&xff_app, attacker, &xff).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+
+    // The same header from a trusted balancer names the client: two
+    // clients behind one balancer have their own limits.
+    for client in ["192.0.2.1", "192.0.2.1", "192.0.2.2"] {
+        let xff = [("x-forwarded-for", client)];
+        assert_eq!(status(&xff_app, "10.0.0.2", &xff).await, StatusCode::OK);
+    }
+    // The client prepending an address of its own changes nothing.
+    let xff = [("x-forwarded-for", "203.0.113.99, 192.0.2.1")];
+    assert_eq!(
+        status(&xff_app, "10.0.0.2", &xff).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // The balancer itself was never limited as a client.
+    let ns = cluster.namespace();
+    for (key, limited) in [
+        ("198.51.100.66", true),
+        ("192.0.2.1", true),
+        ("192.0.2.2", true),
+        ("192.0.2.3", false),
+        ("10.0.0.2", false),
+    ] {
+        let stored = format!("{ns}:{{{key}}}:gcra:xff");
+        assert_eq!(
+            common::pttl(stored.as_bytes()).await > 0,
+            limited,
+            "{stored}"
+        );
+    }
+
+    // `Forwarded` with a quoted IPv6 client: its /64 is the key.
+    let fwd_app = peer_app(per_client("fwd"), client_ip(ProxyHeader::Forwarded));
+    for (client, expected) in [
+        ("for=\"[2001:db8:7:7::1]:4711\"", StatusCode::OK),
+        ("for=\"[2001:db8:7:7::2]\";proto=https", StatusCode::OK),
+        ("for=\"[2001:db8:7:7::3]\"", StatusCode::TOO_MANY_REQUESTS),
+        ("for=\"[2001:db8:7:8::1]\"", StatusCode::OK),
+    ] {
+        let fwd = [("forwarded", client)];
+        assert_eq!(
+            status(&fwd_app, "10.0.0.2", &fwd).await,
+            expected,
+            "{client}"
+        );
+    }
+    let stored = format!("{ns}:{{2001:db8:7:7::/64}}:gcra:fwd");
+    assert!(common::pttl(stored.as_bytes()).await > 0, "{stored}");
+    common::assert_every_key_has_ttl(ns).await;
+}
+
+#[tokio::test]
+async fn extractor_builders_refuse_bad_prefixes_and_networks() {
+    let peer = |v4, v6| {
+        PeerIp::builder(connect_info)
+            .ipv4_prefix(v4)
+            .ipv6_prefix(v6)
+            .build()
+    };
+    for (v4, v6, field) in [
+        (32, 0, "ipv6_prefix"),
+        (32, 129, "ipv6_prefix"),
+        (33, 64, "ipv4_prefix"),
+    ] {
+        let err = peer(v4, v6).unwrap_err();
+        assert!(
+            matches!(err, Error::Config { field: f, .. } if f == field),
+            "{err}"
+        );
+    }
+    let valid = peer(24, 48).unwrap();
+    for bad in ["10.0.0.0/0", "10.0.0.1/8", "lb.internal", "2001:db8::/129"] {
+        let err = ForwardedIp::builder(valid, ProxyHeader::XForwardedFor)
+            .trust(bad)
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Config {
+                    field: "trusted_proxies",
+                    ..
+                }
+            ),
+            "{bad}: {err}"
+        );
+    }
 }

@@ -1,12 +1,14 @@
 //! Key extractors: what a request is limited by.
 
 use std::fmt;
-use std::io::Write as _;
 use std::marker::PhantomData;
 use std::net::{IpAddr, SocketAddr};
 
 use http::Request;
 use http::header::{HeaderName, HeaderValue};
+
+use super::ip::{DEFAULT_IPV4_PREFIX, DEFAULT_IPV6_PREFIX, IpKey, Prefixes};
+use crate::error::Result;
 
 /// Takes the rate-limit key (the limiter's subject) from a request: a
 /// client IP, an API key, a user id put in the extensions by an
@@ -58,7 +60,8 @@ where
     }
 }
 
-/// The peer's IP address, from a connection-info extension of type `T`.
+/// The peer's IP address, from a connection-info extension of type `T`;
+/// an IPv6 peer is keyed by its /64 network.
 ///
 /// [`PeerIp::new`] reads a [`SocketAddr`] extension (what hyper-based
 /// servers usually insert). With axum, whose
@@ -73,14 +76,19 @@ where
 /// let peer_ip = PeerIp::from_extension(|info: &ConnectInfo<SocketAddr>| info.0);
 /// ```
 ///
-/// The key is the address as text (`203.0.113.7`, `2001:db8::1`; an
-/// IPv4-mapped IPv6 address is shown as IPv4), formatted on the stack.
+/// The key ([`IpKey`]) is formatted on the stack: an IPv4 address as itself
+/// (`203.0.113.7`; an IPv4-mapped IPv6 address counts as IPv4), an IPv6
+/// address as its /64 network (`2001:db8:1:2::/64`), because any IPv6
+/// client owns a /64 and could otherwise take a fresh address, and a fresh
+/// limit, for every request. [`PeerIp::builder`] sets other prefix lengths.
 ///
-/// Behind a proxy or load balancer the peer is the proxy: take the client
-/// address from the header your proxy sets instead (a closure or
-/// [`HeaderKey`]), and only if clients cannot set that header themselves.
+/// Behind a proxy or load balancer the peer is the proxy: use
+/// [`ForwardedIp`](super::ForwardedIp), which believes the proxy's
+/// `Forwarded` or `X-Forwarded-For` header only when the peer is a proxy
+/// you trust.
 pub struct PeerIp<T = SocketAddr> {
     addr: fn(&T) -> SocketAddr,
+    prefixes: Prefixes,
     _extension: PhantomData<fn(&T)>,
 }
 
@@ -111,13 +119,51 @@ impl Default for PeerIp<SocketAddr> {
 
 impl<T: Send + Sync + 'static> PeerIp<T> {
     /// Reads the extension of type `T` and takes the address from it with
-    /// `addr` (a function or non-capturing closure).
+    /// `addr` (a function or non-capturing closure); IPv6 by /64, IPv4 by
+    /// address.
     #[must_use]
     pub fn from_extension(addr: fn(&T) -> SocketAddr) -> Self {
         PeerIp {
             addr,
+            prefixes: Prefixes::default(),
             _extension: PhantomData,
         }
+    }
+
+    /// A builder for other prefix lengths, reading the extension of type
+    /// `T` like [`from_extension`](Self::from_extension).
+    ///
+    /// ```
+    /// use std::net::SocketAddr;
+    /// use http::Request;
+    /// use shardlimit::tower::{KeyExtractor, PeerIp};
+    ///
+    /// // A /56 per IPv6 client (what many ISPs delegate), a /24 per IPv4 one.
+    /// let peer_ip = PeerIp::builder(|addr: &SocketAddr| *addr)
+    ///     .ipv6_prefix(56)
+    ///     .ipv4_prefix(24)
+    ///     .build()?;
+    /// let mut req = Request::new(());
+    /// req.extensions_mut().insert("[2001:db8:0:12ff::1]:443".parse::<SocketAddr>().unwrap());
+    /// assert_eq!(peer_ip.extract(&req).unwrap().as_ref(), b"2001:db8:0:1200::/56");
+    /// # Ok::<(), shardlimit::Error>(())
+    /// ```
+    pub fn builder(addr: fn(&T) -> SocketAddr) -> PeerIpBuilder<T> {
+        PeerIpBuilder {
+            addr,
+            ipv4_prefix: DEFAULT_IPV4_PREFIX,
+            ipv6_prefix: DEFAULT_IPV6_PREFIX,
+        }
+    }
+
+    /// The peer's address, unmasked, if the request has the extension.
+    pub(crate) fn peer(&self, extensions: &http::Extensions) -> Option<IpAddr> {
+        extensions.get::<T>().map(|ext| (self.addr)(ext).ip())
+    }
+
+    /// The key of `ip` under this extractor's prefix lengths.
+    pub(crate) fn key(&self, ip: IpAddr) -> IpKey {
+        self.prefixes.key(ip)
     }
 }
 
@@ -133,6 +179,7 @@ impl<T> fmt::Debug for PeerIp<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PeerIp")
             .field("extension", &std::any::type_name::<T>())
+            .field("prefixes", &self.prefixes)
             .finish()
     }
 }
@@ -141,48 +188,65 @@ impl<B, T: Send + Sync + 'static> KeyExtractor<B> for PeerIp<T> {
     type Key = IpKey;
 
     fn extract(&self, request: &Request<B>) -> Option<IpKey> {
-        let addr = (self.addr)(request.extensions().get::<T>()?);
-        Some(IpKey::new(addr.ip()))
+        self.peer(request.extensions()).map(|ip| self.key(ip))
     }
 }
 
-/// An IP address as text, on the stack: the key [`PeerIp`] extracts.
+/// Configures a [`PeerIp`]'s prefix lengths: how many leading bits of an
+/// address are its key. [`build`](Self::build) validates them.
 ///
 /// ```
-/// use shardlimit::tower::IpKey;
-/// let key = IpKey::new("2001:db8::1".parse().unwrap());
-/// assert_eq!(key.as_ref(), b"2001:db8::1");
+/// use std::net::SocketAddr;
+/// use shardlimit::tower::PeerIp;
+/// let peer_ip = PeerIp::builder(|addr: &SocketAddr| *addr)
+///     .ipv6_prefix(64) // default
+///     .ipv4_prefix(32) // default
+///     .build()?;
+/// # Ok::<(), shardlimit::Error>(())
 /// ```
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct IpKey {
-    // The longest text form of an IPv6 address is 45 bytes.
-    buf: [u8; 48],
-    len: u8,
+#[must_use]
+pub struct PeerIpBuilder<T> {
+    addr: fn(&T) -> SocketAddr,
+    ipv4_prefix: u8,
+    ipv6_prefix: u8,
 }
 
-impl IpKey {
-    /// `ip` as text; IPv4-mapped IPv6 addresses become IPv4.
-    #[must_use]
-    pub fn new(ip: IpAddr) -> Self {
-        let mut buf = [0u8; 48];
-        let mut cursor = std::io::Cursor::new(&mut buf[..]);
-        // 48 bytes always hold an address; on the impossible overflow the
-        // key is just shorter.
-        let _ = write!(cursor, "{}", ip.to_canonical());
-        let len = u8::try_from(cursor.position()).unwrap_or(48);
-        IpKey { buf, len }
+impl<T: Send + Sync + 'static> PeerIpBuilder<T> {
+    /// The prefix length an IPv6 address is keyed by, 1 to 128. Default
+    /// 64: one subscriber or host. 128 keys every address separately, which
+    /// a client escapes by rotating addresses within its /64.
+    pub fn ipv6_prefix(mut self, bits: u8) -> Self {
+        self.ipv6_prefix = bits;
+        self
+    }
+
+    /// The prefix length an IPv4 address (or an IPv4-mapped IPv6 one) is
+    /// keyed by, 1 to 32. Default 32: every address separately.
+    pub fn ipv4_prefix(mut self, bits: u8) -> Self {
+        self.ipv4_prefix = bits;
+        self
+    }
+
+    /// Validates the prefix lengths.
+    ///
+    /// Errors with [`Error::Config`](crate::Error::Config), field
+    /// `ipv6_prefix` or `ipv4_prefix`, for a length outside its range.
+    pub fn build(self) -> Result<PeerIp<T>> {
+        Ok(PeerIp {
+            addr: self.addr,
+            prefixes: Prefixes::new(self.ipv4_prefix, self.ipv6_prefix)?,
+            _extension: PhantomData,
+        })
     }
 }
 
-impl AsRef<[u8]> for IpKey {
-    fn as_ref(&self) -> &[u8] {
-        &self.buf[..usize::from(self.len)]
-    }
-}
-
-impl fmt::Debug for IpKey {
+impl<T> fmt::Debug for PeerIpBuilder<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "IpKey({})", String::from_utf8_lossy(self.as_ref()))
+        f.debug_struct("PeerIpBuilder")
+            .field("extension", &std::any::type_name::<T>())
+            .field("ipv4_prefix", &self.ipv4_prefix)
+            .field("ipv6_prefix", &self.ipv6_prefix)
+            .finish()
     }
 }
 
@@ -243,19 +307,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ip_keys() {
-        for (ip, text) in [
-            ("127.0.0.1", "127.0.0.1"),
-            ("::ffff:10.1.2.3", "10.1.2.3"),
-            (
-                "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
-                "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
-            ),
-            ("::1", "::1"),
-        ] {
-            let key = IpKey::new(ip.parse().unwrap());
-            assert_eq!(key.as_ref(), text.as_bytes());
-        }
+    fn peer_ip_keys_by_prefix() {
+        let mut req = Request::new(());
+        let v6: SocketAddr = "[2001:db8:1:2:3:4:5:6]:80".parse().unwrap();
+        req.extensions_mut().insert(v6);
+        let key = PeerIp::new().extract(&req).unwrap();
+        assert_eq!(key.as_ref(), b"2001:db8:1:2::/64");
+        let whole = PeerIp::builder(|a: &SocketAddr| *a)
+            .ipv6_prefix(128)
+            .build()
+            .unwrap();
+        assert_eq!(
+            whole.extract(&req).unwrap().as_ref(),
+            b"2001:db8:1:2:3:4:5:6"
+        );
+        let err = PeerIp::builder(|a: &SocketAddr| *a)
+            .ipv4_prefix(0)
+            .build()
+            .unwrap_err();
+        assert!(err.to_string().contains("ipv4_prefix"), "{err}");
     }
 
     #[test]

@@ -11,8 +11,9 @@
 //! * [`Limits`] — a [`RateLimiter`](crate::RateLimiter) or a
 //!   [`MultiLimiter`](crate::MultiLimiter).
 //! * [`KeyExtractor`] — what a request is limited by: any closure
-//!   `Fn(&Request<B>) -> Option<K>`, or [`PeerIp`] (the client address) or
-//!   [`HeaderKey`] (a header value, e.g. an API key).
+//!   `Fn(&Request<B>) -> Option<K>`, or [`PeerIp`] (the client address;
+//!   IPv6 by its /64), [`ForwardedIp`] (the client address behind trusted
+//!   proxies) or [`HeaderKey`] (a header value, e.g. an API key).
 //! * [`MissingKey`] — what happens to a request without a key: 400, pass,
 //!   or a shared fallback key.
 //!
@@ -64,7 +65,7 @@
 //! # Cost per request
 //!
 //! Nothing is allocated per request except the key, if the extractor
-//! allocates it ([`PeerIp`] and [`HeaderKey`] do not), and for a checked
+//! allocates it ([`PeerIp`], [`ForwardedIp`] and [`HeaderKey`] do not), and for a checked
 //! request: one box holding the check and the inner call (the limiter's
 //! check is an `async fn`, and its future cannot be named on stable Rust),
 //! and the `RateLimit` header value (built on the stack and copied once).
@@ -73,14 +74,18 @@
 //! clones the inner service (axum's routes are reference-counted or boxed).
 
 mod extract;
+mod forwarded;
 mod future;
 mod headers;
+mod ip;
 mod layer;
 mod limits;
 mod service;
 
-pub use extract::{HeaderKey, IpKey, KeyExtractor, PeerIp};
+pub use extract::{HeaderKey, KeyExtractor, PeerIp, PeerIpBuilder};
+pub use forwarded::{ForwardedIp, ForwardedIpBuilder, ProxyHeader};
 pub use future::ResponseFuture;
+pub use ip::IpKey;
 pub use layer::{MissingKey, RateLimitLayer, RateLimitLayerBuilder};
 pub use limits::Limits;
 pub use service::RateLimitService;
