@@ -1,9 +1,9 @@
 //! `MultiLimiter`: several limits on one subject, all or nothing.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::decision::{Decision, MultiDecision};
-use super::limiter::{RateLimiter, evaluate, wait_for};
+use super::limiter::{Invocation, RateLimiter, deadline_after, evaluate, wait_for};
 use crate::error::{Error, Result};
 use crate::policy::FailurePolicy;
 use crate::scripts;
@@ -108,7 +108,8 @@ impl MultiLimiter {
     }
 
     /// Checks until admitted by every limit or until `max_wait` would be
-    /// exceeded; see [`RateLimiter::until_ready`].
+    /// exceeded ([`Duration::MAX`]: however long it takes); see
+    /// [`RateLimiter::until_ready`].
     pub async fn until_ready(
         &self,
         subject: impl AsRef<[u8]>,
@@ -116,7 +117,7 @@ impl MultiLimiter {
         max_wait: Duration,
     ) -> Result<MultiDecision> {
         let subject = subject.as_ref();
-        let deadline = Instant::now() + max_wait;
+        let deadline = deadline_after(max_wait);
         loop {
             let decision = self.run(subject, cost, true).await?;
             match wait_for(decision.binding(), deadline) {
@@ -124,6 +125,27 @@ impl MultiLimiter {
                 _ => return Ok(decision),
             }
         }
+    }
+
+    /// Exactly what [`check_n`](Self::check_n) sends for `subject` and
+    /// `cost`: the multi-limit script, one key per limiter and their `ARGV`;
+    /// see [`RateLimiter::invocation`].
+    ///
+    /// ```no_run
+    /// # fn demo(api: shardlimit::MultiLimiter) -> shardlimit::Result<()> {
+    /// let call = api.invocation("api-key:7f3a", 1)?;
+    /// assert_eq!(call.keys.keys().len(), api.limiters().len());
+    /// # Ok(()) }
+    /// ```
+    pub fn invocation(&self, subject: impl AsRef<[u8]>, cost: u32) -> Result<Invocation> {
+        let specs: Vec<_> = self.limiters.iter().map(RateLimiter::spec).collect();
+        Invocation::new(
+            self.limiters[0].cluster(),
+            &scripts::MULTI_LIMIT,
+            &specs,
+            subject.as_ref(),
+            cost,
+        )
     }
 
     #[tracing::instrument(name = "shardlimit.multi_check", level = "debug", skip_all,
