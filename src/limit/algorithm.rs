@@ -8,7 +8,7 @@ use super::quota::Quota;
 use crate::error::{Error, Result};
 use crate::scripts::{self, Script};
 
-const SLIDING_LOG_MAX: NonZeroU32 = match NonZeroU32::new(1000) {
+const SLIDING_LOG_MAX: NonZeroU32 = match NonZeroU32::new(128) {
     Some(n) => n,
     None => NonZeroU32::MIN,
 };
@@ -18,7 +18,7 @@ const SLIDING_LOG_MAX: NonZeroU32 = match NonZeroU32::new(1000) {
 /// | algorithm | state per subject | exact? | use when |
 /// |---|---|---|---|
 /// | [`FixedWindow`](Self::FixedWindow) | 1 integer key | per clock-aligned window; up to 2× the limit across a boundary | quotas that reset on the clock ("1000 per hour") |
-/// | [`SlidingLog`](Self::SlidingLog) | sorted set, one entry per admitted unit | exact in every window | small limits where the boundary matters (APIs, logins) |
+/// | [`SlidingLog`](Self::SlidingLog) | sorted set, one entry per admitted unit (limit ≤ 128) | exact in every window | small limits where the boundary matters (APIs, logins) |
 /// | [`SlidingWindow`](Self::SlidingWindow) | 1 small hash | approximate (weighted previous window); worst case 2× | large limits, cheap memory, smooth behaviour |
 /// | [`Gcra`](Self::Gcra) | 1 key: theoretical arrival time | exact rate with a burst | the default: smooth rate + burst, least memory |
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -28,7 +28,8 @@ pub enum Algorithm {
     /// window (like Sidekiq's "bucket" limiter).
     FixedWindow,
     /// Sliding log: a sorted set of admitted units, exact; memory grows with
-    /// the limit.
+    /// the limit, which is at most
+    /// [`SLIDING_LOG_MAX_LIMIT`](Self::SLIDING_LOG_MAX_LIMIT).
     SlidingLog,
     /// Sliding window counter: current and previous window counts, weighted.
     SlidingWindow,
@@ -38,7 +39,13 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
-    /// The largest sliding-log limit (and so cost).
+    /// The largest sliding-log limit (and so cost): 128. A sliding log keeps
+    /// one sorted-set member per admitted unit, so a check may trim and add
+    /// up to this many members; 128 keeps the worst check well under a
+    /// millisecond and the set in Redis' compact encoding (about 4 KB per
+    /// subject). Larger limits want [`SlidingWindow`](Self::SlidingWindow)
+    /// or [`Gcra`](Self::Gcra), whose state and work do not grow with the
+    /// limit.
     pub const SLIDING_LOG_MAX_LIMIT: u32 = SLIDING_LOG_MAX.get();
 
     /// Every algorithm, for code that wants to try them all.

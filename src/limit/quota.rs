@@ -35,7 +35,7 @@ use crate::error::{Error, Result};
 /// | field | bound |
 /// |---|---|
 /// | `period` | whole milliseconds, 1 ms ..= [`MAX_PERIOD`](Self::MAX_PERIOD) (366 days) |
-/// | `limit` | 1 ..= [`Algorithm::max_limit`](crate::Algorithm::max_limit): `u32::MAX`, the sliding log 1000 |
+/// | `limit` | 1 ..= [`Algorithm::max_limit`](crate::Algorithm::max_limit): `u32::MAX`; the sliding log 128 |
 /// | `burst` | GCRA only; `burst × period / limit` (a full bucket's refill time) ≤ 366 days |
 /// | cost of one call | 1 ..= the limiter's [`capacity`](crate::RateLimiter::capacity) (limit, or GCRA burst), else [`Error::InvalidCost`] |
 ///

@@ -8,10 +8,13 @@
 -- Reply (per limit, see limit_prelude.lua): retry_after = until enough of the
 --       oldest entries leave the window for this cost to fit; reset_after =
 --       until the newest entry leaves it.
--- Bounds: the client caps the limit, and so the cost, at 1000
+-- Bounds: the client caps the limit, and so the cost, at 128
 -- (Algorithm::SLIDING_LOG_MAX_LIMIT): a key never holds more than `limit`
--- members (~20 bytes each plus the sorted set's overhead), and the worst
--- check (trim 1000 members, add 1000) stays well under a millisecond.
+-- members, so it stays a compact listpack (Redis' default
+-- zset-max-listpack-entries is 128; ~4 KB per subject), and the worst check
+-- (trim 128 members, add 128) stays under a millisecond in SLOWLOG, as
+-- tests/limits_bounds.rs measures (about 0.5 ms; 1000 members took 1.2-1.6
+-- ms and 250 up to 1 ms on the loaded test host).
 -- One member per unit rather than per request keeps `used` a ZCOUNT and the
 -- retry time one ZRANGEBYSCORE ... LIMIT, both O(log n) in C; a member per
 -- request carrying its cost would need Lua to sum the window's costs.
@@ -38,7 +41,7 @@ ALGOS.slog = function(key, limit, period, _burst, cost)
   if ok and CONSUME then
     writes[1] = { 'ZREMRANGEBYSCORE', key, '-inf', int(horizon) }
     local s = int(stamp)
-    -- One ZADD of up to 2 x 1000 arguments: far under unpack()'s stack
+    -- One ZADD of up to 2 x 128 arguments: far under unpack()'s stack
     -- limit (8000) thanks to the cap on the limit.
     local add = { 'ZADD', key }
     for i = 1, cost do
