@@ -107,8 +107,11 @@ impl RateLimiterBuilder {
     }
 
     /// Validates the name (`[A-Za-z0-9_.-]{1,64}`) and the quota for the
-    /// algorithm (period: whole milliseconds, 1 ms to a year; a burst only
-    /// for GCRA). Sends nothing.
+    /// algorithm (see [`Quota#bounds`](Quota#bounds): period whole
+    /// milliseconds, 1 ms to 366 days; limit up to
+    /// [`Algorithm::max_limit`]; a burst only for GCRA, refilling within 366
+    /// days). Sends nothing; a quota out of bounds is an
+    /// [`Error::Config`] naming the field.
     pub fn build(self) -> Result<RateLimiter> {
         let spec = LimitSpec::new(&self.name, self.algorithm, self.quota)?;
         let counters = self.cluster.counters(spec.id.kind(), spec.id.name());
