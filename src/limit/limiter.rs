@@ -370,14 +370,28 @@ pub(crate) async fn evaluate(
 }
 
 /// A cost every limit can admit at once: 1 to its capacity.
+///
+/// A check writes `cost` members into every sliding log it admits, so the
+/// sliding logs of one multi-limit share the one-log maximum
+/// ([`Algorithm::SLIDING_LOG_MAX_LIMIT`] members per check): that keeps
+/// the worst multi-limit check as short as the worst single one.
 fn check_cost(specs: &[&LimitSpec], cost: u32) -> Result<()> {
-    match specs.iter().find(|s| cost == 0 || cost > s.capacity) {
-        Some(spec) => Err(Error::InvalidCost {
+    let capacity = specs.iter().map(|s| s.capacity).min().unwrap_or(0);
+    let logs = specs
+        .iter()
+        .filter(|s| s.algorithm == Algorithm::SlidingLog)
+        .count();
+    let max = match u32::try_from(logs) {
+        Ok(logs) if logs > 1 => capacity.min(Algorithm::SLIDING_LOG_MAX_LIMIT / logs),
+        _ => capacity,
+    };
+    if cost == 0 || cost > max {
+        return Err(Error::InvalidCost {
             cost: u64::from(cost),
-            max: u64::from(spec.capacity),
-        }),
-        None => Ok(()),
+            max: u64::from(max),
+        });
     }
+    Ok(())
 }
 
 /// What one check sends: a script with its `KEYS` (one slot, proven) and
@@ -469,6 +483,32 @@ mod tests {
         let s = spec(10);
         assert_eq!(s.args, ["gcra", "10", "1000000", "10"]);
         assert_eq!(s.id.kind(), "gcra");
+    }
+
+    #[test]
+    fn costs_are_bounded_by_every_capacity_and_the_shared_log_budget() {
+        let log = |limit| {
+            LimitSpec::new(
+                "log",
+                Algorithm::SlidingLog,
+                Quota::per_second(NonZeroU32::new(limit).unwrap()),
+            )
+            .unwrap()
+        };
+        let (big, small) = (spec(1000), spec(10));
+        let max = |specs: &[&LimitSpec]| match check_cost(specs, u32::MAX) {
+            Err(Error::InvalidCost { max, .. }) => max,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(max(&[&big, &small]), 10);
+        let (a, b, c) = (log(128), log(128), log(30));
+        assert_eq!(max(&[&a]), 128);
+        assert_eq!(max(&[&a, &big]), 128);
+        // Two logs share 128 members per check; three, and one is smaller.
+        assert_eq!(max(&[&a, &b]), 64);
+        assert_eq!(max(&[&a, &b, &c]), 30);
+        assert!(check_cost(&[&a, &b], 64).is_ok());
+        assert!(check_cost(&[&a, &b], 0).is_err());
     }
 
     #[test]

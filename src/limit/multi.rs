@@ -97,7 +97,10 @@ impl MultiLimiter {
 
     /// Like [`check`](Self::check) for `cost` units. Errors with
     /// [`Error::InvalidCost`] before sending if any limit could never admit
-    /// that cost.
+    /// that cost, or if its sliding logs together would take more than
+    /// [`Algorithm::SLIDING_LOG_MAX_LIMIT`](crate::Algorithm::SLIDING_LOG_MAX_LIMIT)
+    /// members in one check (two sliding logs: at most 64 each), which keeps
+    /// every check as short as the worst single-limit one.
     pub async fn check_n(&self, subject: impl AsRef<[u8]>, cost: u32) -> Result<MultiDecision> {
         self.run(subject.as_ref(), cost, true).await
     }
