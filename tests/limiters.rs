@@ -840,3 +840,29 @@ async fn until_ready_can_wait_forever() {
     assert!(d.allowed, "{d:?}");
     common::assert_every_key_has_ttl(cluster.namespace()).await;
 }
+
+/// Two sliding logs in one multi-limit share one log's members per check:
+/// the capacity says so, and a cost above it is refused before sending.
+#[tokio::test]
+async fn sliding_logs_in_a_multi_limit_share_one_check_budget() {
+    let cluster = common::cluster("multilogs").await;
+    let most = Algorithm::SlidingLog.max_limit();
+    let a = RateLimiter::builder(&cluster, "a", Quota::per_hour(most))
+        .algorithm(Algorithm::SlidingLog)
+        .build()
+        .unwrap();
+    let b = RateLimiter::builder(&cluster, "b", Quota::per_hour(most))
+        .algorithm(Algorithm::SlidingLog)
+        .build()
+        .unwrap();
+    let both = MultiLimiter::new([a.clone(), b]).unwrap();
+    let half = most.get() / 2;
+    assert_eq!(both.capacity(), half);
+    assert!(matches!(
+        both.check_n("s", half + 1).await,
+        Err(Error::InvalidCost { max, .. }) if max == u64::from(half)
+    ));
+    assert_eq!(common::dump(&a.key("s").unwrap()).await, None);
+    assert!(both.check_n("s", half).await.unwrap().allowed);
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}

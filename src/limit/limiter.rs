@@ -376,15 +376,7 @@ pub(crate) async fn evaluate(
 /// ([`Algorithm::SLIDING_LOG_MAX_LIMIT`] members per check): that keeps
 /// the worst multi-limit check as short as the worst single one.
 fn check_cost(specs: &[&LimitSpec], cost: u32) -> Result<()> {
-    let capacity = specs.iter().map(|s| s.capacity).min().unwrap_or(0);
-    let logs = specs
-        .iter()
-        .filter(|s| s.algorithm == Algorithm::SlidingLog)
-        .count();
-    let max = match u32::try_from(logs) {
-        Ok(logs) if logs > 1 => capacity.min(Algorithm::SLIDING_LOG_MAX_LIMIT / logs),
-        _ => capacity,
-    };
+    let max = max_cost(specs);
     if cost == 0 || cost > max {
         return Err(Error::InvalidCost {
             cost: u64::from(cost),
@@ -392,6 +384,19 @@ fn check_cost(specs: &[&LimitSpec], cost: u32) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// The most one check of `specs` may cost (see [`check_cost`]).
+pub(crate) fn max_cost(specs: &[&LimitSpec]) -> u32 {
+    let capacity = specs.iter().map(|s| s.capacity).min().unwrap_or(0);
+    let logs = specs
+        .iter()
+        .filter(|s| s.algorithm == Algorithm::SlidingLog)
+        .count();
+    match u32::try_from(logs) {
+        Ok(logs) if logs > 1 => capacity.min(Algorithm::SLIDING_LOG_MAX_LIMIT / logs),
+        _ => capacity,
+    }
 }
 
 /// What one check sends: a script with its `KEYS` (one slot, proven) and

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::decision::{Decision, MultiDecision};
-use super::limiter::{Invocation, RateLimiter, deadline_after, evaluate, wait_for};
+use super::limiter::{Invocation, RateLimiter, deadline_after, evaluate, max_cost, wait_for};
 use crate::error::{Error, Result};
 use crate::policy::FailurePolicy;
 use crate::scripts;
@@ -82,6 +82,22 @@ impl MultiLimiter {
     #[must_use]
     pub fn limiters(&self) -> &[RateLimiter] {
         &self.limiters
+    }
+
+    /// The most one request may cost: the smallest capacity of the limits,
+    /// and no more than their sliding logs' shared budget (see
+    /// [`check_n`](Self::check_n)).
+    ///
+    /// ```no_run
+    /// # fn demo(api: shardlimit::MultiLimiter) {
+    /// let most = api.capacity();
+    /// assert!(api.limiters().iter().all(|l| most <= l.capacity()));
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn capacity(&self) -> u32 {
+        let specs: Vec<_> = self.limiters.iter().map(RateLimiter::spec).collect();
+        max_cost(&specs)
     }
 
     /// The combined failure policy.
