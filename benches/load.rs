@@ -78,7 +78,8 @@ struct Args {
     /// Quota of the rate limiters: this many per `--period-secs`. The
     /// default never denies at bench load and keeps every key short-lived;
     /// for `--populate`, a low limit keeps GCRA keys alive (a GCRA key lives
-    /// until its bucket is full again): `--limit 1 --period-secs 3600`.
+    /// until its bucket is full again): `--limit 1 --period-secs 3600`. A
+    /// sliding log uses at most its maximum limit, 128.
     #[arg(long, default_value_t = 1_000_000)]
     limit: u32,
     /// Period of the quota, seconds.
@@ -406,6 +407,9 @@ fn target(cluster: &Cluster, args: &Args) -> Target {
         Duration::from_secs(args.period_secs),
     );
     let limiter = |a: Algorithm| {
+        // The sliding log refuses limits above its maximum (128); spread
+        // over the bench's many subjects that still never denies.
+        let quota = Quota::with_period(quota.limit().min(a.max_limit()), quota.period());
         Target::Limiter(
             RateLimiter::builder(cluster, "bench", quota)
                 .algorithm(a)

@@ -18,6 +18,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use shardlimit::{
     Algorithm, BypassReason, Cluster, Error, FailurePolicy, MultiLimiter, Quota, RateLimiter,
+    limit::Invocation,
 };
 
 const SLACK: Duration = Duration::from_millis(20);
@@ -516,35 +517,46 @@ async fn a_key_of_the_wrong_type_is_an_error_even_when_failing_open() {
     common::assert_every_key_has_ttl(cluster.namespace()).await;
 }
 
-#[tokio::test]
-async fn bad_quotas_and_costs_are_refused_before_sending() {
-    let cluster = common::cluster("badquota").await;
-    let bad = [
-        (
-            Quota::with_period(nz(1), Duration::ZERO),
-            Algorithm::Gcra,
-            "quota.period",
-        ),
-        (
-            Quota::with_period(nz(1), Duration::from_micros(1500)),
-            Algorithm::FixedWindow,
-            "quota.period",
-        ),
-        (
-            Quota::per_second(nz(5)).allow_burst(nz(10)),
-            Algorithm::SlidingLog,
-            "quota.burst",
-        ),
-    ];
+/// Every `(quota, algorithm, field)` is refused when built, with a
+/// `Config` error naming `field` and saying why.
+fn refuse_quotas<const N: usize>(cluster: &Cluster, bad: [(Quota, Algorithm, &str); N]) {
     for (quota, algorithm, field) in bad {
-        match RateLimiter::builder(&cluster, "x", quota)
+        match RateLimiter::builder(cluster, "x", quota)
             .algorithm(algorithm)
             .build()
         {
-            Err(Error::Config { field: f, .. }) => assert_eq!(f, field),
-            other => panic!("{field}: {other:?}"),
+            Err(Error::Config { field: f, reason }) => {
+                assert_eq!(f, field, "{reason}");
+                assert!(!reason.is_empty());
+            }
+            other => panic!("{quota:?} {algorithm}: {other:?}"),
         }
     }
+}
+
+#[tokio::test]
+async fn bad_quotas_and_costs_are_refused_before_sending() {
+    let cluster = common::cluster("badquota").await;
+    refuse_quotas(
+        &cluster,
+        [
+            (
+                Quota::with_period(nz(1), Duration::ZERO),
+                Algorithm::Gcra,
+                "quota.period",
+            ),
+            (
+                Quota::with_period(nz(1), Duration::from_micros(1500)),
+                Algorithm::FixedWindow,
+                "quota.period",
+            ),
+            (
+                Quota::per_second(nz(5)).allow_burst(nz(10)),
+                Algorithm::SlidingLog,
+                "quota.burst",
+            ),
+        ],
+    );
     assert!(matches!(
         RateLimiter::builder(&cluster, "bad name", Quota::per_second(nz(1))).build(),
         Err(Error::InvalidIdent { field: "name", .. })
@@ -578,12 +590,27 @@ async fn invocation_is_exactly_what_a_check_sends() {
     let invocation = l.invocation("s", 2).unwrap();
     assert_eq!(invocation.keys.keys(), [l.key("s").unwrap()]);
     // Run it through a bare redis-rs connection: same effect as check_n(2).
+    let reply: Vec<i64> = run_bare(invocation.script.code(), &invocation)
+        .await
+        .unwrap();
+    assert_eq!(&reply[..4], [1, 1, 1, -1], "admitted, remaining 1");
+    assert_eq!(l.peek("s").await.unwrap().remaining, 1);
+    assert!(matches!(
+        l.invocation("s", 4),
+        Err(Error::InvalidCost { cost: 4, max: 3 })
+    ));
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
+/// Runs `code` with `invocation`'s keys and arguments through a bare redis-rs
+/// cluster connection (not through the library under test).
+async fn run_bare(code: &str, invocation: &Invocation) -> redis::RedisResult<Vec<i64>> {
     let mut bare = redis::cluster::ClusterClient::new(common::node_urls())
         .unwrap()
         .get_async_connection()
         .await
         .unwrap();
-    let script = redis::Script::new(invocation.script.code());
+    let script = redis::Script::new(code);
     let mut call = script.prepare_invoke();
     for key in invocation.keys.keys() {
         call.key(key);
@@ -591,12 +618,251 @@ async fn invocation_is_exactly_what_a_check_sends() {
     for arg in &invocation.args {
         call.arg(arg);
     }
-    let reply: Vec<i64> = call.invoke_async(&mut bare).await.unwrap();
-    assert_eq!(&reply[..4], [1, 1, 1, -1], "admitted, remaining 1");
-    assert_eq!(l.peek("s").await.unwrap().remaining, 1);
+    call.invoke_async(&mut bare).await
+}
+
+/// The server's clock in microseconds, asked of the master owning `key`.
+async fn server_micros(key: &[u8]) -> u64 {
+    let (secs, micros): (u64, u64) = common::on_owner(key, &mut redis::cmd("TIME")).await;
+    secs * 1_000_000 + micros
+}
+
+// ---- safety bounds (issue 12) -----------------------------------------------
+
+/// A quota whose numbers could leave a double's exact integer range (2^53)
+/// in any script is refused when built: GCRA's TAT with a huge burst over a
+/// long period once wrapped negative and admitted everything.
+#[tokio::test]
+async fn quotas_that_could_overflow_are_refused_when_built() {
+    let cluster = common::cluster("overflow").await;
+    let year = Quota::MAX_PERIOD;
+    // TAT 4e9 years ahead: it wrapped past 2^63 us. Then a full bucket that
+    // takes two years to refill, and a sliding log over its maximum.
+    refuse_quotas(
+        &cluster,
+        [
+            (
+                Quota::with_period(nz(1), year).allow_burst(nz(u32::MAX)),
+                Algorithm::Gcra,
+                "quota.burst",
+            ),
+            (
+                Quota::with_period(nz(1), year).allow_burst(nz(2)),
+                Algorithm::Gcra,
+                "quota.burst",
+            ),
+            (
+                Quota::per_hour(nz(Algorithm::SlidingLog.max_limit().get() + 1)),
+                Algorithm::SlidingLog,
+                "quota.limit",
+            ),
+        ],
+    );
+    // The extremes that are allowed work, and their keys expire in time.
+    let extremes = [
+        (Quota::with_period(nz(1), year), Algorithm::Gcra, u32::MAX),
+        (
+            Quota::with_period(nz(u32::MAX), year),
+            Algorithm::FixedWindow,
+            u32::MAX,
+        ),
+        (
+            Quota::with_period(nz(u32::MAX), year),
+            Algorithm::SlidingWindow,
+            u32::MAX,
+        ),
+        (
+            Quota::with_period(nz(u32::MAX), Duration::from_millis(1)).allow_burst(nz(u32::MAX)),
+            Algorithm::Gcra,
+            u32::MAX,
+        ),
+    ];
+    for (quota, algorithm, cost) in extremes {
+        let l = limiter(&cluster, algorithm, quota);
+        let cost = cost.min(l.capacity());
+        let d = l.check_n("edge", cost).await.unwrap();
+        assert!(d.allowed, "{algorithm} {quota:?}: {d:?}");
+        let d = l.check_n("edge", cost).await.unwrap();
+        assert!(
+            !d.allowed || quota.period() == Duration::from_millis(1),
+            "{algorithm} {quota:?}: {d:?}"
+        );
+        let pttl = common::pttl(&l.key("edge").unwrap()).await;
+        let bound = i64::try_from(2 * Quota::MAX_PERIOD.as_millis()).unwrap();
+        assert!(
+            pttl == -2 || (0..=bound).contains(&pttl),
+            "{algorithm}: {pttl}"
+        );
+        l.reset("edge").await.unwrap();
+    }
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
+/// A multi-limit script that fails after computing its decisions writes
+/// nothing: the GCRA limit's numbers are out of range (sent by hand, as the
+/// builder refuses them) and the fixed window checked before it must stay
+/// untouched. Before: the window was consumed, then `SET ... PXAT` failed.
+#[tokio::test]
+async fn a_failing_multi_limit_script_writes_nothing() {
+    let cluster = common::cluster("multifail").await;
+    let fw = limiter(&cluster, Algorithm::FixedWindow, Quota::per_hour(nz(10)));
+    let gcra = limiter(&cluster, Algorithm::Gcra, Quota::per_hour(nz(1)));
+    let both = MultiLimiter::new([fw.clone(), gcra.clone()]).unwrap();
+    let mut invocation = both.invocation("s", 1).unwrap();
+    // ARGV: cost, mode, then 4 per limit (code, limit, period, burst): a
+    // GCRA period of 10^22 us puts its TAT past 2^63.
+    let period = invocation.args.len() - 2;
+    invocation.args[period] = b"10000000000000000000000".to_vec();
+    let result = run_bare(invocation.script.code(), &invocation).await;
+    for l in [&fw, &gcra] {
+        assert_eq!(
+            common::dump(&l.key("s").unwrap()).await,
+            None,
+            "{}: written by a failed check ({result:?})",
+            l.algorithm()
+        );
+    }
+    let err = result.unwrap_err();
+    assert!(
+        err.to_string().contains("shardlimit: number out of range"),
+        "{err}"
+    );
+}
+
+/// A denied or failing multi-limit check leaves every key byte-identical,
+/// even a sliding log holding entries that have left its window (trimming
+/// them is a write, so it waits for an admission).
+#[tokio::test]
+async fn a_denied_or_failing_multi_limit_check_changes_no_key() {
+    let cluster = common::cluster("multidump").await;
+    let log = limiter(&cluster, Algorithm::SlidingLog, Quota::per_hour(nz(3)));
+    let gcra = limiter(&cluster, Algorithm::Gcra, Quota::per_hour(nz(10)));
+    let both = MultiLimiter::new([log.clone(), gcra.clone()]).unwrap();
+    let (log_key, gcra_key) = (log.key("s").unwrap(), gcra.key("s").unwrap());
+    assert!(both.check_n("s", 3).await.unwrap().allowed);
+    // An entry two hours old: out of the window, not yet trimmed.
+    let old = server_micros(&log_key).await - 2 * 3_600_000_000;
+    let _: i64 = common::on_owner(
+        &log_key,
+        redis::cmd("ZADD")
+            .arg(&log_key)
+            .arg(old)
+            .arg(format!("{old}:1")),
+    )
+    .await;
+    let before = (common::dump(&log_key).await, common::dump(&gcra_key).await);
+    let denied = both.check("s").await.unwrap();
+    assert!(!denied.allowed, "{denied:?}");
+    assert_eq!(
+        (common::dump(&log_key).await, common::dump(&gcra_key).await),
+        before,
+        "a denied check wrote"
+    );
+    // The same with a script that fails: the GCRA key is of the wrong type.
+    let _: i64 = common::on_owner(&gcra_key, redis::cmd("DEL").arg(&gcra_key)).await;
+    let _: i64 = common::on_owner(&gcra_key, redis::cmd("SADD").arg(&gcra_key).arg("x")).await;
+    let _: i64 =
+        common::on_owner(&gcra_key, redis::cmd("PEXPIRE").arg(&gcra_key).arg(60_000)).await;
+    let before = common::dump(&log_key).await;
+    let err = both.check("s").await.unwrap_err();
+    assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+    assert_eq!(common::dump(&log_key).await, before, "a failed check wrote");
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
+/// Inside a script Redis expires keys by the time the script started, while
+/// `TIME` moves on: a window's key can still be visible a few milliseconds
+/// into the next window. Provoked here by planting a full window whose
+/// expiry is the next window's first millisecond, then busy-waiting inside
+/// the same script until `TIME` is 2 ms into that window before running the
+/// fixed-window check. The old count must not carry over.
+#[tokio::test]
+async fn fixed_window_never_carries_a_count_into_the_next_window() {
+    let cluster = common::cluster("fwcarry").await;
+    let period_ms = 20;
+    let l = limiter(
+        &cluster,
+        Algorithm::FixedWindow,
+        Quota::with_period(nz(5), Duration::from_millis(period_ms)),
+    );
+    let invocation = l.invocation("s", 1).unwrap();
+    let plant = format!(
+        "do
+  local function now_us()
+    local t = redis.call('TIME')
+    return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  local next_ms = (math.floor(now_us() / 1000 / {period_ms}) + 1) * {period_ms}
+  redis.call('SET', KEYS[1], 5, 'PXAT', string.format('%d', next_ms))
+  while now_us() < (next_ms + 2) * 1000 do end
+end
+"
+    );
+    let code = format!("{plant}{}", invocation.script.code());
+    let reply = run_bare(&code, &invocation).await.unwrap();
+    assert_eq!(
+        &reply[..3],
+        [1, 1, 4],
+        "admitted into a fresh window: {reply:?}"
+    );
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
+/// A fixed-window key left without a TTL (an older version, a hand edit)
+/// belongs to no window: it starts fresh and gets an expiry.
+#[tokio::test]
+async fn a_fixed_window_key_without_ttl_starts_fresh() {
+    let cluster = common::cluster("fwimmortal").await;
+    let l = limiter(&cluster, Algorithm::FixedWindow, Quota::per_hour(nz(5)));
+    let key = l.key("s").unwrap();
+    let _: () = common::on_owner(&key, redis::cmd("SET").arg(&key).arg(5)).await;
+    let d = l.check("s").await.unwrap();
+    assert!(d.allowed && d.remaining == 4, "{d:?}");
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
+/// "Wait forever" waits (it used to panic computing `now + Duration::MAX`).
+#[tokio::test]
+async fn until_ready_can_wait_forever() {
+    let cluster = common::cluster("forever").await;
+    for algorithm in Algorithm::ALL {
+        let l = limiter(&cluster, algorithm, Quota::per_second(nz(2)));
+        assert!(l.check_n("f", 2).await.unwrap().allowed);
+        let d = l.until_ready("f", 1, Duration::MAX).await.unwrap();
+        assert!(d.allowed, "{algorithm}: {d:?}");
+    }
+    let a = RateLimiter::builder(&cluster, "a", Quota::per_second(nz(2)))
+        .build()
+        .unwrap();
+    let both = MultiLimiter::new([a.clone()]).unwrap();
+    assert!(a.check_n("m", 2).await.unwrap().allowed);
+    let d = both.until_ready("m", 1, Duration::MAX).await.unwrap();
+    assert!(d.allowed, "{d:?}");
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
+/// Two sliding logs in one multi-limit share one log's members per check:
+/// the capacity says so, and a cost above it is refused before sending.
+#[tokio::test]
+async fn sliding_logs_in_a_multi_limit_share_one_check_budget() {
+    let cluster = common::cluster("multilogs").await;
+    let most = Algorithm::SlidingLog.max_limit();
+    let a = RateLimiter::builder(&cluster, "a", Quota::per_hour(most))
+        .algorithm(Algorithm::SlidingLog)
+        .build()
+        .unwrap();
+    let b = RateLimiter::builder(&cluster, "b", Quota::per_hour(most))
+        .algorithm(Algorithm::SlidingLog)
+        .build()
+        .unwrap();
+    let both = MultiLimiter::new([a.clone(), b]).unwrap();
+    let half = most.get() / 2;
+    assert_eq!(both.capacity(), half);
     assert!(matches!(
-        l.invocation("s", 4),
-        Err(Error::InvalidCost { cost: 4, max: 3 })
+        both.check_n("s", half + 1).await,
+        Err(Error::InvalidCost { max, .. }) if max == u64::from(half)
     ));
+    assert_eq!(common::dump(&a.key("s").unwrap()).await, None);
+    assert!(both.check_n("s", half).await.unwrap().allowed);
     common::assert_every_key_has_ttl(cluster.namespace()).await;
 }

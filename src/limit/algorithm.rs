@@ -1,17 +1,24 @@
 //! The four rate-limit algorithms and what they cost.
 
 use std::fmt;
+use std::num::NonZeroU32;
+use std::time::Duration;
 
 use super::quota::Quota;
 use crate::error::{Error, Result};
 use crate::scripts::{self, Script};
+
+const SLIDING_LOG_MAX: NonZeroU32 = match NonZeroU32::new(128) {
+    Some(n) => n,
+    None => NonZeroU32::MIN,
+};
 
 /// How a [`RateLimiter`](super::RateLimiter) counts.
 ///
 /// | algorithm | state per subject | exact? | use when |
 /// |---|---|---|---|
 /// | [`FixedWindow`](Self::FixedWindow) | 1 integer key | per clock-aligned window; up to 2× the limit across a boundary | quotas that reset on the clock ("1000 per hour") |
-/// | [`SlidingLog`](Self::SlidingLog) | sorted set, one entry per admitted unit | exact in every window | small limits where the boundary matters (APIs, logins) |
+/// | [`SlidingLog`](Self::SlidingLog) | sorted set, one entry per admitted unit (limit ≤ 128) | exact in every window | small limits where the boundary matters (APIs, logins) |
 /// | [`SlidingWindow`](Self::SlidingWindow) | 1 small hash | approximate (weighted previous window); worst case 2× | large limits, cheap memory, smooth behaviour |
 /// | [`Gcra`](Self::Gcra) | 1 key: theoretical arrival time | exact rate with a burst | the default: smooth rate + burst, least memory |
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -21,7 +28,8 @@ pub enum Algorithm {
     /// window (like Sidekiq's "bucket" limiter).
     FixedWindow,
     /// Sliding log: a sorted set of admitted units, exact; memory grows with
-    /// the limit.
+    /// the limit, which is at most
+    /// [`SLIDING_LOG_MAX_LIMIT`](Self::SLIDING_LOG_MAX_LIMIT).
     SlidingLog,
     /// Sliding window counter: current and previous window counts, weighted.
     SlidingWindow,
@@ -31,6 +39,15 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
+    /// The largest sliding-log limit (and so cost): 128. A sliding log keeps
+    /// one sorted-set member per admitted unit, so a check may trim and add
+    /// up to this many members; 128 keeps the worst check well under a
+    /// millisecond and the set in Redis' compact encoding (about 4 KB per
+    /// subject). Larger limits want [`SlidingWindow`](Self::SlidingWindow)
+    /// or [`Gcra`](Self::Gcra), whose state and work do not grow with the
+    /// limit.
+    pub const SLIDING_LOG_MAX_LIMIT: u32 = SLIDING_LOG_MAX.get();
+
     /// Every algorithm, for code that wants to try them all.
     pub const ALL: [Algorithm; 4] = [
         Algorithm::FixedWindow,
@@ -65,6 +82,23 @@ impl Algorithm {
         }
     }
 
+    /// The largest limit this algorithm accepts: `u32::MAX` for all but the
+    /// sliding log, whose state (and the work of one check) grows with the
+    /// limit; see [`SLIDING_LOG_MAX_LIMIT`](Self::SLIDING_LOG_MAX_LIMIT).
+    ///
+    /// ```
+    /// use shardlimit::Algorithm;
+    /// assert_eq!(Algorithm::SlidingLog.max_limit().get(), Algorithm::SLIDING_LOG_MAX_LIMIT);
+    /// assert_eq!(Algorithm::Gcra.max_limit().get(), u32::MAX);
+    /// ```
+    #[must_use]
+    pub const fn max_limit(self) -> NonZeroU32 {
+        match self {
+            Algorithm::SlidingLog => SLIDING_LOG_MAX,
+            _ => NonZeroU32::MAX,
+        }
+    }
+
     /// The most one request may cost under `quota`.
     pub(crate) fn capacity(self, quota: &Quota) -> u32 {
         match self {
@@ -73,7 +107,9 @@ impl Algorithm {
         }
     }
 
-    /// Checks that `quota` makes sense for this algorithm.
+    /// Checks that `quota` makes sense for this algorithm and stays within
+    /// the bounds that keep every number a script computes exact (see
+    /// [`Quota#bounds`](Quota#bounds)); returns the period in microseconds.
     pub(crate) fn validate(self, quota: &Quota) -> Result<u64> {
         let period = quota.period_micros()?;
         if self != Algorithm::Gcra && quota.has_custom_burst() {
@@ -81,6 +117,37 @@ impl Algorithm {
                 field: "quota.burst",
                 reason: format!("a burst only applies to GCRA, not to {self}"),
             });
+        }
+        let max = self.max_limit();
+        if quota.limit() > max {
+            return Err(Error::Config {
+                field: "quota.limit",
+                reason: format!(
+                    "{} is over the {self} maximum of {max}: its state and the work of one \
+                     check grow with the limit",
+                    quota.limit()
+                ),
+            });
+        }
+        if self == Algorithm::Gcra {
+            // The time a full bucket takes to refill: how far ahead of the
+            // server clock the TAT may run, and the key's longest TTL.
+            let refill = u128::from(period) * u128::from(quota.burst().get())
+                / u128::from(quota.limit().get());
+            if refill > Quota::MAX_PERIOD.as_micros() {
+                return Err(Error::Config {
+                    field: "quota.burst",
+                    reason: format!(
+                        "burst {} x period {:?} / limit {} = {:?} to refill a full bucket, over \
+                         the maximum of {:?}",
+                        quota.burst(),
+                        quota.period(),
+                        quota.limit(),
+                        Duration::from_micros(u64::try_from(refill).unwrap_or(u64::MAX)),
+                        Quota::MAX_PERIOD,
+                    ),
+                });
+            }
         }
         Ok(period)
     }
@@ -99,8 +166,6 @@ impl fmt::Display for Algorithm {
 
 #[cfg(test)]
 mod tests {
-    use std::num::NonZeroU32;
-
     use super::*;
 
     #[test]
@@ -109,6 +174,74 @@ mod tests {
             assert_eq!(Algorithm::from_kind(a.kind()), Some(a));
         }
         assert_eq!(Algorithm::from_kind("lock"), None);
+    }
+
+    fn nz(n: u32) -> NonZeroU32 {
+        NonZeroU32::new(n).unwrap()
+    }
+
+    fn field(algorithm: Algorithm, quota: Quota) -> Option<&'static str> {
+        match algorithm.validate(&quota) {
+            Ok(_) => None,
+            Err(Error::Config { field, .. }) => Some(field),
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn quotas_stay_within_their_bounds() {
+        let year = Quota::MAX_PERIOD;
+        // The largest of everything that is allowed.
+        for a in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+            assert_eq!(field(a, Quota::with_period(nz(u32::MAX), year)), None);
+        }
+        let log_max = Algorithm::SlidingLog.max_limit();
+        assert_eq!(
+            field(Algorithm::SlidingLog, Quota::with_period(log_max, year)),
+            None
+        );
+        assert_eq!(
+            field(
+                Algorithm::SlidingLog,
+                Quota::with_period(log_max.saturating_add(1), year)
+            ),
+            Some("quota.limit")
+        );
+        // GCRA: burst x period / limit up to a year.
+        assert_eq!(
+            field(Algorithm::Gcra, Quota::with_period(nz(1), year)),
+            None
+        );
+        let day = Duration::from_secs(24 * 3600);
+        assert_eq!(
+            field(
+                Algorithm::Gcra,
+                Quota::with_period(nz(1), day).allow_burst(nz(366))
+            ),
+            None
+        );
+        assert_eq!(
+            field(
+                Algorithm::Gcra,
+                Quota::with_period(nz(1), day).allow_burst(nz(367))
+            ),
+            Some("quota.burst")
+        );
+        assert_eq!(
+            field(
+                Algorithm::Gcra,
+                Quota::with_period(nz(1), year).allow_burst(nz(u32::MAX))
+            ),
+            Some("quota.burst")
+        );
+        assert_eq!(
+            field(
+                Algorithm::Gcra,
+                Quota::with_period(nz(u32::MAX), Duration::from_millis(1))
+                    .allow_burst(nz(u32::MAX))
+            ),
+            None
+        );
     }
 
     #[test]

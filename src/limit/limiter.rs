@@ -1,9 +1,11 @@
 //! `RateLimiter`: one quota, one algorithm, applied per subject.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rand::Rng;
+// tokio's clock, so tests can pause it.
+use tokio::time::Instant;
 
 use super::algorithm::Algorithm;
 use super::decision::Decision;
@@ -105,8 +107,11 @@ impl RateLimiterBuilder {
     }
 
     /// Validates the name (`[A-Za-z0-9_.-]{1,64}`) and the quota for the
-    /// algorithm (period: whole milliseconds, 1 ms to a year; a burst only
-    /// for GCRA). Sends nothing.
+    /// algorithm (see [`Quota#bounds`](Quota#bounds): period whole
+    /// milliseconds, 1 ms to 366 days; limit up to
+    /// [`Algorithm::max_limit`]; a burst only for GCRA, refilling within 366
+    /// days). Sends nothing; a quota out of bounds is an
+    /// [`Error::Config`] naming the field.
     pub fn build(self) -> Result<RateLimiter> {
         let spec = LimitSpec::new(&self.name, self.algorithm, self.quota)?;
         let counters = self.cluster.counters(spec.id.kind(), spec.id.name());
@@ -264,21 +269,29 @@ impl RateLimiter {
     /// crate against bare redis-rs with identical work on the server.
     pub fn invocation(&self, subject: impl AsRef<[u8]>, cost: u32) -> Result<Invocation> {
         let spec = &self.inner.spec;
-        check_cost(&[spec], cost)?;
-        let keys = self.inner.cluster.keys().key_set(subject, [&spec.id])?;
-        let mut args = vec![cost.to_string().into_bytes(), b"1".to_vec()];
-        args.extend(spec.args.iter().map(|a| a.clone().into_bytes()));
-        Ok(Invocation {
-            script: spec.algorithm.script().clone(),
-            keys,
-            args,
-        })
+        Invocation::new(
+            &self.inner.cluster,
+            spec.algorithm.script(),
+            &[spec],
+            subject.as_ref(),
+            cost,
+        )
     }
 
     /// Checks until admitted, sleeping `retry_after` (plus jitter, so waiting
     /// clients do not retry in lockstep) between attempts, for at most
     /// `max_wait`. Returns the admitting decision, or the last denial when
-    /// the next admission would come after the deadline.
+    /// the next admission would come after the deadline. A `max_wait` too
+    /// long to add to the clock, such as [`Duration::MAX`], waits for as long
+    /// as it takes.
+    ///
+    /// ```no_run
+    /// # async fn demo(api: shardlimit::RateLimiter) -> shardlimit::Result<()> {
+    /// use std::time::Duration;
+    /// let d = api.until_ready("batch-job", 5, Duration::MAX).await?;
+    /// assert!(d.allowed);
+    /// # Ok(()) }
+    /// ```
     pub async fn until_ready(
         &self,
         subject: impl AsRef<[u8]>,
@@ -286,7 +299,7 @@ impl RateLimiter {
         max_wait: Duration,
     ) -> Result<Decision> {
         let subject = subject.as_ref();
-        let deadline = Instant::now() + max_wait;
+        let deadline = deadline_after(max_wait);
         loop {
             let decision = self.check_n(subject, cost).await?;
             match wait_for(&decision, deadline) {
@@ -297,17 +310,30 @@ impl RateLimiter {
     }
 }
 
+/// The deadline `max_wait` from now; `None` (no deadline) when that is
+/// beyond what the clock can represent, so "wait forever" means it.
+pub(crate) fn deadline_after(max_wait: Duration) -> Option<Instant> {
+    Instant::now().checked_add(max_wait)
+}
+
 /// How long to sleep before retrying after `decision`, or `None` to stop:
-/// admitted, never admissible, or admissible only after `deadline`.
-pub(crate) fn wait_for(decision: &Decision, deadline: Instant) -> Option<Duration> {
+/// admitted, never admissible, or admissible only after `deadline` (`None`:
+/// no deadline).
+pub(crate) fn wait_for(decision: &Decision, deadline: Option<Instant>) -> Option<Duration> {
     if decision.allowed {
         return None;
     }
     let wait = decision.retry_after?;
     // Up to 10% (at most 50 ms) later, so a crowd of waiters spreads out.
     let spread = u64::try_from((wait / 10).min(Duration::from_millis(50)).as_micros()).unwrap_or(0);
-    let wait = wait + Duration::from_micros(rand::rng().random_range(0..=spread));
-    (Instant::now() + wait <= deadline).then_some(wait)
+    let wait = wait.saturating_add(Duration::from_micros(rand::rng().random_range(0..=spread)));
+    match deadline {
+        None => Some(wait),
+        Some(deadline) => Instant::now()
+            .checked_add(wait)
+            .is_some_and(|ready| ready <= deadline)
+            .then_some(wait),
+    }
 }
 
 /// Runs `script` for `specs` (one subject) and parses the reply into one
@@ -344,13 +370,32 @@ pub(crate) async fn evaluate(
 }
 
 /// A cost every limit can admit at once: 1 to its capacity.
+///
+/// A check writes `cost` members into every sliding log it admits, so the
+/// sliding logs of one multi-limit share the one-log maximum
+/// ([`Algorithm::SLIDING_LOG_MAX_LIMIT`] members per check): that keeps
+/// the worst multi-limit check as short as the worst single one.
 fn check_cost(specs: &[&LimitSpec], cost: u32) -> Result<()> {
-    match specs.iter().find(|s| cost == 0 || cost > s.capacity) {
-        Some(spec) => Err(Error::InvalidCost {
+    let max = max_cost(specs);
+    if cost == 0 || cost > max {
+        return Err(Error::InvalidCost {
             cost: u64::from(cost),
-            max: u64::from(spec.capacity),
-        }),
-        None => Ok(()),
+            max: u64::from(max),
+        });
+    }
+    Ok(())
+}
+
+/// The most one check of `specs` may cost (see [`check_cost`]).
+pub(crate) fn max_cost(specs: &[&LimitSpec]) -> u32 {
+    let capacity = specs.iter().map(|s| s.capacity).min().unwrap_or(0);
+    let logs = specs
+        .iter()
+        .filter(|s| s.algorithm == Algorithm::SlidingLog)
+        .count();
+    match u32::try_from(logs) {
+        Ok(logs) if logs > 1 => capacity.min(Algorithm::SLIDING_LOG_MAX_LIMIT / logs),
+        _ => capacity,
     }
 }
 
@@ -365,6 +410,33 @@ pub struct Invocation {
     pub keys: KeySet,
     /// `ARGV`.
     pub args: Vec<Vec<u8>>,
+}
+
+impl Invocation {
+    /// What [`evaluate`] sends for a consuming check of `specs`.
+    pub(crate) fn new(
+        cluster: &Cluster,
+        script: &Script,
+        specs: &[&LimitSpec],
+        subject: &[u8],
+        cost: u32,
+    ) -> Result<Self> {
+        check_cost(specs, cost)?;
+        let keys = cluster
+            .keys()
+            .key_set(subject, specs.iter().map(|s| &s.id))?;
+        let mut args = vec![cost.to_string().into_bytes(), b"1".to_vec()];
+        args.extend(
+            specs
+                .iter()
+                .flat_map(|s| s.args.iter().map(|a| a.clone().into_bytes())),
+        );
+        Ok(Invocation {
+            script: script.clone(),
+            keys,
+            args,
+        })
+    }
 }
 
 fn parse_reply(
@@ -419,6 +491,32 @@ mod tests {
     }
 
     #[test]
+    fn costs_are_bounded_by_every_capacity_and_the_shared_log_budget() {
+        let log = |limit| {
+            LimitSpec::new(
+                "log",
+                Algorithm::SlidingLog,
+                Quota::per_second(NonZeroU32::new(limit).unwrap()),
+            )
+            .unwrap()
+        };
+        let (big, small) = (spec(1000), spec(10));
+        let max = |specs: &[&LimitSpec]| match check_cost(specs, u32::MAX) {
+            Err(Error::InvalidCost { max, .. }) => max,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(max(&[&big, &small]), 10);
+        let (a, b, c) = (log(128), log(128), log(30));
+        assert_eq!(max(&[&a]), 128);
+        assert_eq!(max(&[&a, &big]), 128);
+        // Two logs share 128 members per check; three, and one is smaller.
+        assert_eq!(max(&[&a, &b]), 64);
+        assert_eq!(max(&[&a, &b, &c]), 30);
+        assert!(check_cost(&[&a, &b], 64).is_ok());
+        assert!(check_cost(&[&a, &b], 0).is_err());
+    }
+
+    #[test]
     fn replies_become_decisions() {
         let s = spec(10);
         let script = Script::new("gcra", "");
@@ -433,20 +531,38 @@ mod tests {
         assert!(parse_reply(&script, &[&s], &[1, 1]).is_err());
     }
 
-    #[test]
-    fn waiting_stops_when_allowed_or_past_the_deadline() {
+    #[tokio::test(start_paused = true)]
+    async fn waiting_stops_when_allowed_or_past_the_deadline() {
         let mut d = Decision::bypass(1, crate::BypassReason::Timeout);
-        let later = Instant::now() + Duration::from_secs(10);
+        let later = deadline_after(Duration::from_secs(10));
         assert_eq!(wait_for(&d, later), None);
         d.allowed = false;
         d.retry_after = Some(Duration::from_millis(100));
         let wait = wait_for(&d, later).unwrap();
         assert!(wait >= Duration::from_millis(100) && wait <= Duration::from_millis(110));
         assert_eq!(
-            wait_for(&d, Instant::now() + Duration::from_millis(50)),
+            wait_for(&d, deadline_after(Duration::from_millis(50))),
             None
         );
+        // Time passes: 9.95 s later the same wait no longer fits.
+        tokio::time::advance(Duration::from_millis(9950)).await;
+        assert_eq!(wait_for(&d, later), None);
         d.retry_after = None;
         assert_eq!(wait_for(&d, later), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_forever_has_no_deadline() {
+        assert_eq!(deadline_after(Duration::MAX), None);
+        let mut d = Decision::bypass(1, crate::BypassReason::Timeout);
+        d.allowed = false;
+        // Even a wait the clock cannot represent is waited for, not refused.
+        for retry in [Duration::from_secs(3600), Duration::MAX] {
+            d.retry_after = Some(retry);
+            assert!(wait_for(&d, None).unwrap() >= retry);
+        }
+        tokio::time::advance(Duration::from_secs(1_000_000)).await;
+        d.retry_after = Some(Duration::from_secs(1));
+        assert!(wait_for(&d, deadline_after(Duration::MAX)).is_some());
     }
 }

@@ -14,8 +14,12 @@
 //! * [`Decision`] — being limited is a value, not an error.
 //!
 //! Every check is one Lua script on the master owning the subject's slot,
-//! timed by the server's clock (`TIME`); a rejected request writes nothing;
-//! every key written expires when its state is no longer needed.
+//! timed by the server's clock (`TIME`); a rejected request writes nothing,
+//! and a check computes every decision before its first write, so a failing
+//! one writes nothing either; every key written expires when its state is no
+//! longer needed. Quotas are bounded when a limiter is built (see
+//! [`Quota#bounds`](Quota#bounds)) so that no number a script computes
+//! loses precision and no check runs long.
 //!
 //! Delivery: a check runs **at most once**. If it times out it may have been
 //! counted on the server without the caller knowing; it is never resent.

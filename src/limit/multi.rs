@@ -1,9 +1,9 @@
 //! `MultiLimiter`: several limits on one subject, all or nothing.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::decision::{Decision, MultiDecision};
-use super::limiter::{RateLimiter, evaluate, wait_for};
+use super::limiter::{Invocation, RateLimiter, deadline_after, evaluate, max_cost, wait_for};
 use crate::error::{Error, Result};
 use crate::policy::FailurePolicy;
 use crate::scripts;
@@ -84,6 +84,22 @@ impl MultiLimiter {
         &self.limiters
     }
 
+    /// The most one request may cost: the smallest capacity of the limits,
+    /// and no more than their sliding logs' shared budget (see
+    /// [`check_n`](Self::check_n)).
+    ///
+    /// ```no_run
+    /// # fn demo(api: shardlimit::MultiLimiter) {
+    /// let most = api.capacity();
+    /// assert!(api.limiters().iter().all(|l| most <= l.capacity()));
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn capacity(&self) -> u32 {
+        let specs: Vec<_> = self.limiters.iter().map(RateLimiter::spec).collect();
+        max_cost(&specs)
+    }
+
     /// The combined failure policy.
     #[must_use]
     pub fn policy(&self) -> FailurePolicy {
@@ -97,7 +113,10 @@ impl MultiLimiter {
 
     /// Like [`check`](Self::check) for `cost` units. Errors with
     /// [`Error::InvalidCost`] before sending if any limit could never admit
-    /// that cost.
+    /// that cost, or if its sliding logs together would take more than
+    /// [`Algorithm::SLIDING_LOG_MAX_LIMIT`](crate::Algorithm::SLIDING_LOG_MAX_LIMIT)
+    /// members in one check (two sliding logs: at most 64 each), which keeps
+    /// every check as short as the worst single-limit one.
     pub async fn check_n(&self, subject: impl AsRef<[u8]>, cost: u32) -> Result<MultiDecision> {
         self.run(subject.as_ref(), cost, true).await
     }
@@ -108,7 +127,8 @@ impl MultiLimiter {
     }
 
     /// Checks until admitted by every limit or until `max_wait` would be
-    /// exceeded; see [`RateLimiter::until_ready`].
+    /// exceeded ([`Duration::MAX`]: however long it takes); see
+    /// [`RateLimiter::until_ready`].
     pub async fn until_ready(
         &self,
         subject: impl AsRef<[u8]>,
@@ -116,7 +136,7 @@ impl MultiLimiter {
         max_wait: Duration,
     ) -> Result<MultiDecision> {
         let subject = subject.as_ref();
-        let deadline = Instant::now() + max_wait;
+        let deadline = deadline_after(max_wait);
         loop {
             let decision = self.run(subject, cost, true).await?;
             match wait_for(decision.binding(), deadline) {
@@ -124,6 +144,27 @@ impl MultiLimiter {
                 _ => return Ok(decision),
             }
         }
+    }
+
+    /// Exactly what [`check_n`](Self::check_n) sends for `subject` and
+    /// `cost`: the multi-limit script, one key per limiter and their `ARGV`;
+    /// see [`RateLimiter::invocation`].
+    ///
+    /// ```no_run
+    /// # fn demo(api: shardlimit::MultiLimiter) -> shardlimit::Result<()> {
+    /// let call = api.invocation("api-key:7f3a", 1)?;
+    /// assert_eq!(call.keys.keys().len(), api.limiters().len());
+    /// # Ok(()) }
+    /// ```
+    pub fn invocation(&self, subject: impl AsRef<[u8]>, cost: u32) -> Result<Invocation> {
+        let specs: Vec<_> = self.limiters.iter().map(RateLimiter::spec).collect();
+        Invocation::new(
+            self.limiters[0].cluster(),
+            &scripts::MULTI_LIMIT,
+            &specs,
+            subject.as_ref(),
+            cost,
+        )
     }
 
     #[tracing::instrument(name = "shardlimit.multi_check", level = "debug", skip_all,

@@ -5,10 +5,6 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
-/// Longest period accepted (a year): keeps every timestamp the scripts
-/// compute well inside a double's exact integer range.
-const MAX_PERIOD: Duration = Duration::from_secs(366 * 24 * 3600);
-
 /// A rate: `limit` units per `period`, and for GCRA an optional burst.
 ///
 /// A plain value with `const fn` constructors, so quotas can be constants:
@@ -28,6 +24,36 @@ const MAX_PERIOD: Duration = Duration::from_secs(366 * 24 * 3600);
 ///     .allow_burst(NonZeroU32::new(50).unwrap());
 /// assert_eq!(bursty.burst().get(), 50);
 /// ```
+///
+/// # Bounds
+///
+/// A `Quota` is a plain value; the limiter's
+/// [`build`](crate::RateLimiterBuilder::build) checks it against these
+/// bounds and returns [`Error::Config`] (field `quota.period`, `quota.limit`
+/// or `quota.burst`) before anything is sent:
+///
+/// | field | bound |
+/// |---|---|
+/// | `period` | whole milliseconds, 1 ms ..= [`MAX_PERIOD`](Self::MAX_PERIOD) (366 days) |
+/// | `limit` | 1 ..= [`Algorithm::max_limit`](crate::Algorithm::max_limit): `u32::MAX`; the sliding log 128 |
+/// | `burst` | GCRA only; `burst × period / limit` (a full bucket's refill time) ≤ 366 days |
+/// | cost of one call | 1 ..= the limiter's [`capacity`](crate::RateLimiter::capacity) (limit, or GCRA burst), else [`Error::InvalidCost`] |
+///
+/// So no timestamp, TTL or count a script computes leaves a double's exact
+/// integer range (2^53), and every key expires within two periods.
+///
+/// ```
+/// # async fn demo(cluster: shardlimit::Cluster) {
+/// use std::num::NonZeroU32;
+/// use shardlimit::{Error, Quota, RateLimiter};
+///
+/// // One per year with a burst of two: the bucket would take two years to refill.
+/// let quota = Quota::with_period(NonZeroU32::MIN, Quota::MAX_PERIOD)
+///     .allow_burst(NonZeroU32::new(2).unwrap());
+/// let err = RateLimiter::builder(&cluster, "yearly", quota).build().unwrap_err();
+/// assert!(matches!(err, Error::Config { field: "quota.burst", .. }));
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Quota {
     limit: NonZeroU32,
@@ -36,6 +62,16 @@ pub struct Quota {
 }
 
 impl Quota {
+    /// The longest period accepted, 366 days; also the longest a GCRA's full
+    /// bucket may take to refill (`burst × period / limit`). Every key a
+    /// limiter writes expires within twice this.
+    ///
+    /// It keeps every timestamp a script computes (server time in
+    /// microseconds, about 1.8 × 10^15, plus at most two of these periods,
+    /// 6.3 × 10^13) far inside a double's exact integer range (2^53 ≈
+    /// 9 × 10^15), the numbers Lua computes with.
+    pub const MAX_PERIOD: Duration = Duration::from_secs(366 * 24 * 3600);
+
     /// `limit` per second.
     #[must_use]
     pub const fn per_second(limit: NonZeroU32) -> Self {
@@ -108,7 +144,7 @@ impl Quota {
             field: "quota.period",
             reason: format!("{:?}: {reason}", self.period),
         };
-        if self.period < Duration::from_millis(1) || self.period > MAX_PERIOD {
+        if self.period < Duration::from_millis(1) || self.period > Self::MAX_PERIOD {
             return Err(fail("must be between 1 ms and 366 days"));
         }
         if self.period.subsec_nanos() % 1_000_000 != 0 {

@@ -14,10 +14,12 @@ ALGOS.fw = function(key, limit, period, _burst, cost)
   local window_start = math.floor(NOW / period) * period
   local window_end = window_start + period
   local used = tonumber(redis.call('GET', key) or 0)
-  -- PXAT keeps a key alive through its expiry millisecond, which is the first
-  -- millisecond of the next window: a key expiring there is last window's.
-  if used > 0 and math.floor(NOW / 1000) == window_start / 1000
-      and redis.call('PEXPIRETIME', key) <= window_start / 1000 then
+  -- A key of this window expires at its end. One that expires earlier (or
+  -- never) is an earlier window's, still visible because Redis expires keys
+  -- by the time the script started while TIME moves on (and PXAT keeps a key
+  -- alive through its expiry millisecond, the next window's first): its
+  -- count does not belong to this window. Checked whatever the millisecond.
+  if used > 0 and redis.call('PEXPIRETIME', key) < window_end / 1000 then
     used = 0
   end
   local ok = used + cost <= limit
@@ -29,7 +31,5 @@ ALGOS.fw = function(key, limit, period, _burst, cost)
     ok and -1 or until_end,
     used > 0 and until_end or 0,
     until_end,
-    function()
-      redis.call('SET', key, used + cost, 'PXAT', int(window_end / 1000))
-    end)
+    { { 'SET', key, int(used + cost), 'PXAT', int(window_end / 1000) } })
 end

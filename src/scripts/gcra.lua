@@ -10,6 +10,9 @@
 --       retry_after, reset_after (until the bucket is full).
 -- The TAT is stored rounded up to a whole microsecond (never over-admits);
 -- `remaining` allows for that rounding with 1 us of slack.
+-- Bounds (checked by the client): tolerance = burst * period / limit is at
+-- most 366 days, so the TAT stays within NOW + 2 tolerances and the key's
+-- TTL within one.
 
 ALGOS.gcra = function(key, limit, period, burst, cost)
   local interval = period / limit
@@ -18,6 +21,7 @@ ALGOS.gcra = function(key, limit, period, burst, cost)
   local new_tat = tat + cost * interval
   local allow_at = new_tat - tolerance
   local ok = allow_at <= NOW
+  local stored = math.ceil(new_tat)
   return state(
     ok,
     math.min(burst, math.floor((NOW + tolerance - tat + 1) / interval)),
@@ -25,8 +29,5 @@ ALGOS.gcra = function(key, limit, period, burst, cost)
     ok and -1 or math.ceil(allow_at - NOW),
     math.ceil(tat - NOW),
     math.ceil(new_tat - NOW),
-    function()
-      local stored = math.ceil(new_tat)
-      redis.call('SET', key, int(stored), 'PXAT', int(math.ceil(stored / 1000)))
-    end)
+    { { 'SET', key, int(stored), 'PXAT', int(math.ceil(stored / 1000)) } })
 end

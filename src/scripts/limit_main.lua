@@ -15,10 +15,13 @@ for i = 1, #KEYS do
   all_ok = all_ok and s.ok
 end
 
+-- Only now, with every decision made and every write formatted, write.
 local consumed = all_ok and CONSUME
 if consumed then
   for i = 1, #states do
-    states[i].apply()
+    for _, command in ipairs(states[i].writes) do
+      redis.call(unpack(command))
+    end
   end
 end
 

@@ -52,8 +52,8 @@ ALGOS.swc = function(key, limit, period, _burst, cost)
     retry,
     reset_now,
     start + 2 * period - NOW,
-    function()
-      redis.call('HSET', key, 'w', int(w), 'c', cur + cost, 'p', prev)
-      redis.call('PEXPIREAT', key, int((start + 2 * period) / 1000))
-    end)
+    {
+      { 'HSET', key, 'w', int(w), 'c', int(cur + cost), 'p', int(prev) },
+      { 'PEXPIREAT', key, int((start + 2 * period) / 1000) },
+    })
 end
