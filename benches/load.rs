@@ -13,6 +13,12 @@
 //!   interleaved with the library round by round (A B A B …), and reports
 //!   medians and the library/raw ratio measured in the same run, so machine
 //!   noise cancels.
+//! * `--baseline plain --plain-nodes redis://127.0.0.1:7200` measures the
+//!   cost of TLS: the library against the cluster of `SHARDLIMIT_NODES`
+//!   (`rediss://`, with `SHARDLIMIT_TLS_CA`), interleaved with the library
+//!   against a plaintext cluster of the same redis-server build, and reports
+//!   the tls/plain ratios of the same run (see README, "Production
+//!   connections").
 //! * `--populate N` measures memory: `used_memory` summed over the masters
 //!   before and after creating N limiters (one operation per subject),
 //!   divided by N, next to N minimal raw keys of the same value and TTL.
@@ -70,8 +76,13 @@ struct Args {
     #[arg(long, default_value_t = 2.0)]
     warmup_secs: f64,
     /// `raw`: interleave rounds of bare redis-rs running the same script.
+    /// `plain`: interleave rounds of the library against `--plain-nodes`.
     #[arg(long)]
     baseline: Option<String>,
+    /// Seed URLs (comma-separated) of the plaintext cluster for
+    /// `--baseline plain`.
+    #[arg(long)]
+    plain_nodes: Option<String>,
     /// Instead of a load run: create this many limiters and measure memory.
     #[arg(long)]
     populate: Option<u64>,
@@ -153,9 +164,25 @@ async fn run(args: Args) {
         return populate(&cluster, &target, &args, n).await;
     }
     let sampler = Sampler::new(&args);
+    if args.baseline.as_deref() == Some("plain") {
+        let nodes = args
+            .plain_nodes
+            .clone()
+            .expect("--baseline plain needs --plain-nodes");
+        let plain = Cluster::builder(nodes.split(',').map(str::to_owned))
+            .namespace(&namespace)
+            .command_timeout(Duration::from_secs(1))
+            .build()
+            .await
+            .expect("the plaintext cluster of --plain-nodes");
+        let plain = self::target(&plain, &args);
+        let tls = move |k| lib_call(target.clone(), k);
+        let plain = move |k| lib_call(plain.clone(), k);
+        return compare(&args, &sampler, ("tls", tls), Some(("plain", plain))).await;
+    }
     let raw = match args.baseline.as_deref() {
         Some("raw") => Some(Arc::new(Raw::new(&cluster, &target).await)),
-        Some(other) => panic!("unknown baseline {other:?} (only `raw`)"),
+        Some(other) => panic!("unknown baseline {other:?} (`raw` or `plain`)"),
         None => None,
     };
     let lib = move |k| lib_call(target.clone(), k);

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Stop and remove the test cluster in either mode (idempotent): compose
-# project + any container named shardlimit-redis-* (volumes included), native
-# processes from .state/native, then .state itself.
+# Stop and remove the test cluster in either mode (idempotent): any
+# container named shardlimit-redis-* (volumes included; a compose project of
+# the plain docker-compose.yml too), native processes from .state/native,
+# then .state itself (certificates and ACL password included). With
+# SHARDLIMIT_CLUSTER_PORT=B: the cluster on B..B+5 only.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 if docker_up; then
   mapfile -t names < <(docker ps -a --format '{{.Names}}' --filter "name=^$CONTAINER_PREFIX")
   if [ ${#names[@]} -gt 0 ]; then
-    compose down -v -t 5 >/dev/null 2>&1 || true
+    # The compose project is the default ports' only; never touch it for another base.
+    if [ "$PORT_BASE" = 7000 ]; then compose down -v -t 5 >/dev/null 2>&1 || true; fi
     # rm catches containers started under another compose project name.
     docker rm -fv "${names[@]}" >/dev/null 2>&1 || true
     say "removed containers ${names[*]}"

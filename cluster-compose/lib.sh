@@ -3,15 +3,42 @@
 
 # shellcheck disable=SC2034  # constants used by the scripts that source this file
 CC_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-STATE_DIR=$CC_DIR/.state            # gitignored; holds mode, image, native node dirs
-PORTS=(7000 7001 7002 7003 7004 7005)
-MASTER_PORTS=(7000 7001 7002)       # the layout every test scenario starts from
-OFFICIAL_IMAGE=redis:7
-OFFLINE_IMAGE=shardlimit/redis:7.0-debian
-CONTAINER_PREFIX=shardlimit-redis-  # fixed names: docker kill/start/pause work with compose v1 and v2
 
 die() { echo "$(basename "$0"): error: $*" >&2; exit 1; }
 say() { echo "$(basename "$0"): $*"; }
+
+# SHARDLIMIT_CLUSTER_PORT=B runs the cluster on B..B+5 (cluster bus +10000)
+# with its own state dir and container names, so a second cluster (say a
+# TLS one on 7100) can run beside the default one on 7000 without touching it.
+PORT_BASE=${SHARDLIMIT_CLUSTER_PORT:-7000}
+[[ $PORT_BASE =~ ^[0-9]+$ ]] && ((PORT_BASE >= 1024 && PORT_BASE <= 55000)) ||
+  die "SHARDLIMIT_CLUSTER_PORT must be a port in 1024-55000, not '$PORT_BASE'"
+PORTS=($((PORT_BASE)) $((PORT_BASE + 1)) $((PORT_BASE + 2)) $((PORT_BASE + 3)) $((PORT_BASE + 4)) $((PORT_BASE + 5)))
+MASTER_PORTS=("${PORTS[@]:0:3}")    # the layout every test scenario starts from
+if [ "$PORT_BASE" = 7000 ]; then
+  STATE_DIR=$CC_DIR/.state          # gitignored; mode, image, native node dirs, tls/, acl/
+  CONTAINER_PREFIX=shardlimit-redis-  # fixed names: docker kill/start/pause by port
+else
+  STATE_DIR=$CC_DIR/.state-$PORT_BASE
+  CONTAINER_PREFIX=shardlimit-$PORT_BASE-redis-
+fi
+TLS_DIR=$STATE_DIR/tls              # throwaway CA + certificates (up.sh --tls)
+ACL_DIR=$STATE_DIR/acl              # the least-privilege user's password
+ACL_USER=shardlimit
+OFFICIAL_IMAGE=redis:7
+OFFLINE_IMAGE=shardlimit/redis:7.0-debian
+
+# The least-privilege ACL user (README "Production connections"): exactly
+# the commands shardlimit sends, keys only under the namespaces `sl` and
+# `aclsmoke-*` (the smoke tests'). Scripts' own commands are checked too.
+ACL_RULE=(resetkeys '~sl:*' '~aclsmoke-*' resetchannels -@all
+  +evalsha +eval +multi +exec +asking +wait +time
+  +cluster\|slots +cluster\|info +cluster\|countkeysinslot +cluster\|getkeysinslot
+  +scan +type +pttl +exists +dbsize +info +ping
+  +get +set +del +incrby +pexpire +pexpireat +pexpiretime +hmget +hset
+  +zadd +zcard +zcount +zrange +zrangebyscore +zrem +zremrangebyscore +zscore)
+
+tls_on() { [ -s "$TLS_DIR/ca.crt" ]; }
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
@@ -24,7 +51,12 @@ apt_install() {
 
 # redis-cli against loopback. `timeout` matters: a paused node accepts TCP
 # connections (kernel backlog) but never replies, and redis-cli 7.0 would hang.
-rcli() { timeout 2 redis-cli -h 127.0.0.1 "$@"; }
+# On a TLS cluster redis-cli needs the CA (and presents the client cert).
+rcli() {
+  local tls=()
+  tls_on && tls=(--tls --cacert "$TLS_DIR/ca.crt" --cert "$TLS_DIR/client.crt" --key "$TLS_DIR/client.key")
+  timeout 2 redis-cli -h 127.0.0.1 "${tls[@]}" "$@"
+}
 need_redis_cli() { command -v redis-cli >/dev/null || apt_install redis-tools; }
 
 docker_up() { docker info >/dev/null 2>&1; }
@@ -40,12 +72,39 @@ compose() {
 current_mode() {
   if [ -s "$STATE_DIR/mode" ]; then cat "$STATE_DIR/mode"
   elif compgen -G "$STATE_DIR/native/*/redis.pid" >/dev/null; then echo native
-  elif docker inspect "${CONTAINER_PREFIX}7000" >/dev/null 2>&1; then echo docker
+  elif docker inspect "${CONTAINER_PREFIX}$PORT_BASE" >/dev/null 2>&1; then echo docker
   else echo none; fi
 }
 
-# Native mode: one daemonized redis-server per port, with exactly the flags of
-# docker-compose.yml (keep the two in sync), its own dir, pidfile and log.
+# The flags of node <port> with its data in <dir> and the TLS files in
+# <tlsdir> (paths as the server sees them: docker mounts them elsewhere).
+# Both modes use this, so they cannot drift. A 2 s node timeout makes
+# failover take ~4 s instead of ~16 s; a zero diskless-sync delay lets a
+# restarted node resync at once instead of after 5 s.
+node_args() {  # <port> <dir> <tlsdir>
+  local p=$1 d=$2 t=$3
+  printf '%s\0' --bind 127.0.0.1 --protected-mode no \
+    --cluster-enabled yes --cluster-config-file "nodes-$p.conf" \
+    --cluster-node-timeout 2000 --cluster-announce-ip 127.0.0.1 \
+    --appendonly yes --save '' --repl-diskless-sync-delay 0 --dir "$d"
+  if tls_on; then
+    # TLS only: no plain port; the cluster bus and replication use TLS too.
+    # Client certificates are optional (the CA alone reaches the cluster);
+    # a client presenting one must present one the CA signed.
+    printf '%s\0' --port 0 --tls-port "$p" --tls-cluster yes --tls-replication yes \
+      --tls-cert-file "$t/node.crt" --tls-key-file "$t/node.key" \
+      --tls-ca-cert-file "$t/ca.crt" --tls-auth-clients optional
+  else
+    printf '%s\0' --port "$p"
+  fi
+  # The password only as its SHA-256, so `ps` shows no secret.
+  if [ -s "$ACL_DIR/password.sha256" ]; then
+    printf '%s\0' --user "$ACL_USER" on "#$(<"$ACL_DIR/password.sha256")" "${ACL_RULE[@]}"
+  fi
+}
+
+# Native mode: one daemonized redis-server per port, its own dir, pidfile
+# and log.
 native_dir() { echo "$STATE_DIR/native/$1"; }
 # A killed daemon lingers as a zombie until init reaps it (which can take
 # seconds in some sandboxes), so "alive" means: exists and is not state Z.
@@ -58,13 +117,52 @@ native_pid() {  # prints the pid if that node's redis-server is alive
     [[ $(cat "/proc/$pid/comm" 2>/dev/null) == redis-server* ]] && echo "$pid"
 }
 native_start() {
-  local p=$1 d; d=$(native_dir "$1"); mkdir -p "$d"
+  local p=$1 d args; d=$(native_dir "$1"); mkdir -p "$d"
   [ -n "$(native_pid "$p")" ] && return 0
-  redis-server --port "$p" --bind 127.0.0.1 --protected-mode no \
-    --cluster-enabled yes --cluster-config-file "nodes-$p.conf" \
-    --cluster-node-timeout 2000 --cluster-announce-ip 127.0.0.1 \
-    --appendonly yes --save '' --repl-diskless-sync-delay 0 --dir "$d" \
-    --daemonize yes --pidfile "$d/redis.pid" --logfile "$d/redis.log"
+  mapfile -d '' args < <(node_args "$p" "$d" "$TLS_DIR")
+  redis-server "${args[@]}" --daemonize yes --pidfile "$d/redis.pid" --logfile "$d/redis.log"
+}
+
+# Docker mode: one container per node on the host network, named by port,
+# data in the image's /data volume, TLS files mounted read-only at /tls.
+docker_start() {  # <port> <image>
+  local p=$1 args; mapfile -d '' args < <(node_args "$p" /data /tls)
+  local mount=(); tls_on && mount=(-v "$TLS_DIR:/tls:ro")
+  docker run -d --name "$CONTAINER_PREFIX$p" --network host --restart no \
+    --stop-timeout 5 "${mount[@]}" "$2" redis-server "${args[@]}" >/dev/null
+}
+
+# A throwaway CA, one certificate for every node (127.0.0.1 and localhost)
+# and a client certificate, valid two days. Never committed (.state is
+# gitignored); regenerated by every fresh up.sh --tls.
+make_tls() {
+  command -v openssl >/dev/null || apt_install openssl
+  rm -rf "$TLS_DIR"; mkdir -p "$TLS_DIR"
+  (
+    cd "$TLS_DIR"
+    local ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+    openssl req -x509 "${ec[@]}" -keyout ca.key -out ca.crt -days 2 \
+      -subj "/CN=shardlimit throwaway test CA" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n' >node.ext
+    printf 'extendedKeyUsage=clientAuth\n' >client.ext
+    for who in node client; do
+      openssl req -new "${ec[@]}" -keyout "$who.key" -out "$who.csr" -subj "/CN=shardlimit-$who" 2>/dev/null
+      openssl x509 -req -in "$who.csr" -CA ca.crt -CAkey ca.key -CAcreateserial \
+        -out "$who.crt" -days 2 -extfile "$who.ext" 2>/dev/null
+    done
+    rm -f ./*.csr ./*.ext ca.srl ca.key   # nobody signs anything else with it
+    # World-readable: the official image's redis runs as uid 999 and must
+    # read node.key through the mount. Throwaway test keys, nothing else.
+    chmod 644 ./*.crt ./*.key
+  ) || die "openssl could not make the test certificates"
+}
+
+# The least-privilege user's password: random, in acl/password (0600), and
+# its SHA-256 for node_args.
+make_acl() {
+  rm -rf "$ACL_DIR"; mkdir -p "$ACL_DIR"; chmod 700 "$ACL_DIR"
+  (umask 077; head -c 18 /dev/urandom | base64 | tr -d '/+=' >"$ACL_DIR/password")
+  printf '%s' "$(<"$ACL_DIR/password")" | sha256sum | cut -d' ' -f1 >"$ACL_DIR/password.sha256"
 }
 
 # Prints why the cluster is not healthy, or nothing when it is: every node
@@ -113,8 +211,8 @@ cluster_roles() {
        END { for (id in port) print port[id], flags[id], (of[id] in port ? port[of[id]] : "-") }' <<<"$out" | sort -n
 }
 
-# The layout every scenario starts from: 7000-7002 masters, 700(X+3) the
-# replica of 700X. Fails over where a pair is swapped, re-points a replica
+# The layout every scenario starts from: the first three ports masters, port
+# X+3 the replica of X. Fails over where a pair is swapped, re-points a replica
 # that follows the wrong master, then waits for health.
 restore_layout() {  # [timeout_s]
   local limit=${1:-60} m r id deadline

@@ -1,24 +1,41 @@
 #!/usr/bin/env bash
 # Start the six-node test cluster on 127.0.0.1:7000-7005 (idempotent).
-#   mode docker (default when a Docker engine answers): docker-compose.yml with
-#     $SHARDLIMIT_REDIS_IMAGE, else redis:7 if present or pullable in 10 s,
-#     else the offline image from build-image.sh;
+#   usage: up.sh [--tls]
+#   --tls: TLS only (no plain port; cluster bus and replication over TLS
+#     too), with a throwaway CA and certificates made by openssl under
+#     .state/tls (ca.crt, node.*, client.* for mutual TLS).
+#   mode docker (default when a Docker engine answers): one container per
+#     node (host network) from $SHARDLIMIT_REDIS_IMAGE, else redis:7 if
+#     present or pullable in 10 s, else the offline image from build-image.sh;
 #   mode native (no Docker engine, or SHARDLIMIT_CLUSTER_MODE=native): six
 #     daemonized redis-server processes, same ports and flags, under .state/native.
+#   SHARDLIMIT_CLUSTER_PORT=7100: ports 7100-7105, state in .state-7100,
+#     containers shardlimit-7100-redis-*, beside a cluster on 7000.
+# Every node also has the least-privilege ACL user `shardlimit` (README,
+# "Production connections"); its password is in .state/acl/password.
 # The mode is recorded in .state/mode for node.sh and down.sh.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 TIMEOUT=90
 
+tls=no
+case ${1:-} in
+  --tls) tls=yes ;;
+  "") ;;
+  *) die "usage: up.sh [--tls]" ;;
+esac
+span="127.0.0.1:${PORTS[0]}-${PORTS[5]}"
 need_redis_cli
 mode=$(current_mode)
-# Healthy and in the requested mode (if one is forced): nothing to do.
-if [[ ${SHARDLIMIT_CLUSTER_MODE:-$mode} == "$mode" && -z $(cluster_problem) ]]; then
+have_tls=no; tls_on && have_tls=yes
+# Healthy, with its ACL user, TLS as asked and in the requested mode (if
+# one is forced): nothing to do.
+if [[ ${SHARDLIMIT_CLUSTER_MODE:-$mode} == "$mode" && $tls == "$have_tls" && -s $ACL_DIR/password ]] &&
+  [ -z "$(cluster_problem)" ]; then
   case $mode in
-    docker) mode="docker (image $(docker inspect -f '{{.Config.Image}}' "${CONTAINER_PREFIX}7000"))" ;;
-    none) mode="unknown: not started by up.sh" ;;
+    docker) mode="docker (image $(docker inspect -f '{{.Config.Image}}' "${CONTAINER_PREFIX}${PORTS[0]}"))" ;;
   esac
-  say "cluster on 127.0.0.1:7000-7005 already healthy, nothing to do (mode: $mode)"
+  say "cluster on $span already healthy, nothing to do (mode: $mode, tls: $tls)"
   exit 0
 fi
 
@@ -50,6 +67,25 @@ fresh_start() {
     done
   done
   mkdir -p "$STATE_DIR"; echo "$1" >"$STATE_DIR/mode"
+  make_acl
+  if [ "$tls" = yes ]; then make_tls; fi
+}
+
+# Form the cluster from the host (every mode uses host networking): create,
+# then pin the layout — redis-cli pairs nodes on one host at random — so
+# port X+3 is the replica of X.
+form_cluster() {
+  local p m log=$STATE_DIR/create.log
+  for p in "${PORTS[@]}"; do
+    for _ in {1..100}; do [[ $(rcli -p "$p" ping 2>/dev/null) == PONG ]] && break; sleep 0.1; done
+  done
+  local tls_args=()
+  tls_on && tls_args=(--tls --cacert "$TLS_DIR/ca.crt" --cert "$TLS_DIR/client.crt" --key "$TLS_DIR/client.key")
+  redis-cli "${tls_args[@]}" --cluster create "${PORTS[@]/#/127.0.0.1:}" --cluster-replicas 1 --cluster-yes \
+    >"$log" 2>&1 || { cat "$log"; die "cluster create failed"; }
+  for m in "${MASTER_PORTS[@]}"; do
+    rcli -p $((m + 3)) cluster replicate "$(rcli -p "$m" cluster myid)" >/dev/null
+  done
 }
 
 mode=${SHARDLIMIT_CLUSTER_MODE:-}
@@ -59,30 +95,22 @@ case $mode in
     docker_up || die "SHARDLIMIT_CLUSTER_MODE=docker but no Docker engine answers"
     image=$(pick_image)
     fresh_start docker; echo "$image" >"$STATE_DIR/image"
-    say "mode: docker (image $image)"
-    SHARDLIMIT_REDIS_IMAGE=$image compose up -d
+    say "mode: docker (image $image, tls: $tls)"
+    for p in "${PORTS[@]}"; do docker_start "$p" "$image"; done
     ;;
   native)
     command -v redis-server >/dev/null || apt_install redis-server
     fresh_start native
-    say "mode: native ($(command -v redis-server), dirs under .state/native)"
+    say "mode: native ($(command -v redis-server), dirs under ${STATE_DIR#"$CC_DIR/"}/native, tls: $tls)"
     for p in "${PORTS[@]}"; do native_start "$p"; done
-    for p in "${PORTS[@]}"; do
-      for _ in {1..50}; do [[ $(rcli -p "$p" ping 2>/dev/null) == PONG ]] && break; sleep 0.1; done
-    done
-    redis-cli --cluster create "${PORTS[@]/#/127.0.0.1:}" --cluster-replicas 1 --cluster-yes \
-      >"$STATE_DIR/native/create.log" 2>&1 || { cat "$STATE_DIR/native/create.log"; die "cluster create failed"; }
-    # Same pinning as the compose init: redis-cli pairs nodes on one host at random.
-    for m in "${MASTER_PORTS[@]}"; do
-      rcli -p $((m + 3)) cluster replicate "$(rcli -p "$m" cluster myid)" >/dev/null
-    done
     ;;
   *) die "SHARDLIMIT_CLUSTER_MODE must be docker or native, not '$mode'" ;;
 esac
+form_cluster
 
 if ! wait_healthy "$TIMEOUT"; then
-  [ "$mode" = native ] || compose logs --tail 30 init >&2 || true
   die "cluster did not become healthy within ${TIMEOUT}s"
 fi
-say "cluster healthy on 127.0.0.1:7000-7005 (mode: $mode)"
+say "cluster healthy on $span (mode: $mode, tls: $tls)"
+if [ "$tls" = yes ]; then say "CA: ${TLS_DIR#"$PWD/"}/ca.crt"; fi
 cluster_roles | sed 's/^/  /'

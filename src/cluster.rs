@@ -5,20 +5,23 @@
 mod exec;
 mod node;
 mod router;
+mod seeds;
 mod topology;
 mod transaction;
 
 use std::borrow::Cow;
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{FromRedisValue, IntoConnectionInfo, ToRedisArgs, Value};
+use redis::{FromRedisValue, ToRedisArgs, Value};
 
 use self::exec::{Payload, Request};
 use self::node::NodeConfig;
 pub use self::node::NodeState;
 use self::router::{Router, RouterConfig};
+use self::seeds::{PasswordSource, Pem, Secret, Security};
 pub use self::topology::{NodeAddr, Shard, Topology};
 pub use self::transaction::{Transaction, TxCommand};
 use crate::error::{Error, Result};
@@ -28,8 +31,36 @@ use crate::scripts::Script;
 use crate::stats::{Counters, Registry, Stats};
 
 /// Environment variable with the seed nodes, comma-separated
-/// `redis://host:port` URLs; read by [`Cluster::builder_from_env`].
+/// `redis://host:port` (or `rediss://` for TLS) URLs; read by
+/// [`Cluster::builder_from_env`].
 pub const NODES_ENV: &str = "SHARDLIMIT_NODES";
+
+/// Environment variable with the ACL username ([`ClusterBuilder::username`]);
+/// read by [`Cluster::builder_from_env`].
+pub const USER_ENV: &str = "SHARDLIMIT_USER";
+
+/// Environment variable with the password ([`ClusterBuilder::password`]);
+/// read by [`Cluster::builder_from_env`]. Prefer [`PASSWORD_FILE_ENV`]
+/// where the environment of a process can be read by others.
+pub const PASSWORD_ENV: &str = "SHARDLIMIT_PASSWORD";
+
+/// Environment variable with the path of a file holding the password
+/// ([`ClusterBuilder::password_file`]); read by
+/// [`Cluster::builder_from_env`] when [`PASSWORD_ENV`] is unset.
+pub const PASSWORD_FILE_ENV: &str = "SHARDLIMIT_PASSWORD_FILE";
+
+/// Environment variable with the path of a PEM file of CA certificates
+/// ([`ClusterBuilder::tls_ca_file`]); read by [`Cluster::builder_from_env`].
+pub const TLS_CA_ENV: &str = "SHARDLIMIT_TLS_CA";
+
+/// Environment variable with the path of a PEM client certificate for
+/// mutual TLS ([`ClusterBuilder::tls_client_cert_files`], with
+/// [`TLS_KEY_ENV`]); read by [`Cluster::builder_from_env`].
+pub const TLS_CERT_ENV: &str = "SHARDLIMIT_TLS_CERT";
+
+/// Environment variable with the path of the PEM private key of
+/// [`TLS_CERT_ENV`]; read by [`Cluster::builder_from_env`].
+pub const TLS_KEY_ENV: &str = "SHARDLIMIT_TLS_KEY";
 
 /// Nodes used when [`NODES_ENV`] is unset: the six-node test cluster of
 /// `cluster-compose/`.
@@ -115,8 +146,11 @@ struct Inner {
 
 impl Cluster {
     /// A builder for a cluster reached through `nodes` (one or more
-    /// `redis://[user:password@]host:port` URLs of any nodes; the rest of the
-    /// topology is discovered).
+    /// `redis://[user:password@]host:port` URLs of any nodes, or `rediss://`
+    /// for TLS; the rest of the topology is discovered and reached with the
+    /// first URL's scheme, credentials and TLS settings). Credentials are
+    /// better given apart, with [`ClusterBuilder::username`] and
+    /// [`ClusterBuilder::password_file`].
     pub fn builder<I, S>(nodes: I) -> ClusterBuilder
     where
         I: IntoIterator<Item = S>,
@@ -126,17 +160,48 @@ impl Cluster {
     }
 
     /// A builder for the nodes in `SHARDLIMIT_NODES` (comma-separated URLs),
-    /// or [`DEFAULT_NODES`] when it is unset or empty.
+    /// or [`DEFAULT_NODES`] when it is unset or empty, with the credentials
+    /// and TLS files of the environment when they are set:
+    /// [`USER_ENV`], [`PASSWORD_ENV`] (else [`PASSWORD_FILE_ENV`]),
+    /// [`TLS_CA_ENV`], [`TLS_CERT_ENV`] and [`TLS_KEY_ENV`]. Files are read
+    /// by [`ClusterBuilder::build`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> shardlimit::Result<()> {
+    /// // SHARDLIMIT_NODES=rediss://10.0.0.5:6379 SHARDLIMIT_TLS_CA=/etc/redis/ca.crt
+    /// // SHARDLIMIT_USER=app SHARDLIMIT_PASSWORD_FILE=/run/secrets/redis
+    /// let cluster = shardlimit::Cluster::builder_from_env().build().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn builder_from_env() -> ClusterBuilder {
-        match std::env::var(NODES_ENV) {
-            Ok(list) if !list.trim().is_empty() => Self::builder(
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let mut builder = match var(NODES_ENV) {
+            Some(list) => Self::builder(
                 list.split(',')
                     .map(str::trim)
                     .filter(|s| !s.is_empty())
                     .map(str::to_owned),
             ),
-            _ => Self::builder(DEFAULT_NODES),
+            None => Self::builder(DEFAULT_NODES),
+        };
+        if let Some(user) = var(USER_ENV) {
+            builder = builder.username(user);
         }
+        if let Some(password) = std::env::var(PASSWORD_ENV).ok().filter(|p| !p.is_empty()) {
+            builder = builder.password(password);
+        } else if let Some(path) = var(PASSWORD_FILE_ENV) {
+            builder = builder.password_file(path);
+        }
+        if let Some(ca) = var(TLS_CA_ENV) {
+            builder = builder.tls_ca_file(ca);
+        }
+        if let (Some(cert), Some(key)) = (var(TLS_CERT_ENV), var(TLS_KEY_ENV)) {
+            builder = builder.tls_client_cert_files(cert, key);
+        } else if let Some(half) = var(TLS_CERT_ENV).or_else(|| var(TLS_KEY_ENV)) {
+            // Let build() report the missing half instead of ignoring it.
+            builder.security.tls_cert = Some(Pem::File(half.into()));
+        }
+        builder
     }
 
     /// The key builder for this cluster's namespace.
@@ -352,10 +417,14 @@ impl fmt::Debug for Cluster {
 
 /// Configures and connects a [`Cluster`]. Every setter states its default;
 /// [`build`](Self::build) validates everything before connecting.
-#[derive(Clone, Debug)]
+///
+/// Its `Debug` shows every node URL with the password replaced by `***`,
+/// and never a password or private key given to a setter.
+#[derive(Clone)]
 #[must_use]
 pub struct ClusterBuilder {
     nodes: Vec<String>,
+    security: Security,
     namespace: String,
     command_timeout: Duration,
     connect_timeout: Duration,
@@ -371,6 +440,7 @@ impl ClusterBuilder {
     fn new(nodes: Vec<String>) -> Self {
         ClusterBuilder {
             nodes,
+            security: Security::default(),
             namespace: "sl".to_owned(),
             command_timeout: Duration::from_millis(250),
             connect_timeout: Duration::from_secs(2),
@@ -381,6 +451,136 @@ impl ClusterBuilder {
             reconnect_max: Duration::from_secs(5),
             lazy: false,
         }
+    }
+
+    /// The ACL username every node is authenticated as, overriding any in
+    /// the URLs. Default: the URL's, else none (Redis' `default` user).
+    ///
+    /// ```no_run
+    /// # async fn demo(password: String) -> shardlimit::Result<()> {
+    /// let cluster = shardlimit::Cluster::builder(["rediss://10.0.0.5:6379"])
+    ///     .username("shardlimit")
+    ///     .password(password)
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn username(mut self, username: impl Into<String>) -> Self {
+        self.security.username = Some(username.into());
+        self
+    }
+
+    /// The password every node is authenticated with, overriding any in the
+    /// URLs (and any [`password_file`](Self::password_file)). Default: the
+    /// URL's, else none. Never shown: `Debug`, errors and logs print `***`.
+    ///
+    /// ```
+    /// let builder = shardlimit::Cluster::builder(["redis://10.0.0.5:6379"])
+    ///     .username("shardlimit")
+    ///     .password("s3cret");
+    /// assert!(!format!("{builder:?}").contains("s3cret"));
+    /// ```
+    pub fn password(mut self, password: impl Into<String>) -> Self {
+        self.security.password = Some(PasswordSource::Value(Secret(password.into())));
+        self
+    }
+
+    /// Reads the password from `path` in [`build`](Self::build) (one
+    /// trailing newline is ignored; an empty file is an error), overriding
+    /// any in the URLs (and any [`password`](Self::password)). Default:
+    /// none. For secrets mounted as files (Kubernetes, systemd
+    /// credentials).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> shardlimit::Result<()> {
+    /// let cluster = shardlimit::Cluster::builder(["redis://10.0.0.5:6379"])
+    ///     .username("shardlimit")
+    ///     .password_file("/run/secrets/redis-password")
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn password_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.security.password = Some(PasswordSource::File(path.into()));
+        self
+    }
+
+    /// Trust only the CA certificates in this PEM data for `rediss://`
+    /// nodes. Default: the operating system's trust store. The server's
+    /// name (the host of each node's address, DNS name or IP) is always
+    /// checked against its certificate. Needs `rediss://` URLs.
+    ///
+    /// ```no_run
+    /// # async fn demo(ca_pem: Vec<u8>) -> shardlimit::Result<()> {
+    /// let cluster = shardlimit::Cluster::builder(["rediss://10.0.0.5:6379"])
+    ///     .tls_ca_pem(ca_pem)
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.security.tls_ca = Some(Pem::Bytes(pem.into()));
+        self
+    }
+
+    /// Like [`tls_ca_pem`](Self::tls_ca_pem), with the PEM read from `path`
+    /// in [`build`](Self::build). Default: the operating system's trust
+    /// store.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> shardlimit::Result<()> {
+    /// let cluster = shardlimit::Cluster::builder(["rediss://127.0.0.1:7000"])
+    ///     .tls_ca_file("cluster-compose/.state/tls/ca.crt")
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.security.tls_ca = Some(Pem::File(path.into()));
+        self
+    }
+
+    /// A client certificate (chain) and its private key, both PEM, for
+    /// mutual TLS. Default: none (no client certificate is presented).
+    /// Needs `rediss://` URLs. The key is never shown by `Debug`.
+    ///
+    /// ```no_run
+    /// # async fn demo(cert: Vec<u8>, key: Vec<u8>) -> shardlimit::Result<()> {
+    /// let cluster = shardlimit::Cluster::builder(["rediss://10.0.0.5:6379"])
+    ///     .tls_client_cert_pem(cert, key)
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn tls_client_cert_pem(
+        mut self,
+        cert: impl Into<Vec<u8>>,
+        key: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.security.tls_cert = Some(Pem::Bytes(cert.into()));
+        self.security.tls_key = Some(Pem::Bytes(key.into()));
+        self
+    }
+
+    /// Like [`tls_client_cert_pem`](Self::tls_client_cert_pem), with both
+    /// read from files in [`build`](Self::build). Default: none.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> shardlimit::Result<()> {
+    /// let cluster = shardlimit::Cluster::builder(["rediss://10.0.0.5:6379"])
+    ///     .tls_client_cert_files("/etc/shardlimit/client.crt", "/etc/shardlimit/client.key")
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn tls_client_cert_files(
+        mut self,
+        cert: impl Into<PathBuf>,
+        key: impl Into<PathBuf>,
+    ) -> Self {
+        self.security.tls_cert = Some(Pem::File(cert.into()));
+        self.security.tls_key = Some(Pem::File(key.into()));
+        self
     }
 
     /// The namespace all keys start with (`[A-Za-z0-9_.-]{1,64}`). Default
@@ -476,14 +676,7 @@ impl ClusterBuilder {
         if self.nodes.is_empty() {
             return Err(config("nodes", "at least one node URL is needed"));
         }
-        let mut seeds = Vec::with_capacity(self.nodes.len());
-        for node in &self.nodes {
-            let info = node
-                .as_str()
-                .into_connection_info()
-                .map_err(|err| config("nodes", format!("{node:?}: {err}")))?;
-            seeds.push(info);
-        }
+        let seeds = self.security.apply(&self.nodes)?;
         for (field, value) in [
             ("command_timeout", self.command_timeout),
             ("connect_timeout", self.connect_timeout),
@@ -507,9 +700,13 @@ impl ClusterBuilder {
                 ),
             ));
         }
+        if seeds::any_tls(&seeds) {
+            seeds::install_crypto_provider();
+        }
+        let seed_list = seeds.iter().map(seeds::show).collect::<Vec<_>>().join(",");
         let router = Router::new(
             seeds,
-            self.nodes.join(","),
+            seed_list,
             RouterConfig {
                 node: NodeConfig {
                     connect_timeout: self.node_connect_timeout(),
@@ -548,6 +745,25 @@ impl ClusterBuilder {
                 metrics: ClusterMetrics::default(),
             }),
         })
+    }
+}
+
+impl fmt::Debug for ClusterBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let nodes: Vec<String> = self.nodes.iter().map(|n| seeds::redact_url(n)).collect();
+        f.debug_struct("ClusterBuilder")
+            .field("nodes", &nodes)
+            .field("security", &self.security)
+            .field("namespace", &self.namespace)
+            .field("command_timeout", &self.command_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("node_down_after", &self.node_down_after)
+            .field("failure_window", &self.failure_window)
+            .field("refresh_interval", &self.refresh_interval)
+            .field("reconnect_min", &self.reconnect_min)
+            .field("reconnect_max", &self.reconnect_max)
+            .field("lazy", &self.lazy)
+            .finish()
     }
 }
 

@@ -100,9 +100,14 @@ pub enum Error {
     },
 
     /// The connection to the cluster could not be established.
+    ///
+    /// Transient when the nodes could not be reached (refused, timed out,
+    /// dropped); not when they refused *us*: a TLS handshake failure (wrong
+    /// CA, a name the certificate does not cover, TLS to a plain port),
+    /// `WRONGPASS`, `NOAUTH`, `NOPERM`.
     #[error("could not connect to the cluster at {nodes}")]
     Connect {
-        /// The seed nodes that were tried.
+        /// The seed nodes that were tried, passwords shown as `***`.
         nodes: String,
         /// The client's error.
         #[source]
@@ -180,7 +185,8 @@ impl Error {
     #[must_use]
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Timeout { .. } | Error::Connect { .. } | Error::NodeDown { .. } => true,
+            Error::Timeout { .. } | Error::NodeDown { .. } => true,
+            Error::Connect { source, .. } => is_transient_redis(source),
             Error::Redis { source, .. } => is_transient_redis(source),
             _ => false,
         }
@@ -206,12 +212,41 @@ pub(crate) fn is_transient_redis(err: &RedisError) -> bool {
 }
 
 /// The connection (not the cluster's configuration) is in trouble: I/O
-/// error, timeout, dropped or refused connection.
+/// error, timeout, dropped or refused connection. A failed TLS handshake is
+/// an I/O error to the client, but a configuration fault to us: it does not
+/// go away by itself.
 pub(crate) fn is_connection_fault(err: &RedisError) -> bool {
-    err.is_io_error()
+    (err.is_io_error()
         || err.is_timeout()
         || err.is_connection_dropped()
-        || err.is_connection_refusal()
+        || err.is_connection_refusal())
+        && !is_tls_failure(err)
+}
+
+/// Whether a rustls error (a certificate not trusted or not for this name,
+/// a peer that does not speak TLS) is behind `err`. Found by type, not by
+/// message text.
+pub(crate) fn is_tls_failure(err: &RedisError) -> bool {
+    std::error::Error::source(err).is_some_and(holds_tls_error)
+}
+
+fn holds_tls_error(cause: &(dyn std::error::Error + 'static)) -> bool {
+    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+    if cause.is::<rustls::Error>() {
+        return true;
+    }
+    // redis-rs keeps the I/O error in an Arc and hands out the Arc.
+    if let Some(shared) = cause.downcast_ref::<Shared>() {
+        return holds_tls_error(&**shared);
+    }
+    // io::Error::source skips the error it wraps; look at it.
+    if let Some(inner) = cause
+        .downcast_ref::<std::io::Error>()
+        .and_then(std::io::Error::get_ref)
+    {
+        return holds_tls_error(inner);
+    }
+    cause.source().is_some_and(holds_tls_error)
 }
 
 /// The cluster is failing over, migrating or loading: CLUSTERDOWN, TRYAGAIN,
@@ -285,5 +320,34 @@ mod tests {
         let wrongtype = redis::make_extension_error("WRONGTYPE".into(), None);
         assert!(!is_transient_redis(&wrongtype));
         assert!(!Error::EmptySubject.is_transient());
+        let noperm = RedisError::from((ErrorKind::Server(ServerErrorKind::NoPerm), "x"));
+        assert!(!is_transient_redis(&noperm));
+        let wrongpass = RedisError::from((ErrorKind::AuthenticationFailed, "x"));
+        let connect = Error::Connect {
+            nodes: "redis://h:1".into(),
+            source: wrongpass,
+        };
+        assert!(!connect.is_transient());
+    }
+
+    #[test]
+    fn a_tls_handshake_failure_is_a_refusal_not_a_connection_fault() {
+        let tls = RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
+        ));
+        assert!(tls.is_io_error());
+        assert!(is_tls_failure(&tls));
+        assert!(!is_transient_redis(&tls));
+        let connect = Error::Connect {
+            nodes: "rediss://h:1".into(),
+            source: tls,
+        };
+        assert!(!connect.is_transient());
+        let refused = Error::Connect {
+            nodes: "redis://h:1".into(),
+            source: std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into(),
+        };
+        assert!(refused.is_transient());
     }
 }

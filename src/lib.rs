@@ -30,6 +30,28 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Production connections
+//!
+//! `rediss://` seeds connect over TLS (rustls): a custom CA with
+//! [`ClusterBuilder::tls_ca_file`], mutual TLS with
+//! [`ClusterBuilder::tls_client_cert_files`]; every node the topology
+//! reveals is reached with the same settings. Credentials go apart from the
+//! URLs ([`ClusterBuilder::username`], [`ClusterBuilder::password_file`]) and
+//! are never shown: nodes print as `redis://user:***@host:port`. A TLS,
+//! authentication or permission refusal is not transient, so it is never
+//! bypassed. The README gives the least-privilege ACL rule.
+//!
+//! ```no_run
+//! # async fn demo() -> shardlimit::Result<()> {
+//! let cluster = shardlimit::Cluster::builder(["rediss://redis-0.internal:6379"])
+//!     .tls_ca_file("/etc/redis/ca.crt")
+//!     .username("shardlimit")
+//!     .password_file("/run/secrets/redis-password")
+//!     .build()
+//!     .await?;
+//! # Ok(()) }
+//! ```
+//!
 //! # Key layout
 //!
 //! ```text
@@ -83,8 +105,9 @@ pub mod tower;
 #[cfg(feature = "metrics")]
 pub use self::metrics::describe_metrics;
 pub use cluster::{
-    Cluster, ClusterBuilder, DEFAULT_NODES, NODES_ENV, NodeAddr, NodeState, Shard, Topology,
-    Transaction, TxCommand,
+    Cluster, ClusterBuilder, DEFAULT_NODES, NODES_ENV, NodeAddr, NodeState, PASSWORD_ENV,
+    PASSWORD_FILE_ENV, Shard, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, Topology, Transaction,
+    TxCommand, USER_ENV,
 };
 pub use counter::{Counter, CounterBuilder};
 pub use error::{Error, Result};

@@ -11,8 +11,13 @@
 //! ```
 //!
 //! Global: `--nodes` (or `SHARDLIMIT_NODES`, comma-separated
-//! `redis://host:port`; default the six local test nodes), `--namespace`
-//! (default `sl`). A progress bar goes to stderr when it is a terminal;
+//! `redis://host:port`, `rediss://` for TLS; default the six local test
+//! nodes), `--namespace` (default `sl`); credentials `--user` (or
+//! `SHARDLIMIT_USER`) with the password from `SHARDLIMIT_PASSWORD` or
+//! `--password-file` (never a flag: it would show in `ps`); TLS `--tls-ca`,
+//! `--tls-cert`, `--tls-key` (or `SHARDLIMIT_TLS_CA`, ...). No output ever
+//! shows a password: nodes are printed as `redis://user:***@host:port`, and
+//! `--help` does not print the environment's values. A progress bar goes to stderr when it is a terminal;
 //! `--json` prints JSON Lines (one object per line) so output streams at
 //! millions of limiters.
 
@@ -35,9 +40,50 @@ use shardlimit::{Cluster, DEFAULT_NODES};
     about = "See and manage every shardlimit primitive on a Redis Cluster"
 )]
 struct Cli {
-    /// Seed nodes, comma-separated redis:// URLs.
-    #[arg(long, env = "SHARDLIMIT_NODES", value_delimiter = ',', global = true)]
+    /// Seed nodes, comma-separated redis:// (or rediss:// for TLS) URLs.
+    #[arg(
+        long,
+        env = "SHARDLIMIT_NODES",
+        hide_env_values = true,
+        value_delimiter = ',',
+        global = true
+    )]
     nodes: Vec<String>,
+    /// ACL username for every node.
+    #[arg(long, env = "SHARDLIMIT_USER", hide_env_values = true, global = true)]
+    user: Option<String>,
+    /// File holding the password (one trailing newline ignored). The
+    /// password can also come from the environment variable
+    /// SHARDLIMIT_PASSWORD; there is no flag for it, so it never shows in `ps`.
+    #[arg(
+        long,
+        env = "SHARDLIMIT_PASSWORD_FILE",
+        hide_env_values = true,
+        global = true
+    )]
+    password_file: Option<std::path::PathBuf>,
+    /// PEM file of the CA certificates to trust for rediss:// nodes
+    /// (default: the system's trust store).
+    #[arg(long, env = "SHARDLIMIT_TLS_CA", hide_env_values = true, global = true)]
+    tls_ca: Option<std::path::PathBuf>,
+    /// PEM client certificate for mutual TLS (with --tls-key).
+    #[arg(
+        long,
+        env = "SHARDLIMIT_TLS_CERT",
+        hide_env_values = true,
+        requires = "tls_key",
+        global = true
+    )]
+    tls_cert: Option<std::path::PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(
+        long,
+        env = "SHARDLIMIT_TLS_KEY",
+        hide_env_values = true,
+        requires = "tls_cert",
+        global = true
+    )]
+    tls_key: Option<std::path::PathBuf>,
     /// The namespace the primitives were built with.
     #[arg(long, default_value = "sl", global = true)]
     namespace: String,
@@ -134,11 +180,29 @@ async fn run(cli: Cli) -> AnyResult<ExitCode> {
     } else {
         cli.nodes.clone()
     };
-    let cluster = Cluster::builder(nodes)
+    let mut builder = Cluster::builder(nodes)
         .namespace(&cli.namespace)
-        .command_timeout(Duration::from_millis(cli.timeout_ms))
-        .build()
-        .await?;
+        .command_timeout(Duration::from_millis(cli.timeout_ms));
+    if let Some(user) = &cli.user {
+        builder = builder.username(user);
+    }
+    // The environment's password wins over a file, as in
+    // `Cluster::builder_from_env`.
+    match std::env::var(shardlimit::PASSWORD_ENV) {
+        Ok(password) if !password.is_empty() => builder = builder.password(password),
+        _ => {
+            if let Some(path) = &cli.password_file {
+                builder = builder.password_file(path);
+            }
+        }
+    }
+    if let Some(ca) = &cli.tls_ca {
+        builder = builder.tls_ca_file(ca);
+    }
+    if let (Some(cert), Some(key)) = (&cli.tls_cert, &cli.tls_key) {
+        builder = builder.tls_client_cert_files(cert, key);
+    }
+    let cluster = builder.build().await?;
     let scanner = Scanner::new(&cluster).count(cli.scan_count);
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let table = std::io::stdout().is_terminal();

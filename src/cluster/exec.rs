@@ -329,7 +329,18 @@ async fn connect(
 ) -> Result<Live> {
     match timeout_at(deadline, node.connection(lane)).await {
         Ok(Ok(live)) => Ok(live),
-        Ok(Err(Unavailable::Down { since })) => Err(Error::NodeDown {
+        Ok(Err(Unavailable::Down {
+            refused: Some(source),
+            ..
+        })) => Err(Error::Redis {
+            op: op.clone(),
+            slot,
+            source,
+        }),
+        Ok(Err(Unavailable::Down {
+            since,
+            refused: None,
+        })) => Err(Error::NodeDown {
             op: op.clone(),
             slot,
             node: node.addr().to_owned(),
@@ -356,14 +367,18 @@ fn report(router: &Router, node: &Node, live: &Live, fault: Fault) {
     }
 }
 
+/// No topology yet (a lazy connect): transient, unless the seeds refused
+/// us (TLS, credentials) — then that error, which is not.
 fn not_connected(router: &Router) -> Error {
     Error::Connect {
         nodes: router.seed_list().to_owned(),
-        source: std::io::Error::new(
-            std::io::ErrorKind::NotConnected,
-            "not connected to the cluster yet",
-        )
-        .into(),
+        source: router.refusal().unwrap_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                "not connected to the cluster yet",
+            )
+            .into()
+        }),
     }
 }
 

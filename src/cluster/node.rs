@@ -45,8 +45,14 @@ pub(crate) enum Fault {
 /// Why no connection could be had.
 #[derive(Debug)]
 pub(crate) enum Unavailable {
-    /// The node is believed down; nothing was sent.
-    Down { since: Instant },
+    /// The node is believed down; nothing was sent. `refused` is set when
+    /// its last connection attempt was refused for a reason that does not
+    /// go away by itself (TLS handshake, authentication): callers get that
+    /// error, never a transient "down" that fail-open limiters would bypass.
+    Down {
+        since: Instant,
+        refused: Option<RedisError>,
+    },
     /// Connecting failed just now (the node is now down).
     Connect(RedisError),
 }
@@ -111,6 +117,8 @@ pub(crate) struct Node {
 #[derive(Default)]
 struct Health {
     down: Option<Down>,
+    /// The last connection attempt failed with a refusal (see `Unavailable`).
+    refused: Option<RedisError>,
     timeouts: u32,
     window_started: Option<Instant>,
 }
@@ -175,6 +183,8 @@ impl Node {
         match self.open(lane).await {
             Ok(live) => Ok(live),
             Err(err) => {
+                self.health().refused =
+                    (!crate::error::is_transient_redis(&err)).then(|| err.clone());
                 self.mark_down(&err.to_string());
                 Err(Unavailable::Connect(err))
             }
@@ -206,7 +216,10 @@ impl Node {
                 }
             });
         }
-        Err(Unavailable::Down { since: down.since })
+        Err(Unavailable::Down {
+            since: down.since,
+            refused: health.refused.clone(),
+        })
     }
 
     /// One reconnect attempt to a down node, in the background.
@@ -218,6 +231,7 @@ impl Node {
             Ok(_) => {
                 let since = health.down.take().map(|d| d.since);
                 health.timeouts = 0;
+                health.refused = None;
                 drop(health);
                 crate::metrics::node_down(&self.addr, false);
                 tracing::warn!(
@@ -227,6 +241,7 @@ impl Node {
                 );
             }
             Err(err) => {
+                health.refused = (!crate::error::is_transient_redis(&err)).then(|| err.clone());
                 if let Some(down) = health.down.as_mut() {
                     down.backoff = (down.backoff * 2).min(self.config.reconnect_max);
                     down.next_probe = Instant::now() + jittered(down.backoff);

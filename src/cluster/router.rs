@@ -56,6 +56,9 @@ pub(crate) struct Router {
     table: RwLock<Table>,
     nodes: Mutex<HashMap<String, Arc<Node>>>,
     refresh: Mutex<RefreshState>,
+    /// The last refresh failed because the nodes refused us (TLS,
+    /// credentials); cleared by a successful one.
+    refusal: Mutex<Option<redis::RedisError>>,
     this: Weak<Router>,
 }
 
@@ -96,12 +99,22 @@ impl Router {
             }),
             nodes: Mutex::new(HashMap::new()),
             refresh: Mutex::new(RefreshState::default()),
+            refusal: Mutex::new(None),
             this: this.clone(),
         }))
     }
 
+    /// The seeds as shown to people (passwords as `***`).
     pub(crate) fn seed_list(&self) -> &str {
         &self.seed_list
+    }
+
+    /// Why the last topology refresh was refused, if it was.
+    pub(crate) fn refusal(&self) -> Option<redis::RedisError> {
+        self.refusal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The node serving `slot`, if the table knows one.
@@ -317,6 +330,15 @@ async fn refresh_loop(this: Weak<Router>) {
         let result = match router.fetch().await {
             Ok(topology) => router.install(&topology),
             Err(err) => Err(err),
+        };
+        *router
+            .refusal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = match &result {
+            Err(Error::Connect { source, .. }) if !crate::error::is_transient_redis(source) => {
+                Some(source.clone())
+            }
+            _ => None,
         };
         let mut state = router.refresh_state();
         match &result {

@@ -20,6 +20,7 @@ use tokio::task::JoinHandle;
 
 pub struct FakeNode {
     port: u16,
+    password: Option<String>,
     dark: Arc<AtomicBool>,
     tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
     accept: JoinHandle<()>,
@@ -27,21 +28,30 @@ pub struct FakeNode {
 
 impl FakeNode {
     pub async fn start() -> FakeNode {
+        Self::start_with_password(None).await
+    }
+
+    /// A node that, like Redis with `requirepass`, answers `NOAUTH` until
+    /// `AUTH` gives `password` and `WRONGPASS` to any other (without one,
+    /// any `AUTH` is accepted).
+    pub async fn start_with_password(password: Option<&str>) -> FakeNode {
+        let password = password.map(str::to_owned);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let dark = Arc::new(AtomicBool::new(false));
         let tasks: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
         let accept = tokio::spawn({
-            let (dark, tasks) = (dark.clone(), tasks.clone());
+            let (dark, tasks, password) = (dark.clone(), tasks.clone(), password.clone());
             async move {
                 while let Ok((stream, _)) = listener.accept().await {
-                    let task = tokio::spawn(serve(stream, port, dark.clone()));
+                    let task = tokio::spawn(serve(stream, port, dark.clone(), password.clone()));
                     tasks.lock().unwrap().push(task);
                 }
             }
         });
         FakeNode {
             port,
+            password,
             dark,
             tasks,
             accept,
@@ -50,6 +60,15 @@ impl FakeNode {
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// `host:port`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn password(&self) -> Option<&str> {
+        self.password.as_deref()
     }
 
     pub fn go_dark(&self) {
@@ -70,7 +89,8 @@ impl Drop for FakeNode {
     }
 }
 
-async fn serve(stream: TcpStream, port: u16, dark: Arc<AtomicBool>) {
+async fn serve(stream: TcpStream, port: u16, dark: Arc<AtomicBool>, password: Option<String>) {
+    let mut authed = password.is_none();
     let (read, mut write) = stream.into_split();
     let mut read = BufReader::new(read);
     while let Some(args) = read_command(&mut read).await {
@@ -82,8 +102,18 @@ async fn serve(stream: TcpStream, port: u16, dark: Arc<AtomicBool>) {
             .get(1)
             .map(|a| String::from_utf8_lossy(a).to_ascii_uppercase());
         let reply = match (name.as_str(), sub.as_deref()) {
-            ("PING", _) => "+PONG\r\n".to_owned(),
+            ("AUTH", _) => match &password {
+                Some(p) if args.last().map(Vec::as_slice) != Some(p.as_bytes()) => {
+                    "-WRONGPASS invalid username-password pair or user is disabled.\r\n".to_owned()
+                }
+                _ => {
+                    authed = true;
+                    "+OK\r\n".to_owned()
+                }
+            },
             ("CLIENT", _) => "+OK\r\n".to_owned(),
+            _ if !authed => "-NOAUTH Authentication required.\r\n".to_owned(),
+            ("PING", _) => "+PONG\r\n".to_owned(),
             ("CLUSTER", Some("SLOTS")) => {
                 let id = "f".repeat(40);
                 format!(
