@@ -5,6 +5,9 @@
 #
 # Fault-injection tests kill and pause nodes of the shared cluster, so they
 # are `#[ignore]`d in the normal run and run here afterwards, one at a time.
+# Then the same ports come up TLS-only (`up.sh --tls`) for the TLS smoke
+# (tests/tls.rs, as the least-privilege ACL user), and the plaintext cluster
+# is brought back so the demo command still works afterwards.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -13,3 +16,11 @@ cargo test --all-features --no-fail-fast
 if [ -d tests/faults ]; then
   cargo test --all-features --test faults -- --ignored --test-threads=1
 fi
+
+cluster-compose/down.sh
+cluster-compose/up.sh --tls
+SHARDLIMIT_TLS_NODES=rediss://127.0.0.1:7000 \
+  SHARDLIMIT_TLS_CA="$PWD/cluster-compose/.state/tls/ca.crt" \
+  cargo test --all-features --test tls -- --ignored
+cluster-compose/down.sh
+cluster-compose/up.sh
