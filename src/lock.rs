@@ -476,9 +476,13 @@ impl LockBuilder {
     /// Without it, a failover right after an acquisition can promote a
     /// replica that never saw the lock, and a second holder gets it.
     ///
-    /// `WAIT` blocks the connection it runs on, and that connection to the
-    /// master is shared by every call of this [`Cluster`]: while replicas lag,
-    /// other calls to that master queue behind it for up to `timeout`. Keep it
+    /// `WAIT` is sent right behind the acquisition, in one pipeline on the
+    /// same connection (it only counts that connection's writes). It blocks
+    /// the connection it runs on, so acquisitions with replica
+    /// acknowledgement use a second connection to the master, apart from
+    /// every other call: while replicas lag, only such acquisitions queue
+    /// behind one another (each failing closed at the command timeout), and
+    /// the rest of the traffic to that master is not held up. Keep `timeout`
     /// short (a healthy replica confirms in about a millisecond).
     ///
     /// At least 1 ms, and at least 100 ms shorter than the cluster's

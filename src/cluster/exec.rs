@@ -201,8 +201,16 @@ pub(crate) async fn run(
                 "no node serves this slot in the slot table",
             )),
             Some(node) => {
-                let live =
-                    connect(&node, payload.lane(), deadline, op, Some(slot), timeout).await?;
+                let live = connect(
+                    router,
+                    &node,
+                    payload.lane(),
+                    deadline,
+                    op,
+                    Some(slot),
+                    timeout,
+                )
+                .await?;
                 let asking = matches!(target, Target::Node { asking: true, .. });
                 let mut conn = live.conn.clone();
                 let sent_at = Instant::now();
@@ -282,7 +290,7 @@ pub(crate) async fn node_request(
     let op = op.into();
     tokio::task::coop::consume_budget().await; // see `run`
     let deadline = Instant::now() + timeout;
-    let live = connect(node, Lane::Shared, deadline, &op, None, timeout).await?;
+    let live = connect(router, node, Lane::Shared, deadline, &op, None, timeout).await?;
     let mut conn = live.conn.clone();
     let sent = async {
         match request {
@@ -320,6 +328,7 @@ pub(crate) async fn node_request(
 /// known down is refused at once, without sending anything.
 #[allow(clippy::ptr_arg)] // as in `run`
 async fn connect(
+    router: &Router,
     node: &Arc<Node>,
     lane: Lane,
     deadline: Instant,
@@ -346,11 +355,16 @@ async fn connect(
             node: node.addr().to_owned(),
             down_for: since.elapsed(),
         }),
-        Ok(Err(Unavailable::Connect(source))) => Err(Error::Redis {
-            op: op.clone(),
-            slot,
-            source,
-        }),
+        Ok(Err(Unavailable::Connect(source))) => {
+            // The node just went down (or was never reachable): its slots
+            // may have moved, so look for the new owner.
+            router.request_refresh();
+            Err(Error::Redis {
+                op: op.clone(),
+                slot,
+                source,
+            })
+        }
         Err(_elapsed) => Err(Error::Timeout {
             op: op.clone(),
             slot,
