@@ -65,8 +65,9 @@
 //! # Layout of the crate
 //!
 //! * [`keys`] — key builder, CRC16 slot calculator, [`KeySet`](keys::KeySet), parser.
-//! * [`Cluster`] — the connection (self-healing), [`Cluster::eval`] and
-//!   [`Cluster::transaction`], the only two ways the crate talks to Redis.
+//! * [`Cluster`] — its own routing (one connection per node; a node known
+//!   down fails fast), [`Cluster::eval`] and [`Cluster::transaction`], the
+//!   only two ways the crate talks to Redis.
 //! * [`limit`] — rate limiters ([`RateLimiter`], [`MultiLimiter`],
 //!   [`Quota`], [`Decision`]) and their [`FailurePolicy`].
 //! * [`Lock`] — fenced locks with watchdog and replica acknowledgement;
