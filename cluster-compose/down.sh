@@ -4,8 +4,15 @@
 # the plain docker-compose.yml too), native processes from .state/native,
 # then .state itself (certificates and ACL password included). With
 # SHARDLIMIT_CLUSTER_PORT=B: the cluster on B..B+5 only.
+# With --standalone: only the standalone server of up.sh --standalone.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+case ${1:-} in
+  --standalone) standalone_down; exit 0 ;;
+  "") ;;
+  *) die "usage: down.sh [--standalone]" ;;
+esac
 
 if docker_up; then
   mapfile -t names < <(docker ps -a --format '{{.Names}}' --filter "name=^$CONTAINER_PREFIX")

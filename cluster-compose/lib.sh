@@ -123,6 +123,53 @@ native_start() {
   redis-server "${args[@]}" --daemonize yes --pidfile "$d/redis.pid" --logfile "$d/redis.log"
 }
 
+# Standalone mode (up.sh/down.sh --standalone): one plain redis-server, no
+# cluster, on $STANDALONE_PORT with its own state dir, so it never touches a
+# cluster's ports, processes or state. Native only: one process needs no
+# image, and the scripts stay usable on a laptop with only redis-server.
+STANDALONE_PORT=${SHARDLIMIT_STANDALONE_PORT:-6390}
+STANDALONE_DIR=$CC_DIR/.state-standalone  # gitignored like .state
+standalone_pid() {  # prints the pid if the standalone redis-server is alive
+  local f=$STANDALONE_DIR/redis.pid pid
+  [ -s "$f" ] && pid=$(<"$f") && pid_alive "$pid" &&
+    [[ $(cat "/proc/$pid/comm" 2>/dev/null) == redis-server* ]] && echo "$pid"
+}
+standalone_up() {
+  local log=$STANDALONE_DIR/redis.log pid
+  if pid=$(standalone_pid); then
+    say "standalone redis-server already running on 127.0.0.1:$STANDALONE_PORT (pid $pid)"
+    return 0
+  fi
+  command -v redis-server >/dev/null || apt_install redis-server
+  ! (exec 3<>"/dev/tcp/127.0.0.1/$STANDALONE_PORT") 2>/dev/null ||
+    die "port $STANDALONE_PORT is in use by something else"
+  mkdir -p "$STANDALONE_DIR"
+  # The cluster's flags (node_args) minus the cluster ones; AOF on, as
+  # `health` wants for locks.
+  redis-server --bind 127.0.0.1 --protected-mode no --port "$STANDALONE_PORT" \
+    --appendonly yes --save '' --dir "$STANDALONE_DIR" \
+    --daemonize yes --pidfile "$STANDALONE_DIR/redis.pid" --logfile "$log"
+  for _ in {1..100}; do
+    [[ $(redis-cli -p "$STANDALONE_PORT" ping 2>/dev/null) == PONG ]] && {
+      say "standalone redis-server up on 127.0.0.1:$STANDALONE_PORT (state in ${STANDALONE_DIR#"$CC_DIR/"})"
+      return 0
+    }
+    sleep 0.1
+  done
+  cat "$log" >&2 || true
+  die "standalone redis-server did not answer PING on $STANDALONE_PORT"
+}
+standalone_down() {
+  local pid
+  if pid=$(standalone_pid); then
+    kill -9 "$pid"; kill -CONT "$pid" 2>/dev/null || true
+    wait_gone "$pid"
+    say "killed standalone redis-server $STANDALONE_PORT (pid $pid)"
+  fi
+  rm -rf "$STANDALONE_DIR"
+  say "standalone down"
+}
+
 # Docker mode: one container per node on the host network, named by port,
 # data in the image's /data volume, TLS files mounted read-only at /tls.
 docker_start() {  # <port> <image>

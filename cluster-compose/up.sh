@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Start the six-node test cluster on 127.0.0.1:7000-7005 (idempotent).
-#   usage: up.sh [--tls]
+#   usage: up.sh [--tls | --standalone]
+#   --standalone: instead of the cluster, one plain redis-server (no
+#     cluster, AOF on) on 127.0.0.1:6390 ($SHARDLIMIT_STANDALONE_PORT),
+#     native process, state in .state-standalone; a running cluster is not
+#     touched. Stop it with down.sh --standalone.
 #   --tls: TLS only (no plain port; cluster bus and replication over TLS
 #     too), with a throwaway CA and certificates made by openssl under
 #     .state/tls (ca.crt, node.*, client.* for mutual TLS).
@@ -21,8 +25,9 @@ TIMEOUT=90
 tls=no
 case ${1:-} in
   --tls) tls=yes ;;
+  --standalone) standalone_up; exit 0 ;;
   "") ;;
-  *) die "usage: up.sh [--tls]" ;;
+  *) die "usage: up.sh [--tls | --standalone]" ;;
 esac
 span="127.0.0.1:${PORTS[0]}-${PORTS[5]}"
 need_redis_cli

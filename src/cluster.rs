@@ -2,6 +2,7 @@
 //! two slot-pinned operations. The public documentation lives on
 //! [`Cluster`].
 
+mod deployment;
 mod exec;
 mod node;
 mod router;
@@ -17,6 +18,7 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, ToRedisArgs, Value};
 
+pub use self::deployment::Deployment;
 use self::exec::{Payload, Request};
 use self::node::NodeConfig;
 pub use self::node::NodeState;
@@ -34,6 +36,11 @@ use crate::stats::{Counters, Registry, Stats};
 /// `redis://host:port` (or `rediss://` for TLS) URLs; read by
 /// [`Cluster::builder_from_env`].
 pub const NODES_ENV: &str = "SHARDLIMIT_NODES";
+
+/// Environment variable with the [`Deployment`] (`detect`, `cluster` or
+/// `standalone`; [`ClusterBuilder::deployment`]); read by
+/// [`Cluster::builder_from_env`]. Unset: `detect`.
+pub const DEPLOYMENT_ENV: &str = "SHARDLIMIT_DEPLOYMENT";
 
 /// Environment variable with the ACL username ([`ClusterBuilder::username`]);
 /// read by [`Cluster::builder_from_env`].
@@ -160,7 +167,8 @@ impl Cluster {
     }
 
     /// A builder for the nodes in `SHARDLIMIT_NODES` (comma-separated URLs),
-    /// or [`DEFAULT_NODES`] when it is unset or empty, with the credentials
+    /// or [`DEFAULT_NODES`] when it is unset or empty, the deployment of
+    /// [`DEPLOYMENT_ENV`] (default: detect), with the credentials
     /// and TLS files of the environment when they are set:
     /// [`USER_ENV`], [`PASSWORD_ENV`] (else [`PASSWORD_FILE_ENV`]),
     /// [`TLS_CA_ENV`], [`TLS_CERT_ENV`] and [`TLS_KEY_ENV`]. Files are read
@@ -184,6 +192,13 @@ impl Cluster {
             ),
             None => Self::builder(DEFAULT_NODES),
         };
+        if let Some(deployment) = var(DEPLOYMENT_ENV) {
+            match deployment.parse() {
+                Ok(deployment) => builder = builder.deployment(deployment),
+                // Let build() report it instead of ignoring it.
+                Err(_) => builder.deployment_env = Some(deployment),
+            }
+        }
         if let Some(user) = var(USER_ENV) {
             builder = builder.username(user);
         }
@@ -329,8 +344,32 @@ impl Cluster {
         convert(Cow::Borrowed("transaction"), value)
     }
 
+    /// The deployment: [`Deployment::Cluster`] or
+    /// [`Deployment::Standalone`] once known; [`Deployment::Detect`] only
+    /// while a [lazily connected](ClusterBuilder::lazy_connect) handle has
+    /// not reached a node yet.
+    ///
+    /// ```no_run
+    /// # async fn demo(cluster: shardlimit::Cluster) {
+    /// if cluster.deployment() == shardlimit::Deployment::Standalone {
+    ///     println!("one redis-server serves every slot");
+    /// }
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn deployment(&self) -> Deployment {
+        self.inner.router.deployment()
+    }
+
+    /// Whether one standalone server serves every slot.
+    pub(crate) fn is_standalone(&self) -> bool {
+        self.inner.router.is_standalone()
+    }
+
     /// The masters, their slots and replicas, as a node of the cluster sees
-    /// them now (`CLUSTER SLOTS` from a master that is up, else a seed).
+    /// them now (`CLUSTER SLOTS` from a master that is up, else a seed). A
+    /// standalone server is one shard serving every slot, with the id
+    /// `standalone`, and is not asked.
     /// Bounded by the command timeout per node asked.
     pub async fn topology(&self) -> Result<Topology> {
         self.inner.router.fetch().await
@@ -424,6 +463,9 @@ impl fmt::Debug for Cluster {
 #[must_use]
 pub struct ClusterBuilder {
     nodes: Vec<String>,
+    deployment: Deployment,
+    /// An unparseable [`DEPLOYMENT_ENV`], reported by `build`.
+    deployment_env: Option<String>,
     security: Security,
     namespace: String,
     command_timeout: Duration,
@@ -440,6 +482,8 @@ impl ClusterBuilder {
     fn new(nodes: Vec<String>) -> Self {
         ClusterBuilder {
             nodes,
+            deployment: Deployment::Detect,
+            deployment_env: None,
             security: Security::default(),
             namespace: "sl".to_owned(),
             command_timeout: Duration::from_millis(250),
@@ -451,6 +495,26 @@ impl ClusterBuilder {
             reconnect_max: Duration::from_secs(5),
             lazy: false,
         }
+    }
+
+    /// What the nodes are: a Redis Cluster, one standalone server, or
+    /// detected. Default: [`Deployment::Detect`] — standalone only when the
+    /// one seed given says it has cluster support disabled; see
+    /// [`Deployment`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> shardlimit::Result<()> {
+    /// use shardlimit::{Cluster, Deployment};
+    /// let redis = Cluster::builder(["redis://127.0.0.1:6379"])
+    ///     .deployment(Deployment::Standalone)
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn deployment(mut self, deployment: Deployment) -> Self {
+        self.deployment = deployment;
+        self.deployment_env = None;
+        self
     }
 
     /// The ACL username every node is authenticated as, overriding any in
@@ -673,6 +737,12 @@ impl ClusterBuilder {
     /// [`Error::Connect`].
     pub async fn build(self) -> Result<Cluster> {
         let keys = KeyBuilder::new(&self.namespace)?;
+        if let Some(bad) = &self.deployment_env {
+            return Err(config(
+                "deployment",
+                format!("{DEPLOYMENT_ENV}={bad:?}: expected detect, cluster or standalone"),
+            ));
+        }
         if self.nodes.is_empty() {
             return Err(config("nodes", "at least one node URL is needed"));
         }
@@ -718,6 +788,7 @@ impl ClusterBuilder {
                 command_timeout: self.command_timeout,
                 refresh_interval: self.refresh_interval,
             },
+            self.deployment,
         )?;
         if self.lazy {
             router.request_refresh();
@@ -753,6 +824,7 @@ impl fmt::Debug for ClusterBuilder {
         let nodes: Vec<String> = self.nodes.iter().map(|n| seeds::redact_url(n)).collect();
         f.debug_struct("ClusterBuilder")
             .field("nodes", &nodes)
+            .field("deployment", &self.deployment)
             .field("security", &self.security)
             .field("namespace", &self.namespace)
             .field("command_timeout", &self.command_timeout)

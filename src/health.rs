@@ -81,7 +81,8 @@ pub struct NodeHealth {
     /// `connected_slaves`: replicas streaming from it now. Zero means a
     /// failover has nothing up to date to promote, and `WAIT` cannot succeed.
     pub connected_replicas: u32,
-    /// `cluster_state:ok` as this node sees the cluster.
+    /// `cluster_state:ok` as this node sees the cluster; always true for a
+    /// standalone server (which is not asked `CLUSTER INFO`).
     pub cluster_state_ok: bool,
     /// `used_memory`: bytes the node's data and overhead take.
     pub used_memory: u64,
@@ -203,10 +204,20 @@ impl Cluster {
         cluster_info.arg("INFO");
         let mut memory = redis::cmd("INFO");
         memory.arg("memory");
+        let standalone = self.is_standalone();
+        let cluster_state = async {
+            // A standalone server has no cluster to be in: its state is its
+            // own, which answering the other three shows.
+            if standalone {
+                Ok("cluster_state:ok".to_owned())
+            } else {
+                self.node_command("cluster info", node, cluster_info).await
+            }
+        };
         let (persistence, replication, cluster_info, memory): (String, String, String, String) = futures::try_join!(
             self.node_command("info persistence", node, persistence),
             self.node_command("info replication", node, replication),
-            self.node_command("cluster info", node, cluster_info),
+            cluster_state,
             self.node_command("info memory", node, memory),
         )?;
         Ok(NodeHealth {

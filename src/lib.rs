@@ -106,9 +106,9 @@ pub mod tower;
 #[cfg(feature = "metrics")]
 pub use self::metrics::describe_metrics;
 pub use cluster::{
-    Cluster, ClusterBuilder, DEFAULT_NODES, NODES_ENV, NodeAddr, NodeState, PASSWORD_ENV,
-    PASSWORD_FILE_ENV, Shard, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, Topology, Transaction,
-    TxCommand, USER_ENV,
+    Cluster, ClusterBuilder, DEFAULT_NODES, DEPLOYMENT_ENV, Deployment, NODES_ENV, NodeAddr,
+    NodeState, PASSWORD_ENV, PASSWORD_FILE_ENV, Shard, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV,
+    Topology, Transaction, TxCommand, USER_ENV,
 };
 pub use counter::{Counter, CounterBuilder};
 pub use error::{Error, Result};

@@ -371,6 +371,15 @@ impl Scanner {
             })?
             .master
             .clone();
+        let tag_end = probe.len() - b"probe:probe".len();
+        if self.cluster.is_standalone() {
+            // No CLUSTER …KEYSINSLOT on a standalone server: SCAN for
+            // exactly this subject's keys.
+            let keys = self
+                .scan_matching(&owner, &glob_escape(&probe[..tag_end]))
+                .await?;
+            return Ok((owner, self.subjects_own(keys, subject, kind, name)));
+        }
         let mut count_cmd = redis::cmd("CLUSTER");
         count_cmd.arg("COUNTKEYSINSLOT").arg(the_slot);
         let in_slot: u64 = self
@@ -389,13 +398,22 @@ impl Scanner {
             // GETKEYSINSLOT has no cursor: asking for a crowded slot's keys
             // at once would block the node for the whole slot. SCAN for
             // exactly this subject's keys instead, `count` per call.
-            let tag_end = probe.len() - b"probe:probe".len();
             self.scan_matching(&owner, &glob_escape(&probe[..tag_end]))
                 .await?
         };
+        Ok((owner, self.subjects_own(keys, subject, kind, name)))
+    }
+
+    /// The keys of `subject` (of `kind` and `name`, if given) among `keys`.
+    fn subjects_own(
+        &self,
+        keys: Vec<Vec<u8>>,
+        subject: &[u8],
+        kind: Option<&str>,
+        name: Option<&str>,
+    ) -> Vec<Vec<u8>> {
         let namespace = self.cluster.namespace();
-        let mine = keys
-            .into_iter()
+        keys.into_iter()
             .filter(|key| {
                 ParsedKey::parse(key).is_ok_and(|p| {
                     p.namespace == namespace
@@ -404,8 +422,7 @@ impl Scanner {
                         && name.is_none_or(|n| p.name == n)
                 })
             })
-            .collect();
-        Ok((owner, mine))
+            .collect()
     }
 
     /// Every key on `node` matching `pattern`, `SCAN`ning `count` keys per

@@ -12,7 +12,9 @@
 //!
 //! Global: `--nodes` (or `SHARDLIMIT_NODES`, comma-separated
 //! `redis://host:port`, `rediss://` for TLS; default the six local test
-//! nodes), `--namespace` (default `sl`); credentials `--user` (or
+//! nodes), `--deployment` (or `SHARDLIMIT_DEPLOYMENT`: `detect` by default,
+//! `cluster`, `standalone` for one plain redis-server), `--namespace`
+//! (default `sl`); credentials `--user` (or
 //! `SHARDLIMIT_USER`) with the password from `SHARDLIMIT_PASSWORD` or
 //! `--password-file` (never a flag: it would show in `ps`); TLS `--tls-ca`,
 //! `--tls-cert`, `--tls-key` (or `SHARDLIMIT_TLS_CA`, ...). No output ever
@@ -49,6 +51,10 @@ struct Cli {
         global = true
     )]
     nodes: Vec<String>,
+    /// What the nodes are: detect (default; standalone only when the one
+    /// node given has cluster support disabled), cluster or standalone.
+    #[arg(long, env = "SHARDLIMIT_DEPLOYMENT", global = true)]
+    deployment: Option<shardlimit::Deployment>,
     /// ACL username for every node.
     #[arg(long, env = "SHARDLIMIT_USER", hide_env_values = true, global = true)]
     user: Option<String>,
@@ -183,6 +189,9 @@ async fn run(cli: Cli) -> AnyResult<ExitCode> {
     let mut builder = Cluster::builder(nodes)
         .namespace(&cli.namespace)
         .command_timeout(Duration::from_millis(cli.timeout_ms));
+    if let Some(deployment) = cli.deployment {
+        builder = builder.deployment(deployment);
+    }
     if let Some(user) = &cli.user {
         builder = builder.username(user);
     }

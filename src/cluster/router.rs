@@ -26,8 +26,9 @@ use std::time::{Duration, Instant};
 
 use redis::{Client, ConnectionAddr, ConnectionInfo, Value};
 
+use super::deployment::{Deployment, is_cluster_disabled};
 use super::node::{Node, NodeConfig, NodeState};
-use super::topology::Topology;
+use super::topology::{NodeAddr, Shard, Topology};
 use crate::error::{Error, Result};
 
 /// Number of hash slots in a Redis Cluster.
@@ -53,6 +54,9 @@ pub(crate) struct Router {
     /// The seeds as shown in errors.
     seed_list: String,
     config: RouterConfig,
+    /// What the seeds are: as configured, and once `Detect` has found out,
+    /// `Cluster` or `Standalone` for good.
+    deployment: RwLock<Deployment>,
     table: RwLock<Table>,
     nodes: Mutex<HashMap<String, Arc<Node>>>,
     refresh: Mutex<RefreshState>,
@@ -83,16 +87,27 @@ impl Router {
         seeds: Vec<ConnectionInfo>,
         seed_list: String,
         config: RouterConfig,
+        deployment: Deployment,
     ) -> Result<Arc<Self>> {
         let template = seeds.first().cloned().ok_or_else(|| Error::Config {
             field: "nodes",
             reason: "at least one node URL is needed".to_owned(),
         })?;
+        if deployment == Deployment::Standalone && seeds.len() > 1 {
+            return Err(Error::Config {
+                field: "nodes",
+                reason: format!(
+                    "a standalone deployment has exactly one server, {} were given ({seed_list})",
+                    seeds.len()
+                ),
+            });
+        }
         Ok(Arc::new_cyclic(|this| Router {
             seeds,
             template,
             seed_list,
             config,
+            deployment: RwLock::new(deployment),
             table: RwLock::new(Table {
                 owners: vec![None; SLOTS],
                 loaded: false,
@@ -107,6 +122,29 @@ impl Router {
     /// The seeds as shown to people (passwords as `***`).
     pub(crate) fn seed_list(&self) -> &str {
         &self.seed_list
+    }
+
+    /// The deployment: as configured, or what `Detect` found.
+    pub(crate) fn deployment(&self) -> Deployment {
+        *self
+            .deployment
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether every slot is served by the one standalone server.
+    pub(crate) fn is_standalone(&self) -> bool {
+        self.deployment() == Deployment::Standalone
+    }
+
+    fn settle_deployment(&self, deployment: Deployment) {
+        let mut current = self
+            .deployment
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        if *current == Deployment::Detect {
+            *current = deployment;
+        }
     }
 
     /// Why the last topology refresh was refused, if it was.
@@ -189,6 +227,11 @@ impl Router {
 
     /// Asks for a topology refresh in the background; returns at once.
     pub(crate) fn request_refresh(&self) {
+        // A standalone server's topology never changes: nothing to refresh
+        // once it is installed.
+        if self.is_standalone() && self.loaded() {
+            return;
+        }
         let mut state = self.refresh_state();
         state.pending = true;
         if state.running {
@@ -214,7 +257,18 @@ impl Router {
     /// `CLUSTER SLOTS` from the first node that answers with a non-empty
     /// map: the masters in the table that are up (in random order, to spread
     /// the load), then the seeds.
+    ///
+    /// A standalone server is never asked: it serves every slot (on first
+    /// use, it is checked not to be a cluster node). With
+    /// [`Deployment::Detect`], the only seed answering that cluster support
+    /// is disabled makes the deployment standalone.
     pub(crate) async fn fetch(&self) -> Result<Topology> {
+        if self.is_standalone() {
+            if !self.loaded() {
+                self.check_standalone().await?;
+            }
+            return self.standalone_topology();
+        }
         let mut candidates: Vec<Arc<Node>> = {
             let table = self.table.read().unwrap_or_else(PoisonError::into_inner);
             let mut masters: Vec<Arc<Node>> = Vec::new();
@@ -237,12 +291,18 @@ impl Router {
         let mut last: Option<Error> = None;
         for node in candidates {
             match self.cluster_slots(&node).await {
-                Ok(topology) if topology.covered_slots() > 0 => return Ok(topology),
+                Ok(topology) if topology.covered_slots() > 0 => {
+                    self.settle_deployment(Deployment::Cluster);
+                    return Ok(topology);
+                }
                 Ok(_) => {
                     last = Some(Error::UnexpectedReply {
                         op: "cluster slots".into(),
                         detail: format!("{} serves no slots", node.addr()),
                     });
+                }
+                Err(err) if is_cluster_disabled(&err) && !self.loaded() => {
+                    return self.not_a_cluster(&node);
                 }
                 Err(err) => last = Some(err),
             }
@@ -254,6 +314,98 @@ impl Router {
                 Some(other) => std::io::Error::other(other.to_string()).into(),
                 None => std::io::Error::other("no node to ask").into(),
             },
+        })
+    }
+
+    /// A seed said it is no cluster node, before any topology was known:
+    /// standalone if that is allowed, else a configuration error.
+    fn not_a_cluster(&self, node: &Node) -> Result<Topology> {
+        let deployment = self.deployment();
+        if deployment == Deployment::Detect && self.seeds.len() == 1 {
+            self.settle_deployment(Deployment::Standalone);
+            tracing::info!(
+                node = node.addr(),
+                "shardlimit: standalone Redis (cluster support disabled)"
+            );
+            return self.standalone_topology();
+        }
+        let reason = if deployment == Deployment::Detect {
+            format!(
+                "{} has cluster support disabled, and {} seeds were given ({}): a standalone \
+                 server must be the only seed, and a cluster's seeds must all be cluster nodes",
+                node.addr(),
+                self.seeds.len(),
+                self.seed_list
+            )
+        } else {
+            format!(
+                "{} has cluster support disabled; for one standalone server use \
+                 Deployment::Standalone (or detect)",
+                node.addr()
+            )
+        };
+        Err(Error::Config {
+            field: "nodes",
+            reason,
+        })
+    }
+
+    /// Refuses a cluster node given as a standalone server: its traffic
+    /// would all go to one node and be redirected.
+    async fn check_standalone(&self) -> Result<()> {
+        let (host, port) = self.standalone_addr()?;
+        let node = self.node(&host, port)?;
+        let mut cmd = redis::cmd("INFO");
+        cmd.arg("cluster");
+        let reply: Value = super::exec::node_request(
+            &node,
+            "info cluster",
+            super::exec::Request::Cmd(&cmd),
+            self.config.command_timeout,
+            self,
+        )
+        .await?;
+        let info: String =
+            redis::from_redis_value(reply).map_err(|err| Error::UnexpectedReply {
+                op: "info cluster".into(),
+                detail: err.to_string(),
+            })?;
+        if info.lines().any(|line| line.trim() == "cluster_enabled:1") {
+            return Err(Error::Config {
+                field: "deployment",
+                reason: format!(
+                    "{host}:{port} is a cluster node, not a standalone server; use \
+                     Deployment::Cluster (or detect)"
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    fn standalone_addr(&self) -> Result<(String, u16)> {
+        host_port(self.template.addr()).ok_or_else(|| Error::Config {
+            field: "nodes",
+            reason: format!(
+                "{}: only TCP and TLS addresses are supported",
+                self.template.addr()
+            ),
+        })
+    }
+
+    /// The one standalone server, serving every slot.
+    fn standalone_topology(&self) -> Result<Topology> {
+        let (host, port) = self.standalone_addr()?;
+        let last = u16::try_from(SLOTS - 1).unwrap_or(u16::MAX);
+        Ok(Topology {
+            shards: vec![Shard {
+                master: NodeAddr {
+                    host,
+                    port,
+                    id: "standalone".to_owned(),
+                },
+                replicas: Vec::new(),
+                slots: vec![0..=last],
+            }],
         })
     }
 
