@@ -7,7 +7,9 @@
 # are `#[ignore]`d in the normal run and run here afterwards, one at a time.
 # Then the same ports come up TLS-only (`up.sh --tls`) for the TLS smoke
 # (tests/tls.rs, as the least-privilege ACL user), and the plaintext cluster
-# is brought back so the demo command still works afterwards.
+# is brought back so the demo command still works afterwards. Last, one
+# standalone redis-server (port 6390, beside the cluster) for the
+# standalone suite (tests/standalone.rs).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -24,3 +26,7 @@ SHARDLIMIT_TLS_NODES=rediss://127.0.0.1:7000 \
   cargo test --all-features --test tls -- --ignored
 cluster-compose/down.sh
 cluster-compose/up.sh
+
+cluster-compose/up.sh --standalone
+cargo test --all-features --test standalone -- --ignored
+cluster-compose/down.sh --standalone

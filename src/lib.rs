@@ -1,7 +1,8 @@
 //! # shardlimit
 //!
 //! Rate limits, concurrency leases, fenced locks and TTL-preserving counters
-//! on **Redis Cluster**, for services that run millions of them.
+//! on **Redis Cluster** (or one standalone Redis server), for services that
+//! run millions of them.
 //!
 //! Every limiter lives in exactly one hash slot — its keys share the
 //! subject's hash tag — so every operation on it is one atomic Lua script or
@@ -49,6 +50,26 @@
 //!     .password_file("/run/secrets/redis-password")
 //!     .build()
 //!     .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Standalone Redis (a laptop, unit tests)
+//!
+//! One plain `redis-server` works too, as one shard owning every slot; the
+//! API is the same. By default ([`Deployment::Detect`]) a single seed that
+//! says it has cluster support disabled is taken as standalone — nothing
+//! else is, so a cluster's traffic never goes to one node. Say it
+//! explicitly with [`ClusterBuilder::deployment`] or [`DEPLOYMENT_ENV`]:
+//!
+//! ```no_run
+//! # async fn demo() -> shardlimit::Result<()> {
+//! use shardlimit::{Cluster, Deployment};
+//! let redis = Cluster::builder(["redis://127.0.0.1:6379"])
+//!     .deployment(Deployment::Standalone)
+//!     .namespace("myapp")
+//!     .build()
+//!     .await?;
+//! assert_eq!(redis.topology().await?.covered_slots(), 16384);
 //! # Ok(()) }
 //! ```
 //!
