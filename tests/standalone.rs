@@ -13,6 +13,8 @@
 //! use the six-node cluster's 127.0.0.1:7000 (read only).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod fake_node;
+
 use std::num::NonZeroU32;
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -491,4 +493,36 @@ async fn env_child() {
             );
         }
     }
+}
+
+/// Needs no server: a fake standalone node that answers `MOVED`.
+#[tokio::test]
+async fn a_redirect_from_a_standalone_server_is_an_error_not_followed() {
+    let node = fake_node::FakeNode::start_standalone_redirecting().await;
+    let cluster = Cluster::builder([node.url()])
+        .namespace(namespace("sa-moved"))
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(cluster.deployment(), Deployment::Standalone);
+    let limiter = RateLimiter::builder(
+        &cluster,
+        "api",
+        Quota::per_hour(NonZeroU32::new(3).unwrap()),
+    )
+    .policy(shardlimit::FailurePolicy::FailClosed)
+    .build()
+    .unwrap();
+    let err = limiter.check("user:1").await.unwrap_err();
+    assert!(
+        matches!(&err, Error::Redis { source, .. } if source.to_string().contains("Moved")),
+        "{err:?}"
+    );
+    // Not followed: 127.0.0.1:1 was never learnt of.
+    assert!(
+        cluster.nodes().iter().all(|n| n.addr == node.addr()),
+        "{:?}",
+        cluster.nodes()
+    );
+    assert_eq!(cluster.stats().topology_refreshes, 1);
 }

@@ -9,6 +9,10 @@
 //!   (a partitioned or frozen node: calls time out);
 //! * [`FakeNode::shut_down`] — close every socket and stop listening (a dead
 //!   node: connections drop and reconnects are refused).
+//!
+//! [`FakeNode::start_standalone_redirecting`] instead plays a standalone
+//! server (cluster support disabled) that answers every script with a
+//! `MOVED`, which a real one never does.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,6 +39,17 @@ impl FakeNode {
     /// `AUTH` gives `password` and `WRONGPASS` to any other (without one,
     /// any `AUTH` is accepted).
     pub async fn start_with_password(password: Option<&str>) -> FakeNode {
+        Self::start_as(password, false).await
+    }
+
+    /// A non-cluster node (`CLUSTER SLOTS` → cluster support disabled,
+    /// `INFO` → `cluster_enabled:0`) that answers `EVALSHA`/`EVAL` with
+    /// `MOVED 0 127.0.0.1:1`.
+    pub async fn start_standalone_redirecting() -> FakeNode {
+        Self::start_as(None, true).await
+    }
+
+    async fn start_as(password: Option<&str>, standalone: bool) -> FakeNode {
         let password = password.map(str::to_owned);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -44,7 +59,13 @@ impl FakeNode {
             let (dark, tasks, password) = (dark.clone(), tasks.clone(), password.clone());
             async move {
                 while let Ok((stream, _)) = listener.accept().await {
-                    let task = tokio::spawn(serve(stream, port, dark.clone(), password.clone()));
+                    let task = tokio::spawn(serve(
+                        stream,
+                        port,
+                        dark.clone(),
+                        password.clone(),
+                        standalone,
+                    ));
                     tasks.lock().unwrap().push(task);
                 }
             }
@@ -89,7 +110,13 @@ impl Drop for FakeNode {
     }
 }
 
-async fn serve(stream: TcpStream, port: u16, dark: Arc<AtomicBool>, password: Option<String>) {
+async fn serve(
+    stream: TcpStream,
+    port: u16,
+    dark: Arc<AtomicBool>,
+    password: Option<String>,
+    standalone: bool,
+) {
     let mut authed = password.is_none();
     let (read, mut write) = stream.into_split();
     let mut read = BufReader::new(read);
@@ -114,6 +141,14 @@ async fn serve(stream: TcpStream, port: u16, dark: Arc<AtomicBool>, password: Op
             ("CLIENT", _) => "+OK\r\n".to_owned(),
             _ if !authed => "-NOAUTH Authentication required.\r\n".to_owned(),
             ("PING", _) => "+PONG\r\n".to_owned(),
+            ("CLUSTER", _) if standalone => {
+                "-ERR This instance has cluster support disabled\r\n".to_owned()
+            }
+            ("INFO", _) if standalone => {
+                let info = "# Cluster\r\ncluster_enabled:0\r\n";
+                format!("${}\r\n{info}\r\n", info.len())
+            }
+            ("EVALSHA" | "EVAL", _) if standalone => "-MOVED 0 127.0.0.1:1\r\n".to_owned(),
             ("CLUSTER", Some("SLOTS")) => {
                 let id = "f".repeat(40);
                 format!(
