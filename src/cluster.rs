@@ -80,8 +80,9 @@ pub const DEFAULT_NODES: [&str; 6] = [
     "redis://127.0.0.1:7005",
 ];
 
-/// A handle to a Redis Cluster. Cheap to clone; clones share one slot table
-/// and one multiplexed connection per node.
+/// A handle to a Redis Cluster, or to one standalone server that serves
+/// every slot (see [`Deployment`]). Cheap to clone; clones share one slot
+/// table and one multiplexed connection per node.
 ///
 /// Everything shardlimit sends goes through [`Cluster::eval`] (a Lua script)
 /// or [`Cluster::transaction`] (MULTI/EXEC). Both take a [`KeySet`], which
