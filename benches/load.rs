@@ -908,13 +908,7 @@ async fn bare_connection() -> redis::cluster_async::ClusterConnection {
 }
 
 fn node_urls() -> Vec<String> {
-    match std::env::var(shardlimit::NODES_ENV) {
-        Ok(v) if !v.trim().is_empty() => v.split(',').map(|s| s.trim().to_owned()).collect(),
-        _ => shardlimit::DEFAULT_NODES
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect(),
-    }
+    shardlimit::Cluster::seeds_from_env()
 }
 
 /// `MEMORY USAGE` (the key, its value and its hash-table entry, as Redis

@@ -167,6 +167,31 @@ impl Cluster {
         ClusterBuilder::new(nodes.into_iter().map(Into::into).collect())
     }
 
+    /// The seed URLs of [`NODES_ENV`] (`SHARDLIMIT_NODES`, comma-separated,
+    /// blanks ignored), or [`DEFAULT_NODES`] when it is unset or empty: the
+    /// one reading of that variable, shared by
+    /// [`builder_from_env`](Self::builder_from_env), the CLI and the benches.
+    ///
+    /// ```
+    /// let seeds = shardlimit::Cluster::seeds_from_env();
+    /// assert!(!seeds.is_empty());
+    /// ```
+    #[must_use]
+    pub fn seeds_from_env() -> Vec<String> {
+        let list = std::env::var(NODES_ENV).unwrap_or_default();
+        let seeds: Vec<String> = list
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if seeds.is_empty() {
+            DEFAULT_NODES.iter().map(|s| (*s).to_owned()).collect()
+        } else {
+            seeds
+        }
+    }
+
     /// A builder for the nodes in `SHARDLIMIT_NODES` (comma-separated URLs),
     /// or [`DEFAULT_NODES`] when it is unset or empty, the deployment of
     /// [`DEPLOYMENT_ENV`] (default: detect), with the credentials
@@ -184,15 +209,7 @@ impl Cluster {
     /// ```
     pub fn builder_from_env() -> ClusterBuilder {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        let mut builder = match var(NODES_ENV) {
-            Some(list) => Self::builder(
-                list.split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_owned),
-            ),
-            None => Self::builder(DEFAULT_NODES),
-        };
+        let mut builder = Self::builder(Self::seeds_from_env());
         if let Some(deployment) = var(DEPLOYMENT_ENV) {
             match deployment.parse() {
                 Ok(deployment) => builder = builder.deployment(deployment),

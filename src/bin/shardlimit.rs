@@ -33,7 +33,7 @@ use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 use shardlimit::admin::{LimiterInfo, Progress, ResetPlan, ScanEvent, Scanner, Usage};
-use shardlimit::{Cluster, DEFAULT_NODES};
+use shardlimit::Cluster;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -182,7 +182,7 @@ type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
 
 async fn run(cli: Cli) -> AnyResult<ExitCode> {
     let nodes: Vec<String> = if cli.nodes.is_empty() {
-        DEFAULT_NODES.iter().map(|s| (*s).to_owned()).collect()
+        Cluster::seeds_from_env()
     } else {
         cli.nodes.clone()
     };

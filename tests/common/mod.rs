@@ -7,18 +7,11 @@ use std::collections::BTreeMap;
 
 use rand::Rng;
 use redis::Value;
-use shardlimit::{Cluster, ClusterBuilder, DEFAULT_NODES, NODES_ENV};
+use shardlimit::{Cluster, ClusterBuilder};
 
 /// Seed node URLs, from `SHARDLIMIT_NODES` or the six local ports.
 pub fn node_urls() -> Vec<String> {
-    match std::env::var(NODES_ENV) {
-        Ok(list) if !list.trim().is_empty() => list
-            .split(',')
-            .map(|s| s.trim().to_owned())
-            .filter(|s| !s.is_empty())
-            .collect(),
-        _ => DEFAULT_NODES.iter().map(|s| (*s).to_owned()).collect(),
-    }
+    Cluster::seeds_from_env()
 }
 
 /// A namespace no other test uses.
