@@ -30,7 +30,7 @@ use crate::error::{Error, Result};
 use crate::keys::{KeyBuilder, KeySet};
 use crate::metrics::ClusterMetrics;
 use crate::scripts::Script;
-use crate::stats::{Counters, Registry, Stats};
+use crate::stats::{Outcomes, Registry, Stats};
 
 /// Environment variable with the seed nodes, comma-separated
 /// `redis://host:port` (or `rediss://` for TLS) URLs; read by
@@ -279,9 +279,9 @@ impl Cluster {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
-    /// The outcome counters of primitive `kind`/`name`.
-    pub(crate) fn counters(&self, kind: &str, name: &str) -> Arc<Counters> {
-        self.inner.registry.counters(kind, name)
+    /// The outcome counts of primitive `kind`/`name`.
+    pub(crate) fn outcomes(&self, kind: &str, name: &str) -> Arc<Outcomes> {
+        self.inner.registry.outcomes(kind, name)
     }
 
     /// Runs `script` with `KEYS` = `keys` and `ARGV` = `args` on the master

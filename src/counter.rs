@@ -10,8 +10,8 @@ use crate::backoff::millis;
 use crate::cluster::{Cluster, Transaction, TxCommand};
 use crate::error::{Error, Result};
 use crate::keys::{KeyId, KeySet};
+use crate::primitive::Core;
 use crate::scripts::{COUNTER_DRAIN, COUNTER_GET};
-use crate::stats::Counters;
 
 /// The key kind of counters: `<ns>:{<subject>}:counter:<name>`.
 const KIND: &str = "counter";
@@ -67,10 +67,8 @@ pub struct Counter {
 
 #[derive(Debug)]
 struct CounterInner {
-    cluster: Cluster,
-    id: KeyId,
+    core: Core,
     idle_ms: u64,
-    counters: Arc<Counters>,
 }
 
 impl Counter {
@@ -101,7 +99,7 @@ impl Counter {
     /// ```
     #[must_use]
     pub fn name(&self) -> &str {
-        self.inner.id.name()
+        self.inner.core.name()
     }
 
     /// Adds `n` (may be negative) to the subject's counter, creating it at 0
@@ -122,7 +120,7 @@ impl Counter {
         let tx = Transaction::new()
             .command(TxCommand::new("INCRBY").key(0).arg(n))
             .command(TxCommand::new("PEXPIRE").key(0).arg(inner.idle_ms));
-        let outcome: Result<(i64, i64)> = inner.cluster.transaction(&keys, &tx).await;
+        let outcome: Result<(i64, i64)> = inner.core.cluster().transaction(&keys, &tx).await;
         self.count(outcome).map(|(total, _)| total)
     }
 
@@ -146,7 +144,8 @@ impl Counter {
         let keys = self.keys(subject.as_ref())?;
         let outcome: Result<Option<i64>> = self
             .inner
-            .cluster
+            .core
+            .cluster()
             .eval(&COUNTER_DRAIN, &keys, crate::scripts::NO_ARGS)
             .await;
         self.count(outcome)
@@ -181,7 +180,8 @@ impl Counter {
         let keys = self.keys(subject.as_ref())?;
         let outcome: Result<Value> = self
             .inner
-            .cluster
+            .core
+            .cluster()
             .eval(&COUNTER_GET, &keys, crate::scripts::NO_ARGS)
             .await;
         let parsed = outcome.and_then(|reply| parse_get(self.name(), &keys, reply));
@@ -189,17 +189,16 @@ impl Counter {
     }
 
     fn keys(&self, subject: &[u8]) -> Result<KeySet> {
-        let keys = self.inner.cluster.keys().key_set(subject, [&self.inner.id]);
-        if keys.is_err() {
-            self.inner.counters.error();
-        }
-        keys
+        self.inner.core.key_set(subject, [])
     }
 
+    /// Counts an operation: done as allowed, failed as an error (counters
+    /// have no failure policy: a count is never guessed).
     fn count<T>(&self, outcome: Result<T>) -> Result<T> {
+        let outcomes = self.inner.core.outcomes();
         match &outcome {
-            Ok(_) => self.inner.counters.allowed(),
-            Err(_) => self.inner.counters.error(),
+            Ok(_) => outcomes.allowed(),
+            Err(_) => outcomes.error(),
         }
         outcome
     }
@@ -262,13 +261,10 @@ impl CounterBuilder {
     pub fn build(self) -> Result<Counter> {
         let id = KeyId::new(KIND, &self.name)?;
         let idle_ms = millis("idle_ttl", self.idle_ttl)?;
-        let counters = self.cluster.counters(KIND, &self.name);
         Ok(Counter {
             inner: Arc::new(CounterInner {
-                cluster: self.cluster,
-                id,
+                core: Core::new(self.cluster, id),
                 idle_ms,
-                counters,
             }),
         })
     }

@@ -4,15 +4,15 @@
 use std::fmt;
 use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::backoff::{Backoff, millis, random_id};
+use crate::backoff::{millis, random_id};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::keys::{KeyId, KeySet};
 use crate::policy::{BypassReason, FailurePolicy};
+use crate::primitive::{self, Attempt, Core, RetryBackoff};
 use crate::scripts::{LEASE_ACQUIRE, LEASE_EXTEND, LEASE_RELEASE};
-use crate::stats::Counters;
 
 /// The key kind of leases: `<ns>:{<subject>}:lease:<name>`.
 const KIND: &str = "lease";
@@ -72,20 +72,11 @@ pub struct ConcurrencyLimiter {
 
 #[derive(Debug)]
 struct LeaseInner {
-    cluster: Cluster,
-    id: KeyId,
+    core: Core,
     max_holders: NonZeroU32,
     lease_ms: u64,
     policy: FailurePolicy,
-    retry_min: Duration,
-    retry_max: Duration,
-    counters: Arc<Counters>,
-}
-
-enum Attempt {
-    Granted(Permit),
-    /// All taken; the soonest lease expires in about this long.
-    Full(Duration),
+    retry: RetryBackoff,
 }
 
 impl ConcurrencyLimiter {
@@ -109,8 +100,7 @@ impl ConcurrencyLimiter {
             max_holders: NonZeroU32::MIN,
             lease_ttl: Duration::from_secs(60),
             policy: FailurePolicy::default(),
-            retry_min: Duration::from_millis(10),
-            retry_max: Duration::from_millis(250),
+            retry: RetryBackoff::DEFAULT,
         }
     }
 
@@ -123,7 +113,7 @@ impl ConcurrencyLimiter {
     /// ```
     #[must_use]
     pub fn name(&self) -> &str {
-        self.inner.id.name()
+        self.inner.core.name()
     }
 
     /// The most permits held at once per subject.
@@ -158,17 +148,7 @@ impl ConcurrencyLimiter {
     #[tracing::instrument(name = "shardlimit.lease.try_acquire", level = "debug", skip_all,
         fields(kind = KIND, name = self.name(), slot, outcome, subject))]
     pub async fn try_acquire(&self, subject: impl AsRef<[u8]>) -> Result<Option<Permit>> {
-        match self.attempt(subject.as_ref()).await {
-            Ok(Attempt::Granted(permit)) => {
-                self.inner.counters.allowed();
-                Ok(Some(permit))
-            }
-            Ok(Attempt::Full(_)) => {
-                self.inner.counters.denied();
-                Ok(None)
-            }
-            Err(err) => self.fail(subject.as_ref(), err),
-        }
+        self.acquire_within(subject.as_ref(), Duration::ZERO).await
     }
 
     /// Tries until a permit on `subject` is granted or `wait` has passed;
@@ -195,40 +175,37 @@ impl ConcurrencyLimiter {
         subject: impl AsRef<[u8]>,
         wait: Duration,
     ) -> Result<Option<Permit>> {
-        let subject = subject.as_ref();
-        let start = Instant::now();
-        let mut backoff = Backoff::new(self.inner.retry_min, self.inner.retry_max);
-        loop {
-            let soonest = match self.attempt(subject).await {
-                Ok(Attempt::Granted(permit)) => {
-                    self.inner.counters.allowed();
-                    return Ok(Some(permit));
-                }
-                Ok(Attempt::Full(soonest)) => soonest,
-                Err(err) => return self.fail(subject, err),
-            };
-            let Some(sleep) = backoff.before_retry(start, wait, soonest) else {
-                self.inner.counters.denied();
-                return Ok(None);
-            };
-            tokio::time::sleep(sleep).await;
-        }
+        self.acquire_within(subject.as_ref(), wait).await
     }
 
-    async fn attempt(&self, subject: &[u8]) -> Result<Attempt> {
+    async fn acquire_within(&self, subject: &[u8], wait: Duration) -> Result<Option<Permit>> {
+        let inner = &self.inner;
+        let acquired = primitive::acquire(inner.core.outcomes(), inner.retry, wait, || {
+            self.attempt(subject)
+        })
+        .await;
+        acquired.or_else(|err| {
+            inner.policy.apply(err, &[inner.core.outcomes()], |reason| {
+                Some(Permit {
+                    state: PermitState::Bypassed(reason),
+                    subject: subject.to_vec(),
+                })
+            })
+        })
+    }
+
+    /// One attempt: a permit, or how long until the soonest lease expires.
+    async fn attempt(&self, subject: &[u8]) -> Result<Attempt<Permit>> {
         crate::metrics::span_subject(subject);
         let inner = &self.inner;
-        let keys = inner.cluster.keys().key_set(subject, [&inner.id])?;
+        let cluster = inner.core.cluster();
+        let keys = cluster.keys().key_set(subject, [inner.core.id()])?;
         let id = random_id();
         let args = (&id, inner.max_holders.get(), inner.lease_ms);
-        let reply: Vec<i64> = match inner.cluster.eval(&LEASE_ACQUIRE, &keys, args).await {
+        let reply: Vec<i64> = match cluster.eval(&LEASE_ACQUIRE, &keys, args).await {
             Ok(reply) => reply,
             Err(err) => {
-                if err.is_transient()
-                    && let Ok(runtime) = tokio::runtime::Handle::try_current()
-                {
-                    runtime.spawn(release_orphan(inner.cluster.clone(), keys, id));
-                }
+                primitive::release_orphan(cluster, &err, &LEASE_RELEASE, keys, id);
                 return Err(err);
             }
         };
@@ -241,7 +218,7 @@ impl ConcurrencyLimiter {
                 },
                 subject: subject.to_vec(),
             })),
-            [0, _, soonest_ms] => Ok(Attempt::Full(Duration::from_millis(
+            [0, _, soonest_ms] => Ok(Attempt::Busy(Duration::from_millis(
                 u64::try_from(*soonest_ms).unwrap_or(0),
             ))),
             _ => Err(Error::UnexpectedReply {
@@ -249,27 +226,6 @@ impl ConcurrencyLimiter {
                 detail: format!("{reply:?}"),
             }),
         }
-    }
-
-    /// The failure policy: a bypassed permit, or the error.
-    fn fail(&self, subject: &[u8], err: Error) -> Result<Option<Permit>> {
-        self.inner.counters.fail(self.inner.policy, err, |reason| {
-            Some(Permit {
-                state: PermitState::Bypassed(reason),
-                subject: subject.to_vec(),
-            })
-        })
-    }
-}
-
-/// After an ambiguous acquisition error the script may have granted a
-/// permit nobody holds; return it rather than let it block a slot for a
-/// whole lease. Harmless if it was never granted.
-async fn release_orphan(cluster: Cluster, keys: KeySet, id: String) {
-    let released: Result<i64> = cluster.eval(&LEASE_RELEASE, &keys, &id).await;
-    if let Err(err) = released {
-        tracing::debug!(error = %err,
-            "shardlimit: could not return a permit after a failed acquisition; it expires with its lease");
     }
 }
 
@@ -361,11 +317,7 @@ impl Permit {
         let PermitState::Live { limiter, keys, id } = &self.state else {
             return Ok(true);
         };
-        let extended: i64 = limiter
-            .cluster
-            .eval(&LEASE_EXTEND, keys, (id, ttl_ms))
-            .await
-            .inspect_err(|_| limiter.counters.error())?;
+        let extended: i64 = limiter.core.eval(&LEASE_EXTEND, keys, (id, ttl_ms)).await?;
         Ok(extended == 1)
     }
 
@@ -387,11 +339,7 @@ impl Permit {
         let PermitState::Live { limiter, keys, id } = &self.state else {
             return Ok(true);
         };
-        let released: i64 = limiter
-            .cluster
-            .eval(&LEASE_RELEASE, keys, id)
-            .await
-            .inspect_err(|_| limiter.counters.error())?;
+        let released: i64 = limiter.core.eval(&LEASE_RELEASE, keys, id).await?;
         Ok(released == 1)
     }
 }
@@ -403,7 +351,7 @@ impl fmt::Debug for Permit {
         let mut s = f.debug_struct("Permit");
         s.field("subject", &String::from_utf8_lossy(&self.subject));
         match &self.state {
-            PermitState::Live { limiter, .. } => s.field("limiter", &limiter.id.name()),
+            PermitState::Live { limiter, .. } => s.field("limiter", &limiter.core.name()),
             PermitState::Bypassed(reason) => s.field("bypassed", reason),
         };
         s.finish_non_exhaustive()
@@ -434,8 +382,7 @@ pub struct ConcurrencyLimiterBuilder {
     max_holders: NonZeroU32,
     lease_ttl: Duration,
     policy: FailurePolicy,
-    retry_min: Duration,
-    retry_max: Duration,
+    retry: RetryBackoff,
 }
 
 impl ConcurrencyLimiterBuilder {
@@ -466,8 +413,7 @@ impl ConcurrencyLimiterBuilder {
     /// `n`th wait is random in `[d/2, d]`, `d = min(max, min × 2^n)`.
     /// Default 10 ms and 250 ms. `min` must be non-zero and at most `max`.
     pub fn retry_backoff(mut self, min: Duration, max: Duration) -> Self {
-        self.retry_min = min;
-        self.retry_max = max;
+        self.retry = RetryBackoff::new(min, max);
         self
     }
 
@@ -478,26 +424,14 @@ impl ConcurrencyLimiterBuilder {
     pub fn build(self) -> Result<ConcurrencyLimiter> {
         let id = KeyId::new(KIND, &self.name)?;
         let lease_ms = millis("lease_ttl", self.lease_ttl)?;
-        if self.retry_min.is_zero() || self.retry_min > self.retry_max {
-            return Err(Error::Config {
-                field: "retry_backoff",
-                reason: format!(
-                    "min {:?} must be non-zero and at most max {:?}",
-                    self.retry_min, self.retry_max
-                ),
-            });
-        }
-        let counters = self.cluster.counters(KIND, &self.name);
+        let retry = self.retry.checked()?;
         Ok(ConcurrencyLimiter {
             inner: Arc::new(LeaseInner {
-                cluster: self.cluster,
-                id,
+                core: Core::new(self.cluster, id),
                 max_holders: self.max_holders,
                 lease_ms,
                 policy: self.policy,
-                retry_min: self.retry_min,
-                retry_max: self.retry_max,
-                counters,
+                retry,
             }),
         })
     }

@@ -119,6 +119,7 @@ pub mod limit;
 mod lock;
 mod metrics;
 mod policy;
+mod primitive;
 mod scripts;
 mod stats;
 #[cfg(feature = "tower")]

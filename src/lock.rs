@@ -2,6 +2,7 @@
 //! correct on a cluster. The public documentation lives on [`Lock`].
 
 mod guard;
+mod held;
 mod watchdog;
 
 use std::num::NonZeroU32;
@@ -9,12 +10,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use self::guard::LockGuard;
-use crate::backoff::{Backoff, millis, random_id};
+use self::held::Held;
+use crate::backoff::{millis, random_id};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
-use crate::keys::{KeyId, KeySet};
+use crate::keys::KeyId;
+use crate::primitive::{self, Attempt, Core, RetryBackoff};
 use crate::scripts::{LOCK_ACQUIRE, LOCK_RELEASE};
-use crate::stats::Counters;
 
 /// How late Redis may answer a `WAIT` that timed out: it notices expired
 /// blocking timeouts on its server cron, every 1/hz seconds (hz 10 by
@@ -111,8 +113,7 @@ pub struct Lock {
 
 #[derive(Debug)]
 struct LockInner {
-    cluster: Cluster,
-    id: KeyId,
+    core: Core,
     fence: KeyId,
     ttl: Duration,
     ttl_ms: u64,
@@ -120,9 +121,7 @@ struct LockInner {
     fence_ttl_ms: u64,
     watchdog: bool,
     replica_ack: Option<ReplicaAck>,
-    retry_min: Duration,
-    retry_max: Duration,
-    counters: Arc<Counters>,
+    retry: RetryBackoff,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -130,13 +129,6 @@ struct ReplicaAck {
     timeout: Duration,
     timeout_ms: u64,
     replicas: NonZeroU32,
-}
-
-/// One acquisition attempt's outcome.
-enum Attempt {
-    Acquired(LockGuard),
-    /// Held elsewhere; the holder's lock expires in about this long.
-    Held(Duration),
 }
 
 impl Lock {
@@ -163,8 +155,7 @@ impl Lock {
             replica_ack: None,
             replica_ack_count: NonZeroU32::MIN,
             fence_ttl: Duration::from_secs(60),
-            retry_min: Duration::from_millis(10),
-            retry_max: Duration::from_millis(250),
+            retry: RetryBackoff::DEFAULT,
         }
     }
 
@@ -177,7 +168,7 @@ impl Lock {
     /// ```
     #[must_use]
     pub fn name(&self) -> &str {
-        self.inner.id.name()
+        self.inner.core.name()
     }
 
     /// The TTL each acquisition (and each watchdog extension) sets, in whole
@@ -218,20 +209,7 @@ impl Lock {
     #[tracing::instrument(name = "shardlimit.lock.try_acquire", level = "debug", skip_all,
         fields(kind = KIND, name = self.name(), slot, outcome, subject))]
     pub async fn try_acquire(&self, resource: impl AsRef<[u8]>) -> Result<Option<LockGuard>> {
-        match self.attempt(resource.as_ref()).await {
-            Ok(Attempt::Acquired(guard)) => {
-                self.inner.counters.allowed();
-                Ok(Some(guard))
-            }
-            Ok(Attempt::Held(_)) => {
-                self.inner.counters.denied();
-                Ok(None)
-            }
-            Err(err) => {
-                self.inner.counters.error();
-                Err(err)
-            }
-        }
+        self.acquire_within(resource.as_ref(), Duration::ZERO).await
     }
 
     /// Tries until the lock on `resource` is acquired or `wait` has passed:
@@ -260,37 +238,28 @@ impl Lock {
         resource: impl AsRef<[u8]>,
         wait: Duration,
     ) -> Result<Option<LockGuard>> {
-        let resource = resource.as_ref();
-        let start = Instant::now();
-        let mut backoff = Backoff::new(self.inner.retry_min, self.inner.retry_max);
-        loop {
-            let holder_ttl = match self.attempt(resource).await {
-                Ok(Attempt::Acquired(guard)) => {
-                    self.inner.counters.allowed();
-                    return Ok(Some(guard));
-                }
-                Ok(Attempt::Held(holder_ttl)) => holder_ttl,
-                Err(err) => {
-                    self.inner.counters.error();
-                    return Err(err);
-                }
-            };
-            // Wake when the holder's lock would expire at the latest.
-            let Some(sleep) = backoff.before_retry(start, wait, holder_ttl) else {
-                self.inner.counters.denied();
-                return Ok(None);
-            };
-            tokio::time::sleep(sleep).await;
-        }
+        self.acquire_within(resource.as_ref(), wait).await
     }
 
-    async fn attempt(&self, resource: &[u8]) -> Result<Attempt> {
+    async fn acquire_within(&self, resource: &[u8], wait: Duration) -> Result<Option<LockGuard>> {
+        let core = &self.inner.core;
+        // Locks always fail closed: an error is counted and returned.
+        primitive::acquire(core.outcomes(), self.inner.retry, wait, || {
+            self.attempt(resource)
+        })
+        .await
+        .inspect_err(|_| core.outcomes().error())
+    }
+
+    /// One attempt: the guard, or how long the holder's lock has left.
+    async fn attempt(&self, resource: &[u8]) -> Result<Attempt<LockGuard>> {
         crate::metrics::span_subject(resource);
         let inner = &self.inner;
         let keys = inner
-            .cluster
+            .core
+            .cluster()
             .keys()
-            .key_set(resource, [&inner.id, &inner.fence])?;
+            .key_set(resource, [inner.core.id(), &inner.fence])?;
         // The watchdog is a task: refuse before acquiring rather than panic
         // after, when there is no runtime to spawn it on.
         let runtime = tokio::runtime::Handle::try_current().ok();
@@ -312,7 +281,8 @@ impl Lock {
         // anywhere else it would "confirm" a write it never saw.
         let sent_reply: Result<(Vec<i64>, Option<i64>)> = match inner.replica_ack {
             None => inner
-                .cluster
+                .core
+                .cluster()
                 .eval(&LOCK_ACQUIRE, &keys, args)
                 .await
                 .map(|reply| (reply, None)),
@@ -320,7 +290,8 @@ impl Lock {
                 let mut wait = redis::cmd("WAIT");
                 wait.arg(ack.replicas.get()).arg(ack.timeout_ms);
                 inner
-                    .cluster
+                    .core
+                    .cluster()
                     .eval_then(&LOCK_ACQUIRE, &keys, args, wait)
                     .await
                     .map(|(reply, acked)| (reply, Some(acked)))
@@ -329,18 +300,14 @@ impl Lock {
         let (reply, acked) = match sent_reply {
             Ok(reply) => reply,
             Err(err) => {
-                if err.is_transient()
-                    && let Some(runtime) = runtime
-                {
-                    runtime.spawn(release_orphan(inner.cluster.clone(), keys, token));
-                }
+                primitive::release_orphan(inner.core.cluster(), &err, &LOCK_RELEASE, keys, token);
                 return Err(err);
             }
         };
         match reply.as_slice() {
             [1, fence] => {
                 let fence = u64::try_from(*fence).map_err(|_| unexpected(&reply))?;
-                let guard = LockGuard::new(
+                let held = Held::new(
                     Arc::clone(&self.inner),
                     keys,
                     resource.to_vec(),
@@ -348,10 +315,12 @@ impl Lock {
                     fence,
                     sent,
                 );
+                let guard = LockGuard::new(held);
                 let guard = self.confirm_replicas(guard, acked).await?;
-                Ok(Attempt::Acquired(guard.start_watchdog(runtime)))
+                Ok(Attempt::Granted(guard.start_watchdog(runtime)))
             }
-            [0, pttl] => Ok(Attempt::Held(Duration::from_millis(
+            // Held elsewhere: wake when the holder's lock expires at the latest.
+            [0, pttl] => Ok(Attempt::Busy(Duration::from_millis(
                 u64::try_from(*pttl).unwrap_or(0),
             ))),
             _ => Err(unexpected(&reply)),
@@ -390,19 +359,6 @@ impl Lock {
     }
 }
 
-/// After an ambiguous acquisition error the script may have run and taken
-/// the lock with `token`, which nobody will ever hold. Compare-and-delete is
-/// harmless if it did not.
-async fn release_orphan(cluster: Cluster, keys: KeySet, token: String) {
-    let released: Result<i64> = cluster.eval(&LOCK_RELEASE, &keys, &token).await;
-    match released {
-        Ok(1) => tracing::debug!("shardlimit: released a lock taken by a failed acquisition"),
-        Ok(_) => {}
-        Err(err) => tracing::debug!(error = %err,
-            "shardlimit: could not release after a failed acquisition; any such lock expires after its TTL"),
-    }
-}
-
 fn unexpected(reply: &[i64]) -> Error {
     Error::UnexpectedReply {
         op: LOCK_ACQUIRE.name().to_owned().into(),
@@ -437,8 +393,7 @@ pub struct LockBuilder {
     replica_ack: Option<Duration>,
     replica_ack_count: NonZeroU32,
     fence_ttl: Duration,
-    retry_min: Duration,
-    retry_max: Duration,
+    retry: RetryBackoff,
 }
 
 impl LockBuilder {
@@ -520,8 +475,7 @@ impl LockBuilder {
     /// random in `[d/2, d]`, `d = min(max, min × 2^n)`. Default 10 ms and
     /// 250 ms. `min` must be non-zero and at most `max`.
     pub fn retry_backoff(mut self, min: Duration, max: Duration) -> Self {
-        self.retry_min = min;
-        self.retry_max = max;
+        self.retry = RetryBackoff::new(min, max);
         self
     }
 
@@ -569,20 +523,10 @@ impl LockBuilder {
                 });
             }
         }
-        if self.retry_min.is_zero() || self.retry_min > self.retry_max {
-            return Err(Error::Config {
-                field: "retry_backoff",
-                reason: format!(
-                    "min {:?} must be non-zero and at most max {:?}",
-                    self.retry_min, self.retry_max
-                ),
-            });
-        }
-        let counters = self.cluster.counters(KIND, &self.name);
+        let retry = self.retry.checked()?;
         Ok(Lock {
             inner: Arc::new(LockInner {
-                cluster: self.cluster,
-                id,
+                core: Core::new(self.cluster, id),
                 fence,
                 // What the server applies: whole milliseconds.
                 ttl: Duration::from_millis(ttl_ms),
@@ -590,9 +534,7 @@ impl LockBuilder {
                 fence_ttl_ms,
                 watchdog: self.watchdog,
                 replica_ack,
-                retry_min: self.retry_min,
-                retry_max: self.retry_max,
-                counters,
+                retry,
             }),
         })
     }

@@ -254,22 +254,6 @@ pub(crate) fn span_subject(subject: &[u8]) {
     }
 }
 
-/// Names of a multi-limiter's limits joined by `+`, formatted only if a span
-/// records them.
-pub(crate) struct Names<'a>(pub(crate) &'a [crate::RateLimiter]);
-
-impl fmt::Display for Names<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, limiter) in self.0.iter().enumerate() {
-            if i > 0 {
-                f.write_str("+")?;
-            }
-            f.write_str(limiter.name())?;
-        }
-        Ok(())
-    }
-}
-
 /// Records `field` on the current span if it is one of this crate's
 /// (`shardlimit.*`): the hooks run inside the crate's spans, but some (e.g. a
 /// guard's release) run in the caller's, which may have a field of the same

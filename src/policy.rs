@@ -19,7 +19,8 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, is_reconfiguring};
+use crate::error::{Error, Result, is_reconfiguring};
+use crate::stats::Outcomes;
 
 /// Per-limiter choice of behaviour when Redis cannot answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -31,6 +32,45 @@ pub enum FailurePolicy {
     /// The default: opening a limit must be a decision.
     #[default]
     FailClosed,
+}
+
+impl FailurePolicy {
+    /// Applies the policy to `err`, a failed call shared by the primitives
+    /// whose outcomes are `outcomes` (one, or every limiter of a
+    /// multi-limiter): a transient error under fail-open becomes
+    /// `Ok(bypass(reason))`, counted as a bypass for each and warned about
+    /// (by the first, at most every few seconds); anything else is counted
+    /// as an error for each and returned. The only place a policy is
+    /// applied.
+    pub(crate) fn apply<T>(
+        self,
+        err: Error,
+        outcomes: &[&Outcomes],
+        bypass: impl FnOnce(BypassReason) -> T,
+    ) -> Result<T> {
+        match (self, BypassReason::of(&err)) {
+            (FailurePolicy::FailOpen, Some(reason)) => {
+                outcomes.iter().for_each(|o| o.bypassed());
+                if let Some(first) = outcomes.first()
+                    && let Some(count) = first.should_warn()
+                {
+                    tracing::warn!(
+                        kind = %first.kind(),
+                        name = %first.name(),
+                        reason = %reason,
+                        bypassed_since_last_warning = count,
+                        error = %err,
+                        "shardlimit: limiter bypassed (fail-open): Redis did not answer"
+                    );
+                }
+                Ok(bypass(reason))
+            }
+            _ => {
+                outcomes.iter().for_each(|o| o.error());
+                Err(err)
+            }
+        }
+    }
 }
 
 /// Why a decision was made without Redis.
@@ -185,6 +225,30 @@ mod tests {
             None
         );
         assert_eq!(BypassReason::of(&Error::EmptySubject), None);
+    }
+
+    #[test]
+    fn fail_open_bypasses_only_transient_errors_and_counts_every_primitive() {
+        let registry = crate::stats::Registry::default();
+        let (a, b) = (registry.outcomes("gcra", "a"), registry.outcomes("fw", "b"));
+        let timeout = || Error::Timeout {
+            op: "gcra".into(),
+            slot: Some(1),
+            timeout: Duration::from_millis(1),
+        };
+        let got = FailurePolicy::FailOpen.apply(timeout(), &[&a, &b], |r| r);
+        assert_eq!(got.unwrap(), BypassReason::Timeout);
+        assert!(
+            FailurePolicy::FailClosed
+                .apply(timeout(), &[&a], |r| r)
+                .is_err()
+        );
+        let config = FailurePolicy::FailOpen.apply(Error::EmptySubject, &[&a, &b], |r| r);
+        assert!(config.is_err());
+        let snap = registry.snapshot();
+        let counts: Vec<(u64, u64)> = snap.iter().map(|p| (p.bypassed, p.errors)).collect();
+        // Sorted by kind: fw "b", then gcra "a".
+        assert_eq!(counts, vec![(1, 1), (1, 2)]);
     }
 
     #[test]

@@ -7,9 +7,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::error::{Error, Result};
 use crate::metrics::{DecisionMetrics, Outcome};
-use crate::policy::{BypassReason, FailurePolicy, WarnLimiter};
+use crate::policy::WarnLimiter;
 
 /// Counts of one primitive's outcomes since the [`Cluster`](crate::Cluster)
 /// was built.
@@ -54,9 +53,9 @@ impl Stats {
     }
 }
 
-/// Live counters of one primitive.
+/// Live outcome counts of one primitive (what [`PrimitiveStats`] snapshots).
 #[derive(Debug)]
-pub(crate) struct Counters {
+pub(crate) struct Outcomes {
     kind: String,
     name: String,
     allowed: AtomicU64,
@@ -67,9 +66,9 @@ pub(crate) struct Counters {
     metrics: DecisionMetrics,
 }
 
-impl Counters {
+impl Outcomes {
     fn new(kind: &str, name: &str) -> Self {
-        Counters {
+        Outcomes {
             kind: kind.to_owned(),
             name: name.to_owned(),
             allowed: AtomicU64::new(0),
@@ -91,7 +90,8 @@ impl Counters {
         self.metrics.record(Outcome::Denied);
     }
 
-    /// Counts a bypass whose warning another primitive already logged.
+    /// Counts a bypass; [`FailurePolicy::apply`](crate::FailurePolicy)
+    /// decides and warns.
     pub(crate) fn bypassed(&self) {
         self.bypassed.fetch_add(1, Ordering::Relaxed);
         self.metrics.record(Outcome::Bypassed);
@@ -102,35 +102,19 @@ impl Counters {
         self.metrics.record(Outcome::Error);
     }
 
-    /// Applies `policy` to a failed call: a transient error under fail-open
-    /// becomes `Ok(bypass(reason))` (counted, and warned about at most every
-    /// few seconds); anything else is counted and returned.
-    pub(crate) fn fail<T>(
-        &self,
-        policy: FailurePolicy,
-        err: Error,
-        bypass: impl FnOnce(BypassReason) -> T,
-    ) -> Result<T> {
-        match (policy, BypassReason::of(&err)) {
-            (FailurePolicy::FailOpen, Some(reason)) => {
-                self.bypassed();
-                if let Some(count) = self.warn.should_warn() {
-                    tracing::warn!(
-                        kind = %self.kind,
-                        name = %self.name,
-                        reason = %reason,
-                        bypassed_since_last_warning = count,
-                        error = %err,
-                        "shardlimit: limiter bypassed (fail-open): Redis did not answer"
-                    );
-                }
-                Ok(bypass(reason))
-            }
-            _ => {
-                self.error();
-                Err(err)
-            }
-        }
+    /// The primitive's kind and name, as its stats and metrics show them.
+    pub(crate) fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `Some(n)` when a bypass warning should be logged now, `n` being the
+    /// bypasses since the last one; see [`WarnLimiter`].
+    pub(crate) fn should_warn(&self) -> Option<u64> {
+        self.warn.should_warn()
     }
 
     fn snapshot(&self) -> PrimitiveStats {
@@ -148,61 +132,56 @@ impl Counters {
 /// Every primitive's counters, by kind and name.
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
-    counters: Mutex<BTreeMap<(String, String), Arc<Counters>>>,
+    outcomes: Mutex<BTreeMap<(String, String), Arc<Outcomes>>>,
 }
 
 impl Registry {
-    /// The counters of `kind`/`name`, created on first use. Primitives with
+    /// The outcomes of `kind`/`name`, created on first use. Primitives with
     /// the same kind and name share them (they share their keys too).
-    pub(crate) fn counters(&self, kind: &str, name: &str) -> Arc<Counters> {
-        let mut map = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
+    pub(crate) fn outcomes(&self, kind: &str, name: &str) -> Arc<Outcomes> {
+        let mut map = self.outcomes.lock().unwrap_or_else(PoisonError::into_inner);
         map.entry((kind.to_owned(), name.to_owned()))
-            .or_insert_with(|| Arc::new(Counters::new(kind, name)))
+            .or_insert_with(|| Arc::new(Outcomes::new(kind, name)))
             .clone()
     }
 
     pub(crate) fn snapshot(&self) -> Vec<PrimitiveStats> {
-        let map = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
+        let map = self.outcomes.lock().unwrap_or_else(PoisonError::into_inner);
         map.values().map(|c| c.snapshot()).collect()
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     #[test]
-    fn fail_open_bypasses_only_transient_errors() {
+    fn same_kind_and_name_share_outcomes() {
         let registry = Registry::default();
-        let c = registry.counters("gcra", "api");
-        let timeout = || Error::Timeout {
-            op: "gcra".into(),
-            slot: Some(1),
-            timeout: Duration::from_millis(1),
-        };
-        let got = c.fail(FailurePolicy::FailOpen, timeout(), |r| r);
-        assert_eq!(got.unwrap(), BypassReason::Timeout);
-        assert!(c.fail(FailurePolicy::FailClosed, timeout(), |r| r).is_err());
-        let config = Error::EmptySubject;
-        assert!(c.fail(FailurePolicy::FailOpen, config, |r| r).is_err());
-        c.allowed();
-        c.denied();
+        registry.outcomes("gcra", "api").allowed();
+        registry.outcomes("gcra", "api").denied();
+        registry.outcomes("lock", "api").error();
         let snap = registry.snapshot();
         assert_eq!(
             snap,
-            vec![PrimitiveStats {
-                kind: "gcra".into(),
-                name: "api".into(),
-                allowed: 1,
-                denied: 1,
-                bypassed: 1,
-                errors: 2,
-            }]
+            vec![
+                PrimitiveStats {
+                    kind: "gcra".into(),
+                    name: "api".into(),
+                    allowed: 1,
+                    denied: 1,
+                    bypassed: 0,
+                    errors: 0,
+                },
+                PrimitiveStats {
+                    kind: "lock".into(),
+                    name: "api".into(),
+                    allowed: 0,
+                    denied: 0,
+                    bypassed: 0,
+                    errors: 1,
+                },
+            ]
         );
-        // Same kind and name: same counters.
-        registry.counters("gcra", "api").allowed();
-        assert_eq!(registry.snapshot()[0].allowed, 2);
     }
 }

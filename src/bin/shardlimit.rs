@@ -32,8 +32,8 @@ use clap::{Parser, Subcommand};
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
-use shardlimit::admin::{LimiterInfo, Progress, ResetPlan, ScanEvent, Scanner, Usage};
 use shardlimit::Cluster;
+use shardlimit::admin::{LimiterInfo, Progress, ResetPlan, ScanEvent, Scanner, Usage};
 
 #[derive(Parser, Debug)]
 #[command(

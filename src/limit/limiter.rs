@@ -10,12 +10,12 @@ use tokio::time::Instant;
 use super::algorithm::Algorithm;
 use super::decision::Decision;
 use super::quota::Quota;
+use super::script::{Invocation, LimitSpec};
 use crate::cluster::{Cluster, Transaction, TxCommand};
-use crate::error::{Error, Result};
-use crate::keys::{KeyId, KeySet};
+use crate::error::Result;
 use crate::policy::FailurePolicy;
-use crate::scripts::Script;
-use crate::stats::Counters;
+use crate::primitive::Core;
+use crate::stats::Outcomes;
 
 /// A rate limiter definition: a name, a [`Quota`], an [`Algorithm`] and a
 /// [`FailurePolicy`], built once and checked per subject. Cheap to clone.
@@ -46,39 +46,9 @@ pub struct RateLimiter {
 
 #[derive(Debug)]
 struct Inner {
-    cluster: Cluster,
+    core: Core,
     spec: LimitSpec,
     policy: FailurePolicy,
-    counters: Arc<Counters>,
-}
-
-/// What the scripts need to know about one limit.
-#[derive(Debug)]
-pub(crate) struct LimitSpec {
-    pub(crate) id: KeyId,
-    pub(crate) algorithm: Algorithm,
-    pub(crate) quota: Quota,
-    pub(crate) capacity: u32,
-    /// `code, limit, period_us, burst`, formatted once.
-    pub(crate) args: [String; 4],
-}
-
-impl LimitSpec {
-    fn new(name: &str, algorithm: Algorithm, quota: Quota) -> Result<Self> {
-        let period = algorithm.validate(&quota)?;
-        Ok(LimitSpec {
-            id: KeyId::new(algorithm.kind(), name)?,
-            algorithm,
-            quota,
-            capacity: algorithm.capacity(&quota),
-            args: [
-                algorithm.kind().to_owned(),
-                quota.limit().to_string(),
-                period.to_string(),
-                quota.burst().to_string(),
-            ],
-        })
-    }
 }
 
 /// Builds a [`RateLimiter`]; [`build`](Self::build) validates.
@@ -114,13 +84,11 @@ impl RateLimiterBuilder {
     /// [`Error::Config`] naming the field.
     pub fn build(self) -> Result<RateLimiter> {
         let spec = LimitSpec::new(&self.name, self.algorithm, self.quota)?;
-        let counters = self.cluster.counters(spec.id.kind(), spec.id.name());
         Ok(RateLimiter {
             inner: Arc::new(Inner {
-                cluster: self.cluster,
+                core: Core::new(self.cluster, spec.id.clone()),
                 spec,
                 policy: self.policy,
-                counters,
             }),
         })
     }
@@ -169,21 +137,20 @@ impl RateLimiter {
     }
 
     pub(crate) fn cluster(&self) -> &Cluster {
-        &self.inner.cluster
+        self.inner.core.cluster()
     }
 
     pub(crate) fn spec(&self) -> &LimitSpec {
         &self.inner.spec
     }
 
-    pub(crate) fn counters(&self) -> &Counters {
-        &self.inner.counters
+    pub(crate) fn outcomes(&self) -> &Outcomes {
+        self.inner.core.outcomes()
     }
 
     /// The key this limiter keeps for `subject`.
     pub fn key(&self, subject: impl AsRef<[u8]>) -> Result<Vec<u8>> {
-        self.inner
-            .cluster
+        self.cluster()
             .keys()
             .key(subject.as_ref(), &self.inner.spec.id)
     }
@@ -210,9 +177,9 @@ impl RateLimiter {
         // A bypass was counted when the policy made it.
         if decision.bypassed.is_none() {
             if decision.allowed {
-                self.inner.counters.allowed();
+                self.outcomes().allowed();
             } else {
-                self.inner.counters.denied();
+                self.outcomes().denied();
             }
         }
         Ok(decision)
@@ -235,19 +202,17 @@ impl RateLimiter {
     /// applied to a failure.
     async fn decide(&self, subject: &[u8], cost: u32, consume: bool) -> Result<Decision> {
         let inner = &*self.inner;
+        crate::metrics::span_subject(subject);
+        let specs = [&inner.spec];
         let script = inner.spec.algorithm.script();
-        match evaluate(
-            &inner.cluster,
-            script,
-            &[&inner.spec],
-            subject,
-            cost,
-            consume,
-        )
-        .await
+        let checked = match Invocation::new(self.cluster(), script, &specs, subject, cost, consume)
         {
+            Ok(call) => call.run(self.cluster(), &specs).await,
+            Err(err) => Err(err),
+        };
+        match checked {
             Ok((_, mut decisions)) => Ok(decisions.swap_remove(0)),
-            Err(err) => inner.counters.fail(inner.policy, err, |reason| {
+            Err(err) => inner.policy.apply(err, &[self.outcomes()], |reason| {
                 Decision::bypass(inner.spec.capacity, reason)
             }),
         }
@@ -256,10 +221,9 @@ impl RateLimiter {
     /// Forgets `subject`'s usage: deletes its key for this limiter only.
     /// Never bypassed.
     pub async fn reset(&self, subject: impl AsRef<[u8]>) -> Result<()> {
-        let inner = &*self.inner;
-        let keys = inner.cluster.keys().key_set(subject, [&inner.spec.id])?;
+        let keys = self.inner.core.key_set(subject.as_ref(), [])?;
         let tx = Transaction::new().command(TxCommand::new("DEL").key(0));
-        let _: redis::Value = inner.cluster.transaction(&keys, &tx).await?;
+        let _: redis::Value = self.cluster().transaction(&keys, &tx).await?;
         Ok(())
     }
 
@@ -269,12 +233,14 @@ impl RateLimiter {
     /// crate against bare redis-rs with identical work on the server.
     pub fn invocation(&self, subject: impl AsRef<[u8]>, cost: u32) -> Result<Invocation> {
         let spec = &self.inner.spec;
+        let script = spec.algorithm.script();
         Invocation::new(
-            &self.inner.cluster,
-            spec.algorithm.script(),
+            self.cluster(),
+            script,
             &[spec],
             subject.as_ref(),
             cost,
+            true,
         )
     }
 
@@ -336,200 +302,9 @@ pub(crate) fn wait_for(decision: &Decision, deadline: Option<Instant>) -> Option
     }
 }
 
-/// Runs `script` for `specs` (one subject) and parses the reply into one
-/// decision per spec. `consume = false` is a peek.
-pub(crate) async fn evaluate(
-    cluster: &Cluster,
-    script: &Script,
-    specs: &[&LimitSpec],
-    subject: &[u8],
-    cost: u32,
-    consume: bool,
-) -> Result<(bool, Vec<Decision>)> {
-    check_cost(specs, cost)?;
-    crate::metrics::span_subject(subject);
-    let keys = cluster
-        .keys()
-        .key_set(subject, specs.iter().map(|s| &s.id))?;
-    let mode = if consume { "1" } else { "0" };
-    let reply: Vec<i64> = match specs {
-        [one] => {
-            cluster
-                .eval(script, &keys, (cost, mode, &one.args[..]))
-                .await?
-        }
-        many => {
-            let args: Vec<&str> = many
-                .iter()
-                .flat_map(|s| s.args.iter().map(String::as_str))
-                .collect();
-            cluster.eval(script, &keys, (cost, mode, args)).await?
-        }
-    };
-    parse_reply(script, specs, &reply)
-}
-
-/// A cost every limit can admit at once: 1 to its capacity.
-///
-/// A check writes `cost` members into every sliding log it admits, so the
-/// sliding logs of one multi-limit share the one-log maximum
-/// ([`Algorithm::SLIDING_LOG_MAX_LIMIT`] members per check): that keeps
-/// the worst multi-limit check as short as the worst single one.
-fn check_cost(specs: &[&LimitSpec], cost: u32) -> Result<()> {
-    let max = max_cost(specs);
-    if cost == 0 || cost > max {
-        return Err(Error::InvalidCost {
-            cost: u64::from(cost),
-            max: u64::from(max),
-        });
-    }
-    Ok(())
-}
-
-/// The most one check of `specs` may cost (see [`check_cost`]).
-pub(crate) fn max_cost(specs: &[&LimitSpec]) -> u32 {
-    let capacity = specs.iter().map(|s| s.capacity).min().unwrap_or(0);
-    let logs = specs
-        .iter()
-        .filter(|s| s.algorithm == Algorithm::SlidingLog)
-        .count();
-    match u32::try_from(logs) {
-        Ok(logs) if logs > 1 => capacity.min(Algorithm::SLIDING_LOG_MAX_LIMIT / logs),
-        _ => capacity,
-    }
-}
-
-/// What one check sends: a script with its `KEYS` (one slot, proven) and
-/// `ARGV`. See [`RateLimiter::invocation`].
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct Invocation {
-    /// The script.
-    pub script: Script,
-    /// `KEYS`.
-    pub keys: KeySet,
-    /// `ARGV`.
-    pub args: Vec<Vec<u8>>,
-}
-
-impl Invocation {
-    /// What [`evaluate`] sends for a consuming check of `specs`.
-    pub(crate) fn new(
-        cluster: &Cluster,
-        script: &Script,
-        specs: &[&LimitSpec],
-        subject: &[u8],
-        cost: u32,
-    ) -> Result<Self> {
-        check_cost(specs, cost)?;
-        let keys = cluster
-            .keys()
-            .key_set(subject, specs.iter().map(|s| &s.id))?;
-        let mut args = vec![cost.to_string().into_bytes(), b"1".to_vec()];
-        args.extend(
-            specs
-                .iter()
-                .flat_map(|s| s.args.iter().map(|a| a.clone().into_bytes())),
-        );
-        Ok(Invocation {
-            script: script.clone(),
-            keys,
-            args,
-        })
-    }
-}
-
-fn parse_reply(
-    script: &Script,
-    specs: &[&LimitSpec],
-    reply: &[i64],
-) -> Result<(bool, Vec<Decision>)> {
-    let bad = || Error::UnexpectedReply {
-        op: script.name().to_owned().into(),
-        detail: format!("{} integers for {} limits", reply.len(), specs.len()),
-    };
-    let (&all, rest) = reply.split_first().ok_or_else(bad)?;
-    if rest.len() != specs.len() * 4 {
-        return Err(bad());
-    }
-    let micros = |v: i64| u64::try_from(v).ok().map(Duration::from_micros);
-    let decisions = specs
-        .iter()
-        .zip(rest.chunks_exact(4))
-        .map(|(spec, f)| Decision {
-            allowed: f[0] == 1,
-            limit: spec.capacity,
-            remaining: u32::try_from(f[1].max(0)).unwrap_or(u32::MAX),
-            retry_after: micros(f[2]),
-            reset_after: micros(f[3]).unwrap_or_default(),
-            bypassed: None,
-        })
-        .collect();
-    Ok((all == 1, decisions))
-}
-
 #[cfg(test)]
 mod tests {
-    use std::num::NonZeroU32;
-
     use super::*;
-
-    fn spec(capacity: u32) -> LimitSpec {
-        LimitSpec::new(
-            "api",
-            Algorithm::Gcra,
-            Quota::per_second(NonZeroU32::new(capacity).unwrap()),
-        )
-        .unwrap()
-    }
-
-    #[test]
-    fn spec_args_are_what_the_script_reads() {
-        let s = spec(10);
-        assert_eq!(s.args, ["gcra", "10", "1000000", "10"]);
-        assert_eq!(s.id.kind(), "gcra");
-    }
-
-    #[test]
-    fn costs_are_bounded_by_every_capacity_and_the_shared_log_budget() {
-        let log = |limit| {
-            LimitSpec::new(
-                "log",
-                Algorithm::SlidingLog,
-                Quota::per_second(NonZeroU32::new(limit).unwrap()),
-            )
-            .unwrap()
-        };
-        let (big, small) = (spec(1000), spec(10));
-        let max = |specs: &[&LimitSpec]| match check_cost(specs, u32::MAX) {
-            Err(Error::InvalidCost { max, .. }) => max,
-            other => panic!("{other:?}"),
-        };
-        assert_eq!(max(&[&big, &small]), 10);
-        let (a, b, c) = (log(128), log(128), log(30));
-        assert_eq!(max(&[&a]), 128);
-        assert_eq!(max(&[&a, &big]), 128);
-        // Two logs share 128 members per check; three, and one is smaller.
-        assert_eq!(max(&[&a, &b]), 64);
-        assert_eq!(max(&[&a, &b, &c]), 30);
-        assert!(check_cost(&[&a, &b], 64).is_ok());
-        assert!(check_cost(&[&a, &b], 0).is_err());
-    }
-
-    #[test]
-    fn replies_become_decisions() {
-        let s = spec(10);
-        let script = Script::new("gcra", "");
-        let (all, d) = parse_reply(&script, &[&s], &[0, 0, 3, 250_000, 1_000_000]).unwrap();
-        assert!(!all);
-        assert!(!d[0].allowed);
-        assert_eq!(d[0].remaining, 3);
-        assert_eq!(d[0].retry_after, Some(Duration::from_millis(250)));
-        assert_eq!(d[0].reset_after, Duration::from_secs(1));
-        let (all, d) = parse_reply(&script, &[&s], &[1, 1, 9, -1, 100]).unwrap();
-        assert!(all && d[0].allowed && d[0].retry_after.is_none());
-        assert!(parse_reply(&script, &[&s], &[1, 1]).is_err());
-    }
 
     #[tokio::test(start_paused = true)]
     async fn waiting_stops_when_allowed_or_past_the_deadline() {

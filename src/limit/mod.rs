@@ -29,9 +29,11 @@ mod decision;
 mod limiter;
 mod multi;
 mod quota;
+mod script;
 
 pub use algorithm::Algorithm;
 pub use decision::{Decision, MultiDecision};
-pub use limiter::{Invocation, RateLimiter, RateLimiterBuilder};
+pub use limiter::{RateLimiter, RateLimiterBuilder};
 pub use multi::MultiLimiter;
 pub use quota::Quota;
+pub use script::Invocation;

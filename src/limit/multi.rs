@@ -2,8 +2,11 @@
 
 use std::time::Duration;
 
+use std::fmt;
+
 use super::decision::{Decision, MultiDecision};
-use super::limiter::{Invocation, RateLimiter, deadline_after, evaluate, max_cost, wait_for};
+use super::limiter::{RateLimiter, deadline_after, wait_for};
+use super::script::{Invocation, max_cost};
 use crate::error::{Error, Result};
 use crate::policy::FailurePolicy;
 use crate::scripts;
@@ -158,64 +161,70 @@ impl MultiLimiter {
     /// ```
     pub fn invocation(&self, subject: impl AsRef<[u8]>, cost: u32) -> Result<Invocation> {
         let specs: Vec<_> = self.limiters.iter().map(RateLimiter::spec).collect();
+        let cluster = self.limiters[0].cluster();
         Invocation::new(
-            self.limiters[0].cluster(),
+            cluster,
             &scripts::MULTI_LIMIT,
             &specs,
             subject.as_ref(),
             cost,
+            true,
         )
     }
 
     #[tracing::instrument(name = "shardlimit.multi_check", level = "debug", skip_all,
-        fields(kind = "multi", name = %crate::metrics::Names(&self.limiters),
+        fields(kind = "multi", name = %Names(&self.limiters),
             consume = consume, slot, outcome, subject))]
     async fn run(&self, subject: &[u8], cost: u32, consume: bool) -> Result<MultiDecision> {
+        crate::metrics::span_subject(subject);
         let specs: Vec<_> = self.limiters.iter().map(RateLimiter::spec).collect();
         let cluster = self.limiters[0].cluster();
-        match evaluate(
-            cluster,
-            &scripts::MULTI_LIMIT,
-            &specs,
-            subject,
-            cost,
-            consume,
-        )
-        .await
-        {
+        let script = &scripts::MULTI_LIMIT;
+        let checked = match Invocation::new(cluster, script, &specs, subject, cost, consume) {
+            Ok(call) => call.run(cluster, &specs).await,
+            Err(err) => Err(err),
+        };
+        match checked {
             Ok((allowed, decisions)) => {
                 if consume {
                     for (limiter, decision) in self.limiters.iter().zip(&decisions) {
                         if allowed {
-                            limiter.counters().allowed();
+                            limiter.outcomes().allowed();
                         } else if !decision.allowed {
-                            limiter.counters().denied();
+                            limiter.outcomes().denied();
                         }
                     }
                 }
                 Ok(MultiDecision { allowed, decisions })
             }
             Err(err) => {
-                // Every limiter sees the failure; the first one applies the
-                // policy (and so counts the bypass or error) for all.
-                let reason = crate::policy::BypassReason::of(&err);
-                for limiter in &self.limiters[1..] {
-                    match (self.policy, reason) {
-                        (FailurePolicy::FailOpen, Some(_)) => limiter.counters().bypassed(),
-                        _ => limiter.counters().error(),
-                    }
-                }
-                self.limiters[0]
-                    .counters()
-                    .fail(self.policy, err, |reason| MultiDecision {
-                        allowed: true,
-                        decisions: self
-                            .limiters
-                            .iter()
-                            .map(|l| Decision::bypass(l.capacity(), reason))
-                            .collect(),
-                    })
+                // Every limiter sees the failure.
+                let outcomes: Vec<_> = self.limiters.iter().map(RateLimiter::outcomes).collect();
+                self.policy.apply(err, &outcomes, |reason| MultiDecision {
+                    allowed: true,
+                    decisions: self
+                        .limiters
+                        .iter()
+                        .map(|l| Decision::bypass(l.capacity(), reason))
+                        .collect(),
+                })
             }
         }
+    }
+}
+
+/// Names of a multi-limiter's limits joined by `+`, formatted only if a span
+/// records them.
+struct Names<'a>(&'a [RateLimiter]);
+
+impl fmt::Display for Names<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, limiter) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("+")?;
+            }
+            f.write_str(limiter.name())?;
+        }
+        Ok(())
     }
 }

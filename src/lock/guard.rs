@@ -1,17 +1,17 @@
 //! `LockGuard`: a held lock, its fencing token, extend and release.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 
-use super::{LockInner, watchdog};
+use super::held::Held;
+use super::watchdog;
 use crate::backoff::millis;
-use crate::error::{Error, Result};
-use crate::keys::KeySet;
-use crate::scripts::{LOCK_EXTEND, LOCK_RELEASE, LOCK_TTL};
+use crate::error::Result;
+use crate::scripts::{LOCK_RELEASE, LOCK_TTL};
 
 /// A held lock. Returned by [`Lock::try_acquire`](crate::Lock::try_acquire)
 /// and [`Lock::acquire`](crate::Lock::acquire).
@@ -43,43 +43,10 @@ pub struct LockGuard {
     stop: Option<oneshot::Sender<()>>,
 }
 
-/// What the guard and its watchdog share.
-pub(super) struct Held {
-    pub(super) lock: Arc<LockInner>,
-    keys: KeySet,
-    resource: Vec<u8>,
-    token: String,
-    fence: u64,
-    /// Local, conservative end of validity: the send time of the last
-    /// successful acquire/extend plus its TTL. A std mutex: held for a copy,
-    /// never across an await.
-    valid_until: Mutex<Instant>,
-    /// Becomes true when Redis said the lock is not ours (any more).
-    lost: watch::Sender<bool>,
-    pub(super) extensions: AtomicU64,
-}
-
 impl LockGuard {
-    pub(super) fn new(
-        lock: Arc<LockInner>,
-        keys: KeySet,
-        resource: Vec<u8>,
-        token: String,
-        fence: u64,
-        sent: Instant,
-    ) -> Self {
-        let valid_until = Mutex::new(sent + lock.ttl);
+    pub(super) fn new(held: Held) -> Self {
         LockGuard {
-            held: Arc::new(Held {
-                lock,
-                keys,
-                resource,
-                token,
-                fence,
-                valid_until,
-                lost: watch::Sender::new(false),
-                extensions: AtomicU64::new(0),
-            }),
+            held: Arc::new(held),
             stop: None,
         }
     }
@@ -223,10 +190,9 @@ impl LockGuard {
         let held = &self.held;
         let pttl: i64 = held
             .lock
-            .cluster
+            .core
             .eval(&LOCK_TTL, &held.keys, &held.token)
-            .await
-            .inspect_err(|_| held.lock.counters.error())?;
+            .await?;
         Ok(u64::try_from(pttl).ok().map(Duration::from_millis))
     }
 
@@ -261,67 +227,13 @@ impl LockGuard {
         let held = &self.held;
         let released: i64 = held
             .lock
-            .cluster
+            .core
             .eval(&LOCK_RELEASE, &held.keys, &held.token)
-            .await
-            .inspect_err(|_| held.lock.counters.error())?;
+            .await?;
         if !held.lost.send_replace(true) && released != 1 {
-            crate::metrics::lock_lost(held.lock.id.name());
+            crate::metrics::lock_lost(held.lock.core.name());
         }
         Ok(released == 1)
-    }
-}
-
-impl Held {
-    pub(super) fn is_held(&self) -> bool {
-        !*self.lost.borrow() && Instant::now() < self.valid_until()
-    }
-
-    fn valid_until(&self) -> Instant {
-        *self
-            .valid_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Extends to `ttl_ms` if still ours; marks the lock lost if not.
-    pub(super) async fn extend(&self, ttl_ms: u64) -> Result<bool> {
-        let lock = &self.lock;
-        let sent = Instant::now();
-        let fence_ttl_ms = lock.fence_ttl_ms.max(ttl_ms);
-        let extended: i64 = lock
-            .cluster
-            .eval(
-                &LOCK_EXTEND,
-                &self.keys,
-                (&self.token, ttl_ms, fence_ttl_ms),
-            )
-            .await
-            .inspect_err(|_| lock.counters.error())?;
-        match extended {
-            1 => {
-                let mut until = self
-                    .valid_until
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                *until = sent + Duration::from_millis(ttl_ms);
-                Ok(true)
-            }
-            0 => {
-                if !self.lost.send_replace(true) {
-                    crate::metrics::lock_lost(lock.id.name());
-                }
-                Ok(false)
-            }
-            other => Err(Error::UnexpectedReply {
-                op: LOCK_EXTEND.name().to_owned().into(),
-                detail: format!("{other}"),
-            }),
-        }
-    }
-
-    pub(super) fn resource_lossy(&self) -> String {
-        String::from_utf8_lossy(&self.resource).into_owned()
     }
 }
 
@@ -329,7 +241,7 @@ impl fmt::Debug for LockGuard {
     // The token is the proof of ownership: keep it out of logs.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
-            .field("lock", &self.held.lock.id.name())
+            .field("lock", &self.held.lock.core.name())
             .field("resource", &self.held.resource_lossy())
             .field("fencing_token", &self.held.fence)
             .field("is_held", &self.is_held())

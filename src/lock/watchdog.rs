@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::guard::Held;
+use super::held::Held;
 
 /// Extends the lock behind `held` to its full TTL every TTL/3 until
 ///
@@ -28,7 +28,7 @@ use super::guard::Held;
 /// keeps the lock alive on its own.
 pub(super) async fn run(held: Weak<Held>, mut stop: oneshot::Receiver<()>) {
     let (ttl, ttl_ms, name) = match held.upgrade() {
-        Some(h) => (h.lock.ttl, h.lock.ttl_ms, h.lock.id.name().to_owned()),
+        Some(h) => (h.lock.ttl, h.lock.ttl_ms, h.lock.core.name().to_owned()),
         None => return,
     };
     let period = ttl / 3;

@@ -1,0 +1,227 @@
+//! The protocol between rate limiters and their scripts: what one limit
+//! tells a script ([`LimitSpec`]), what a check may cost, what one check
+//! sends ([`Invocation`], the only encoder of a check's arguments) and how
+//! its reply becomes decisions.
+
+use std::time::Duration;
+
+use super::algorithm::Algorithm;
+use super::decision::Decision;
+use super::quota::Quota;
+use crate::cluster::Cluster;
+use crate::error::{Error, Result};
+use crate::keys::{KeyId, KeySet};
+use crate::scripts::Script;
+
+/// What the scripts need to know about one limit.
+#[derive(Debug)]
+pub(crate) struct LimitSpec {
+    pub(crate) id: KeyId,
+    pub(crate) algorithm: Algorithm,
+    pub(crate) quota: Quota,
+    pub(crate) capacity: u32,
+    /// `code, limit, period_us, burst`, formatted once.
+    args: [String; 4],
+}
+
+impl LimitSpec {
+    /// Validates `quota` for `algorithm` (see [`Quota#bounds`](Quota#bounds)).
+    pub(crate) fn new(name: &str, algorithm: Algorithm, quota: Quota) -> Result<Self> {
+        let period = algorithm.validate(&quota)?;
+        Ok(LimitSpec {
+            id: KeyId::new(algorithm.kind(), name)?,
+            algorithm,
+            quota,
+            capacity: algorithm.capacity(&quota),
+            args: [
+                algorithm.kind().to_owned(),
+                quota.limit().to_string(),
+                period.to_string(),
+                quota.burst().to_string(),
+            ],
+        })
+    }
+}
+
+/// The most one check of `specs` may cost: the smallest capacity, and —
+/// since a check writes `cost` members into every sliding log it admits —
+/// no more than the sliding logs' shared budget of
+/// [`Algorithm::SLIDING_LOG_MAX_LIMIT`] members, which keeps the worst
+/// multi-limit check as short as the worst single one.
+pub(crate) fn max_cost(specs: &[&LimitSpec]) -> u32 {
+    let capacity = specs.iter().map(|s| s.capacity).min().unwrap_or(0);
+    let logs = specs
+        .iter()
+        .filter(|s| s.algorithm == Algorithm::SlidingLog)
+        .count();
+    match u32::try_from(logs) {
+        Ok(logs) if logs > 1 => capacity.min(Algorithm::SLIDING_LOG_MAX_LIMIT / logs),
+        _ => capacity,
+    }
+}
+
+/// A cost every limit of `specs` can admit at once: 1 to [`max_cost`].
+fn check_cost(specs: &[&LimitSpec], cost: u32) -> Result<()> {
+    let max = max_cost(specs);
+    if cost == 0 || cost > max {
+        return Err(Error::InvalidCost {
+            cost: u64::from(cost),
+            max: u64::from(max),
+        });
+    }
+    Ok(())
+}
+
+/// What one check sends: a script with its `KEYS` (one slot, proven; the
+/// slot travels with them) and `ARGV`. See
+/// [`RateLimiter::invocation`](crate::RateLimiter::invocation).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Invocation {
+    /// The script.
+    pub script: Script,
+    /// `KEYS`.
+    pub keys: KeySet,
+    /// `ARGV`: `cost, consume, ` then `kind, limit, period_us, burst` per
+    /// limit.
+    pub args: Vec<Vec<u8>>,
+}
+
+impl Invocation {
+    /// The check of `specs` on `subject` for `cost` (`consume` false: a
+    /// peek). Refuses a cost the limits can never admit and a bad subject
+    /// before anything is sent.
+    pub(crate) fn new(
+        cluster: &Cluster,
+        script: &Script,
+        specs: &[&LimitSpec],
+        subject: &[u8],
+        cost: u32,
+        consume: bool,
+    ) -> Result<Self> {
+        check_cost(specs, cost)?;
+        let keys = cluster
+            .keys()
+            .key_set(subject, specs.iter().map(|s| &s.id))?;
+        let mode: &[u8] = if consume { b"1" } else { b"0" };
+        let mut args = Vec::with_capacity(2 + 4 * specs.len());
+        args.push(cost.to_string().into_bytes());
+        args.push(mode.to_vec());
+        args.extend(
+            specs
+                .iter()
+                .flat_map(|s| s.args.iter().map(|a| a.as_bytes().to_vec())),
+        );
+        Ok(Invocation {
+            script: script.clone(),
+            keys,
+            args,
+        })
+    }
+
+    /// Sends the check (at most once) and parses the reply into whether all
+    /// of `specs` admitted it, and one decision per spec.
+    pub(crate) async fn run(
+        &self,
+        cluster: &Cluster,
+        specs: &[&LimitSpec],
+    ) -> Result<(bool, Vec<Decision>)> {
+        let reply: Vec<i64> = cluster.eval(&self.script, &self.keys, &self.args).await?;
+        parse_reply(&self.script, specs, &reply)
+    }
+}
+
+/// `[all, then allowed, remaining, retry_after_us, reset_after_us per
+/// limit]` into decisions.
+fn parse_reply(
+    script: &Script,
+    specs: &[&LimitSpec],
+    reply: &[i64],
+) -> Result<(bool, Vec<Decision>)> {
+    let bad = || Error::UnexpectedReply {
+        op: script.name().to_owned().into(),
+        detail: format!("{} integers for {} limits", reply.len(), specs.len()),
+    };
+    let (&all, rest) = reply.split_first().ok_or_else(bad)?;
+    if rest.len() != specs.len() * 4 {
+        return Err(bad());
+    }
+    let micros = |v: i64| u64::try_from(v).ok().map(Duration::from_micros);
+    let decisions = specs
+        .iter()
+        .zip(rest.chunks_exact(4))
+        .map(|(spec, f)| Decision {
+            allowed: f[0] == 1,
+            limit: spec.capacity,
+            remaining: u32::try_from(f[1].max(0)).unwrap_or(u32::MAX),
+            retry_after: micros(f[2]),
+            reset_after: micros(f[3]).unwrap_or_default(),
+            bypassed: None,
+        })
+        .collect();
+    Ok((all == 1, decisions))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU32;
+
+    use super::*;
+
+    fn spec(capacity: u32) -> LimitSpec {
+        LimitSpec::new(
+            "api",
+            Algorithm::Gcra,
+            Quota::per_second(NonZeroU32::new(capacity).unwrap()),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn spec_args_are_what_the_script_reads() {
+        let s = spec(10);
+        assert_eq!(s.args, ["gcra", "10", "1000000", "10"]);
+        assert_eq!(s.id.kind(), "gcra");
+    }
+
+    #[test]
+    fn costs_are_bounded_by_every_capacity_and_the_shared_log_budget() {
+        let log = |limit| {
+            LimitSpec::new(
+                "log",
+                Algorithm::SlidingLog,
+                Quota::per_second(NonZeroU32::new(limit).unwrap()),
+            )
+            .unwrap()
+        };
+        let (big, small) = (spec(1000), spec(10));
+        let max = |specs: &[&LimitSpec]| match check_cost(specs, u32::MAX) {
+            Err(Error::InvalidCost { max, .. }) => max,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(max(&[&big, &small]), 10);
+        let (a, b, c) = (log(128), log(128), log(30));
+        assert_eq!(max(&[&a]), 128);
+        assert_eq!(max(&[&a, &big]), 128);
+        // Two logs share 128 members per check; three, and one is smaller.
+        assert_eq!(max(&[&a, &b]), 64);
+        assert_eq!(max(&[&a, &b, &c]), 30);
+        assert!(check_cost(&[&a, &b], 64).is_ok());
+        assert!(check_cost(&[&a, &b], 0).is_err());
+    }
+
+    #[test]
+    fn replies_become_decisions() {
+        let s = spec(10);
+        let script = Script::new("gcra", "");
+        let (all, d) = parse_reply(&script, &[&s], &[0, 0, 3, 250_000, 1_000_000]).unwrap();
+        assert!(!all);
+        assert!(!d[0].allowed);
+        assert_eq!(d[0].remaining, 3);
+        assert_eq!(d[0].retry_after, Some(Duration::from_millis(250)));
+        assert_eq!(d[0].reset_after, Duration::from_secs(1));
+        let (all, d) = parse_reply(&script, &[&s], &[1, 1, 9, -1, 100]).unwrap();
+        assert!(all && d[0].allowed && d[0].retry_after.is_none());
+        assert!(parse_reply(&script, &[&s], &[1, 1]).is_err());
+    }
+}
