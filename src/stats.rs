@@ -24,7 +24,7 @@ pub struct PrimitiveStats {
     /// Requests refused (locks: held elsewhere).
     pub denied: u64,
     /// Requests admitted without Redis under
-    /// [`FailurePolicy::FailOpen`].
+    /// [`FailurePolicy::FailOpen`](crate::FailurePolicy::FailOpen).
     pub bypassed: u64,
     /// Errors returned to the caller.
     pub errors: u64,

@@ -81,7 +81,7 @@ impl RateLimiterBuilder {
     /// milliseconds, 1 ms to 366 days; limit up to
     /// [`Algorithm::max_limit`]; a burst only for GCRA, refilling within 366
     /// days). Sends nothing; a quota out of bounds is an
-    /// [`Error::Config`] naming the field.
+    /// [`Error::Config`](crate::Error::Config) naming the field.
     pub fn build(self) -> Result<RateLimiter> {
         let spec = LimitSpec::new(&self.name, self.algorithm, self.quota)?;
         Ok(RateLimiter {
@@ -168,7 +168,7 @@ impl RateLimiter {
 
     /// Like [`check`](Self::check) for a request costing `cost` units
     /// (points, weight). A rejected request consumes nothing. Errors with
-    /// [`Error::InvalidCost`] before sending if `cost` is 0 or above
+    /// [`Error::InvalidCost`](crate::Error::InvalidCost) before sending if `cost` is 0 or above
     /// [`capacity`](Self::capacity).
     #[tracing::instrument(name = "shardlimit.check", level = "debug", skip_all,
         fields(kind = self.inner.spec.id.kind(), name = self.name(), slot, outcome, subject))]

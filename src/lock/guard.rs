@@ -159,7 +159,7 @@ impl LockGuard {
     /// `Ok(false)` means it expired or another holder has it (nothing was
     /// changed, and [`is_held`](Self::is_held) is false from now on).
     ///
-    /// Errors with [`Error::Config`] for a `ttl` under 1 ms (nothing sent),
+    /// Errors with [`Error::Config`](crate::Error::Config) for a `ttl` under 1 ms (nothing sent),
     /// or when Redis did not answer — the extension may or may not have
     /// happened then, and the guard's local validity is left as it was.
     ///

@@ -73,6 +73,7 @@
 //! middleware that awaits before calling the inner service, each call
 //! clones the inner service (axum's routes are reference-counted or boxed).
 
+mod config;
 mod extract;
 mod forwarded;
 mod future;
@@ -82,10 +83,11 @@ mod layer;
 mod limits;
 mod service;
 
+pub use config::MissingKey;
 pub use extract::{HeaderKey, KeyExtractor, PeerIp, PeerIpBuilder};
 pub use forwarded::{ForwardedIp, ForwardedIpBuilder, ProxyHeader};
 pub use future::ResponseFuture;
 pub use ip::IpKey;
-pub use layer::{MissingKey, RateLimitLayer, RateLimitLayerBuilder};
+pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
 pub use limits::Limits;
 pub use service::RateLimitService;

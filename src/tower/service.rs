@@ -8,10 +8,10 @@ use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderValue, Request, Response, StatusCode};
 use tower::Service;
 
+use super::config::{Config, MissingKey};
 use super::extract::KeyExtractor;
 use super::future::ResponseFuture;
 use super::headers::{self, RATELIMIT, RATELIMIT_POLICY};
-use super::layer::{Config, MissingKey};
 use super::limits::Verdict;
 use crate::keys::{HashedSubject, MAX_SUBJECT_LEN};
 
