@@ -25,6 +25,7 @@ pub use self::node::NodeState;
 use self::router::{Router, RouterConfig};
 use self::seeds::{PasswordSource, Pem, Secret, Security};
 pub use self::topology::{NodeAddr, Shard, Topology};
+pub(crate) use self::transaction::TRANSACTION_OP;
 pub use self::transaction::{Transaction, TxCommand};
 use crate::error::{Error, Result};
 use crate::keys::{KeyBuilder, KeySet};
@@ -357,9 +358,9 @@ impl Cluster {
         tx.validate(keys)?;
         let payload = Payload::Transaction { tx, keys };
         let value = self
-            .run(Cow::Borrowed("transaction"), keys.slot(), payload)
+            .run(Cow::Borrowed(TRANSACTION_OP), keys.slot(), payload)
             .await?;
-        convert(Cow::Borrowed("transaction"), value)
+        convert(Cow::Borrowed(TRANSACTION_OP), value)
     }
 
     /// The deployment: [`Deployment::Cluster`] or

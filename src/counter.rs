@@ -9,12 +9,9 @@ use redis::Value;
 use crate::backoff::millis;
 use crate::cluster::{Cluster, Transaction, TxCommand};
 use crate::error::{Error, Result};
-use crate::keys::{KeyId, KeySet};
+use crate::keys::{KeyId, KeySet, Kind};
 use crate::primitive::Core;
 use crate::scripts::{COUNTER_DRAIN, COUNTER_GET};
-
-/// The key kind of counters: `<ns>:{<subject>}:counter:<name>`.
-const KIND: &str = "counter";
 
 /// A named integer counter per subject that lives while it is used and
 /// expires `idle_ttl` after the last [`add`](Self::add).
@@ -259,7 +256,7 @@ impl CounterBuilder {
     /// Errors with [`Error::InvalidIdent`] for a bad name and
     /// [`Error::Config`] for a bad idle TTL.
     pub fn build(self) -> Result<Counter> {
-        let id = KeyId::new(KIND, &self.name)?;
+        let id = KeyId::new(Kind::Counter.as_str(), &self.name)?;
         let idle_ms = millis("idle_ttl", self.idle_ttl)?;
         Ok(Counter {
             inner: Arc::new(CounterInner {

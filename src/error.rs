@@ -253,17 +253,25 @@ fn holds_tls_error(cause: &(dyn std::error::Error + 'static)) -> bool {
 /// MASTERDOWN, LOADING, READONLY, or a redirect that could not be followed
 /// in time.
 pub(crate) fn is_reconfiguring(err: &RedisError) -> bool {
+    match err.kind() {
+        ErrorKind::Server(kind) => {
+            not_executed_yet(kind) || matches!(kind, ServerErrorKind::Moved | ServerErrorKind::Ask)
+        }
+        _ => false,
+    }
+}
+
+/// Server replies that mean "the cluster is being reconfigured; nothing
+/// ran": safe to send again after a pause (redirects aside, which say
+/// where to send it).
+pub(crate) fn not_executed_yet(kind: ServerErrorKind) -> bool {
     matches!(
-        err.kind(),
-        ErrorKind::Server(
-            ServerErrorKind::ClusterDown
-                | ServerErrorKind::TryAgain
-                | ServerErrorKind::MasterDown
-                | ServerErrorKind::BusyLoading
-                | ServerErrorKind::ReadOnly
-                | ServerErrorKind::Moved
-                | ServerErrorKind::Ask
-        )
+        kind,
+        ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::BusyLoading
+            | ServerErrorKind::ReadOnly
     )
 }
 

@@ -9,13 +9,10 @@ use std::time::Duration;
 use crate::backoff::{millis, random_id};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
-use crate::keys::{KeyId, KeySet};
+use crate::keys::{KeyId, KeySet, Kind};
 use crate::policy::{BypassReason, FailurePolicy};
 use crate::primitive::{self, Attempt, Core, RetryBackoff};
 use crate::scripts::{LEASE_ACQUIRE, LEASE_EXTEND, LEASE_RELEASE};
-
-/// The key kind of leases: `<ns>:{<subject>}:lease:<name>`.
-const KIND: &str = "lease";
 
 /// At most N concurrent holders per subject: a distributed semaphore whose
 /// permits expire, so a crashed holder's permit comes back on its own.
@@ -146,7 +143,7 @@ impl ConcurrencyLimiter {
     /// # Ok(()) }
     /// ```
     #[tracing::instrument(name = "shardlimit.lease.try_acquire", level = "debug", skip_all,
-        fields(kind = KIND, name = self.name(), slot, outcome, subject))]
+        fields(kind = Kind::Lease.as_str(), name = self.name(), slot, outcome, subject))]
     pub async fn try_acquire(&self, subject: impl AsRef<[u8]>) -> Result<Option<Permit>> {
         self.acquire_within(subject.as_ref(), Duration::ZERO).await
     }
@@ -169,7 +166,7 @@ impl ConcurrencyLimiter {
     /// # Ok(()) }
     /// ```
     #[tracing::instrument(name = "shardlimit.lease.acquire", level = "debug", skip_all,
-        fields(kind = KIND, name = self.name(), slot, outcome, subject))]
+        fields(kind = Kind::Lease.as_str(), name = self.name(), slot, outcome, subject))]
     pub async fn acquire(
         &self,
         subject: impl AsRef<[u8]>,
@@ -422,7 +419,7 @@ impl ConcurrencyLimiterBuilder {
     /// Errors with [`Error::InvalidIdent`] for a bad name and
     /// [`Error::Config`] naming the setting otherwise.
     pub fn build(self) -> Result<ConcurrencyLimiter> {
-        let id = KeyId::new(KIND, &self.name)?;
+        let id = KeyId::new(Kind::Lease.as_str(), &self.name)?;
         let lease_ms = millis("lease_ttl", self.lease_ttl)?;
         let retry = self.retry.checked()?;
         Ok(ConcurrencyLimiter {

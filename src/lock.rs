@@ -14,7 +14,7 @@ use self::held::Held;
 use crate::backoff::{millis, random_id};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
-use crate::keys::KeyId;
+use crate::keys::{KeyId, Kind};
 use crate::primitive::{self, Attempt, Core, RetryBackoff};
 use crate::scripts::{LOCK_ACQUIRE, LOCK_RELEASE};
 
@@ -23,10 +23,6 @@ use crate::scripts::{LOCK_ACQUIRE, LOCK_RELEASE};
 /// default). Measured against Redis 7.0: `WAIT 2 200` with one replica
 /// answers after 220–300 ms.
 const WAIT_LATENESS: Duration = Duration::from_millis(100);
-
-/// The key kind of locks: `<ns>:{<resource>}:lock:<name>` holds the holder's
-/// token, `<ns>:{<resource>}:lock:<name>:fence` the last fencing token.
-const KIND: &str = "lock";
 
 /// A named lock definition, applied per resource: at most one holder per
 /// resource at a time, proven by a random token, with a fencing token that
@@ -207,7 +203,7 @@ impl Lock {
     /// # Ok(()) }
     /// ```
     #[tracing::instrument(name = "shardlimit.lock.try_acquire", level = "debug", skip_all,
-        fields(kind = KIND, name = self.name(), slot, outcome, subject))]
+        fields(kind = Kind::Lock.as_str(), name = self.name(), slot, outcome, subject))]
     pub async fn try_acquire(&self, resource: impl AsRef<[u8]>) -> Result<Option<LockGuard>> {
         self.acquire_within(resource.as_ref(), Duration::ZERO).await
     }
@@ -232,7 +228,7 @@ impl Lock {
     /// # Ok(()) }
     /// ```
     #[tracing::instrument(name = "shardlimit.lock.acquire", level = "debug", skip_all,
-        fields(kind = KIND, name = self.name(), slot, outcome, subject))]
+        fields(kind = Kind::Lock.as_str(), name = self.name(), slot, outcome, subject))]
     pub async fn acquire(
         &self,
         resource: impl AsRef<[u8]>,
@@ -484,7 +480,7 @@ impl LockBuilder {
     /// Errors with [`Error::InvalidIdent`] for a bad name and
     /// [`Error::Config`] naming the setting otherwise.
     pub fn build(self) -> Result<Lock> {
-        let id = KeyId::new(KIND, &self.name)?;
+        let id = KeyId::new(Kind::Lock.as_str(), &self.name)?;
         let fence = id.with_part("fence")?;
         let ttl_ms = millis("ttl", self.ttl)?;
         let fence_ttl_ms = millis("fence_ttl", self.fence_ttl)?;

@@ -283,29 +283,20 @@ mod enabled {
     use metrics::{Histogram, Unit};
 
     use super::*;
+    use crate::cluster::TRANSACTION_OP;
+    use crate::scripts;
 
     const STATUSES: [&str; 3] = ["ok", "error", "timeout"];
 
-    /// The operations of the hot path, most frequent first: the crate's
-    /// scripts and `transaction`. Their histograms are found without a lock
-    /// (a renamed script would only fall back to the map, still correct).
-    const HOT_OPS: [&str; 15] = [
-        "gcra",
-        "multi_limit",
-        "fixed_window",
-        "sliding_window",
-        "sliding_log",
-        "lock_acquire",
-        "lock_extend",
-        "lock_release",
-        "lock_ttl",
-        "lease_acquire",
-        "lease_extend",
-        "lease_release",
-        "counter_drain",
-        "counter_get",
-        "transaction",
-    ];
+    /// The operations of the hot path: the crate's scripts, then
+    /// `transaction`. Their histograms are found without a lock (a renamed
+    /// script would only fall back to the map, still correct).
+    fn hot_index(op: &str) -> Option<usize> {
+        if op == TRANSACTION_OP {
+            return Some(scripts::NAMES.len());
+        }
+        scripts::NAMES.iter().position(|name| *name == op)
+    }
 
     type Handles = [Histogram; 3];
 
@@ -315,7 +306,7 @@ mod enabled {
     /// the rest (admin commands, users' scripts) in a locked map.
     #[derive(Default)]
     pub(super) struct LatencyByOp {
-        hot: [OnceLock<Handles>; HOT_OPS.len()],
+        hot: [OnceLock<Handles>; scripts::NAMES.len() + 1],
         other: RwLock<HashMap<Cow<'static, str>, Handles>>,
     }
 
@@ -329,7 +320,7 @@ mod enabled {
     impl LatencyByOp {
         #[allow(clippy::ptr_arg)] // see `ClusterMetrics::observe`
         pub(super) fn record(&self, op: &Cow<'static, str>, status: usize, elapsed: Duration) {
-            if let Some(i) = HOT_OPS.iter().position(|hot| *hot == op.as_ref()) {
+            if let Some(i) = hot_index(op) {
                 self.hot[i].get_or_init(|| register(op))[status].record(elapsed);
                 return;
             }

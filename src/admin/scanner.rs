@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use super::info::{LimiterInfo, Progress, Usage};
 use crate::cluster::{Cluster, NodeAddr};
 use crate::error::{Error, Result};
-use crate::keys::{KeyId, ParsedKey, slot};
+use crate::keys::{KeyId, Kind, ParsedKey, slot};
 
 /// How many keys one `SCAN` call asks for by default. See
 /// [`Scanner::count`].
@@ -728,19 +728,21 @@ impl Plan {
                 main,
             };
         }
-        let reads = match parsed.kind {
-            "fw" => StateReads::Get(|v| Usage::FixedWindow { used: unsigned(v) }),
-            "gcra" => StateReads::Get(|v| Usage::Gcra {
+        let reads = match Kind::parse(parsed.kind) {
+            Some(Kind::FixedWindow) => {
+                StateReads::Get(|v| Usage::FixedWindow { used: unsigned(v) })
+            }
+            Some(Kind::Gcra) => StateReads::Get(|v| Usage::Gcra {
                 theoretical_arrival_us: unsigned(v),
             }),
-            "counter" => StateReads::Get(|v| Usage::Counter {
+            Some(Kind::Counter) => StateReads::Get(|v| Usage::Counter {
                 value: v.unwrap_or(0),
             }),
-            "slog" => StateReads::Card(|entries| Usage::SlidingLog { entries }),
-            "lease" => StateReads::Card(|holders| Usage::Lease { holders }),
-            "swc" => StateReads::Window,
-            "lock" => StateReads::Lock,
-            _ => StateReads::Type,
+            Some(Kind::SlidingLog) => StateReads::Card(|entries| Usage::SlidingLog { entries }),
+            Some(Kind::Lease) => StateReads::Card(|holders| Usage::Lease { holders }),
+            Some(Kind::SlidingWindow) => StateReads::Window,
+            Some(Kind::Lock) => StateReads::Lock,
+            None => StateReads::Type,
         };
         Plan::Main {
             kind,
@@ -770,7 +772,7 @@ impl Plan {
                 pipe.cmd("EXISTS").arg(main).cmd("PTTL").arg(key);
                 // A lock's fence holds the last fencing token; of other
                 // kinds' parts only the type is known.
-                if kind == "lock" {
+                if Kind::parse(kind) == Some(Kind::Lock) {
                     pipe.cmd("GET").arg(key);
                 } else {
                     pipe.cmd("TYPE").arg(key);
@@ -809,8 +811,8 @@ impl Plan {
                     return None; // reported with its main key
                 }
                 let ttl = ttl(int(replies.get(1)))?;
-                let usage = match kind.as_str() {
-                    "lock" => Usage::Lock {
+                let usage = match Kind::parse(&kind) {
+                    Some(Kind::Lock) => Usage::Lock {
                         held: false,
                         fencing_token: int(replies.get(2)).and_then(|v| u64::try_from(v).ok()),
                     },

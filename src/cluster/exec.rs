@@ -44,7 +44,7 @@ use tokio::time::{Instant, timeout_at};
 use super::node::{Fault, Lane, Live, Node, Unavailable};
 use super::router::Router;
 use super::transaction::Transaction;
-use crate::error::{Error, Result, is_connection_fault};
+use crate::error::{Error, Result, is_connection_fault, not_executed_yet};
 use crate::keys::KeySet;
 use crate::scripts::Script;
 
@@ -426,18 +426,6 @@ fn next_step(err: &RedisError, queued: usize) -> Step {
         ErrorKind::Server(ServerErrorKind::NoScript) => Step::Reload,
         _ => Step::Fail,
     }
-}
-
-/// Server replies that mean "the cluster is being reconfigured; nothing ran".
-fn not_executed_yet(kind: ServerErrorKind) -> bool {
-    matches!(
-        kind,
-        ServerErrorKind::TryAgain
-            | ServerErrorKind::ClusterDown
-            | ServerErrorKind::MasterDown
-            | ServerErrorKind::BusyLoading
-            | ServerErrorKind::ReadOnly
-    )
 }
 
 /// Decides what to do with an aborted transaction from its queued errors

@@ -47,6 +47,7 @@ mod builder;
 mod hashed;
 mod ident;
 mod keyset;
+mod kind;
 mod parse;
 mod slot;
 
@@ -54,5 +55,6 @@ pub use builder::{KeyBuilder, MAX_SUBJECT_LEN};
 pub use hashed::HashedSubject;
 pub use ident::{KeyId, MAX_IDENT_LEN};
 pub use keyset::KeySet;
+pub use kind::{Kind, UnknownKind};
 pub use parse::ParsedKey;
 pub use slot::{SLOT_COUNT, hash_tag, slot};

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::quota::Quota;
 use crate::error::{Error, Result};
+use crate::keys::Kind;
 use crate::scripts::{self, Script};
 
 const SLIDING_LOG_MAX: NonZeroU32 = match NonZeroU32::new(128) {
@@ -59,11 +60,17 @@ impl Algorithm {
     /// The `kind` part of its keys (short: it is in every key).
     #[must_use]
     pub const fn kind(self) -> &'static str {
+        self.key_kind().as_str()
+    }
+
+    /// Its [`Kind`].
+    #[must_use]
+    pub const fn key_kind(self) -> Kind {
         match self {
-            Algorithm::FixedWindow => "fw",
-            Algorithm::SlidingLog => "slog",
-            Algorithm::SlidingWindow => "swc",
-            Algorithm::Gcra => "gcra",
+            Algorithm::FixedWindow => Kind::FixedWindow,
+            Algorithm::SlidingLog => Kind::SlidingLog,
+            Algorithm::SlidingWindow => Kind::SlidingWindow,
+            Algorithm::Gcra => Kind::Gcra,
         }
     }
 

@@ -11,7 +11,7 @@
 -- around a boundary (the end of one window and the start of the next).
 
 ALGOS.fw = function(key, limit, period, _burst, cost)
-  local window_start = math.floor(NOW / period) * period
+  local window_start = math.floor(NOW_US / period) * period
   local window_end = window_start + period
   local used = tonumber(redis.call('GET', key) or 0)
   -- A key of this window expires at its end. One that expires earlier (or
@@ -23,7 +23,7 @@ ALGOS.fw = function(key, limit, period, _burst, cost)
     used = 0
   end
   local ok = used + cost <= limit
-  local until_end = window_end - NOW
+  local until_end = window_end - NOW_US
   return state(
     ok,
     limit - used,

@@ -11,23 +11,23 @@
 -- The TAT is stored rounded up to a whole microsecond (never over-admits);
 -- `remaining` allows for that rounding with 1 us of slack.
 -- Bounds (checked by the client): tolerance = burst * period / limit is at
--- most 366 days, so the TAT stays within NOW + 2 tolerances and the key's
+-- most 366 days, so the TAT stays within NOW_US + 2 tolerances and the key's
 -- TTL within one.
 
 ALGOS.gcra = function(key, limit, period, burst, cost)
   local interval = period / limit
   local tolerance = interval * burst
-  local tat = math.max(tonumber(redis.call('GET', key) or 0), NOW)
+  local tat = math.max(tonumber(redis.call('GET', key) or 0), NOW_US)
   local new_tat = tat + cost * interval
   local allow_at = new_tat - tolerance
-  local ok = allow_at <= NOW
+  local ok = allow_at <= NOW_US
   local stored = math.ceil(new_tat)
   return state(
     ok,
-    math.min(burst, math.floor((NOW + tolerance - tat + 1) / interval)),
-    math.min(burst, math.floor((NOW + tolerance - new_tat + 1) / interval)),
-    ok and -1 or math.ceil(allow_at - NOW),
-    math.ceil(tat - NOW),
-    math.ceil(new_tat - NOW),
+    math.min(burst, math.floor((NOW_US + tolerance - tat + 1) / interval)),
+    math.min(burst, math.floor((NOW_US + tolerance - new_tat + 1) / interval)),
+    ok and -1 or math.ceil(allow_at - NOW_US),
+    math.ceil(tat - NOW_US),
+    math.ceil(new_tat - NOW_US),
     { { 'SET', key, int(stored), 'PXAT', int(math.ceil(stored / 1000)) } })
 end

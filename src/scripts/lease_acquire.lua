@@ -15,15 +15,13 @@
 -- Numbers are passed to commands as '%.0f' strings: Redis would otherwise
 -- format them itself, possibly in exponent form, which PEXPIRE refuses.
 local function int(n) return string.format('%.0f', n) end
-local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', int(now_ms))
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', int(NOW_MS))
 local held = redis.call('ZCARD', KEYS[1])
 if held >= tonumber(ARGV[2]) then
   local soonest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  return {0, held, tonumber(soonest[2]) - now_ms}
+  return {0, held, tonumber(soonest[2]) - NOW_MS}
 end
-redis.call('ZADD', KEYS[1], int(now_ms + tonumber(ARGV[3])), ARGV[1])
+redis.call('ZADD', KEYS[1], int(NOW_MS + tonumber(ARGV[3])), ARGV[1])
 local latest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-redis.call('PEXPIRE', KEYS[1], int(tonumber(latest[2]) - now_ms))
+redis.call('PEXPIRE', KEYS[1], int(tonumber(latest[2]) - NOW_MS))
 return {1, held + 1, tonumber(ARGV[3])}

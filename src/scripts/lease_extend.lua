@@ -9,19 +9,17 @@
 --
 -- The key's ttl is raised to cover the new expiry, never lowered: it
 -- follows the longest lease.
-local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not score then
   return 0
 end
-if tonumber(score) <= now_ms then
+if tonumber(score) <= NOW_MS then
   redis.call('ZREM', KEYS[1], ARGV[1])
   return 0
 end
 local ttl = tonumber(ARGV[2])
 -- '%.0f': Redis would format a Lua number itself, maybe in exponent form.
-redis.call('ZADD', KEYS[1], 'XX', string.format('%.0f', now_ms + ttl), ARGV[1])
+redis.call('ZADD', KEYS[1], 'XX', string.format('%.0f', NOW_MS + ttl), ARGV[1])
 if redis.call('PTTL', KEYS[1]) < ttl then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end

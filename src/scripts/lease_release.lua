@@ -8,14 +8,12 @@
 --          already reclaimed.
 --
 -- Removing the last member deletes the key, so nothing is left behind.
-local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not score then
   return 0
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
-if tonumber(score) <= now_ms then
+if tonumber(score) <= NOW_MS then
   return 0
 end
 return 1

@@ -31,8 +31,6 @@
 
 local ALGOS = {}
 local CONSUME = ARGV[2] == '1'
-local t = redis.call('TIME')
-local NOW = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
 -- 2^53: above it a double no longer holds every integer.
 local MAX_EXACT = 9007199254740992

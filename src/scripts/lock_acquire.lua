@@ -15,13 +15,11 @@
 -- (it has a TTL like every key we write) or was lost in a failover, as long
 -- as the masters' clocks do not step back by more than the fence key's
 -- lifetime. Time comes from the server, never from a client.
-local t = redis.call('TIME')
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {0, redis.call('PTTL', KEYS[1])}
 end
 local previous = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-local fence = math.max(previous + 1, now_us)
+local fence = math.max(previous + 1, NOW_US)
 -- %.0f: an integer below 2^53 printed exactly, never in exponent form.
 redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[3])
 return {1, fence}

@@ -87,6 +87,11 @@ macro_rules! scripts {
                 LazyLock::new(|| Script::new($name, scripts!(@code $name $([$($part),+])?)));
         )*
 
+        /// Every script's name, in declaration order (the hot path's
+        /// latency histograms are indexed by it).
+        #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+        pub(crate) const NAMES: &[&str] = &[$($name),*];
+
         #[cfg(test)]
         pub(crate) fn all() -> Vec<&'static Script> {
             vec![$(&*$ident),*]
@@ -99,22 +104,24 @@ macro_rules! scripts {
 }
 
 scripts! {
-    // limiters: the prelude, the algorithms used, the driver
-    FIXED_WINDOW => "fixed_window" ["limit_prelude", "fixed_window", "limit_main"],
-    SLIDING_LOG => "sliding_log" ["limit_prelude", "sliding_log", "limit_main"],
-    SLIDING_WINDOW => "sliding_window" ["limit_prelude", "sliding_window", "limit_main"],
-    GCRA => "gcra" ["limit_prelude", "gcra", "limit_main"],
+    // Scripts that need the time start with the clock prelude.
+    // limiters: the prelude, the algorithms used, the driver (the default
+    // algorithm first: the metrics look names up in this order)
+    GCRA => "gcra" ["clock", "limit_prelude", "gcra", "limit_main"],
     MULTI_LIMIT => "multi_limit" [
-        "limit_prelude", "fixed_window", "sliding_log", "sliding_window", "gcra", "limit_main",
+        "clock", "limit_prelude", "fixed_window", "sliding_log", "sliding_window", "gcra", "limit_main",
     ],
+    FIXED_WINDOW => "fixed_window" ["clock", "limit_prelude", "fixed_window", "limit_main"],
+    SLIDING_WINDOW => "sliding_window" ["clock", "limit_prelude", "sliding_window", "limit_main"],
+    SLIDING_LOG => "sliding_log" ["clock", "limit_prelude", "sliding_log", "limit_main"],
     // locks, leases, counters
-    LOCK_ACQUIRE => "lock_acquire",
+    LOCK_ACQUIRE => "lock_acquire" ["clock", "lock_acquire"],
     LOCK_EXTEND => "lock_extend",
     LOCK_RELEASE => "lock_release",
     LOCK_TTL => "lock_ttl",
-    LEASE_ACQUIRE => "lease_acquire",
-    LEASE_EXTEND => "lease_extend",
-    LEASE_RELEASE => "lease_release",
+    LEASE_ACQUIRE => "lease_acquire" ["clock", "lease_acquire"],
+    LEASE_EXTEND => "lease_extend" ["clock", "lease_extend"],
+    LEASE_RELEASE => "lease_release" ["clock", "lease_release"],
     COUNTER_DRAIN => "counter_drain",
     COUNTER_GET => "counter_get",
 }
@@ -123,11 +130,30 @@ scripts! {
 mod tests {
     use super::*;
 
+    const CLOCK: &str = include_str!("clock.lua");
+
+    #[test]
+    fn the_server_clock_is_read_only_by_the_prelude() {
+        for script in all() {
+            let code = script.code();
+            let reads = code.matches("redis.call('TIME')").count();
+            let expected = usize::from(code.starts_with(CLOCK));
+            assert_eq!(
+                reads,
+                expected,
+                "{}: TIME read outside the clock prelude",
+                script.name()
+            );
+        }
+    }
+
     #[test]
     fn every_script_documents_keys_argv_and_reply() {
         for script in all() {
-            let header: String = script
-                .code()
+            // The clock prelude comes before the script's own header.
+            let code = script.code();
+            let code = code.strip_prefix(CLOCK).unwrap_or(code);
+            let header: String = code
                 .lines()
                 .take_while(|l| l.starts_with("--"))
                 .collect::<Vec<_>>()

@@ -20,7 +20,7 @@
 -- request carrying its cost would need Lua to sum the window's costs.
 
 ALGOS.slog = function(key, limit, period, _burst, cost)
-  local horizon = NOW - period
+  local horizon = NOW_US - period
   local used = redis.call('ZCOUNT', key, '(' .. int(horizon), '+inf')
   local ok = used + cost <= limit
   local newest = -1
@@ -29,13 +29,13 @@ ALGOS.slog = function(key, limit, period, _burst, cost)
   end
   -- Scores are unique and increasing per key, so members never collide even
   -- if two calls see the same microsecond.
-  local stamp = math.max(NOW, newest + 1)
+  local stamp = math.max(NOW_US, newest + 1)
   local retry = -1
   if not ok then
     -- The (used + cost - limit)-th oldest live entry must leave the window.
     local nth = redis.call('ZRANGEBYSCORE', key, '(' .. int(horizon), '+inf',
       'WITHSCORES', 'LIMIT', used + cost - limit - 1, 1)
-    retry = tonumber(nth[2]) + period - NOW
+    retry = tonumber(nth[2]) + period - NOW_US
   end
   local writes = {}
   if ok and CONSUME then
@@ -56,7 +56,7 @@ ALGOS.slog = function(key, limit, period, _burst, cost)
     limit - used,
     limit - used - cost,
     retry,
-    used > 0 and (newest + period - NOW) or 0,
-    stamp + period - NOW,
+    used > 0 and (newest + period - NOW_US) or 0,
+    stamp + period - NOW_US,
     writes)
 end

@@ -10,9 +10,9 @@
 -- 2x the limit can pass within one period, the fixed window's bound.
 
 ALGOS.swc = function(key, limit, period, _burst, cost)
-  local w = math.floor(NOW / period)
+  local w = math.floor(NOW_US / period)
   local start = w * period
-  local fraction = (NOW - start) / period
+  local fraction = (NOW_US - start) / period
   local stored = redis.call('HMGET', key, 'w', 'c', 'p')
   local sw = tonumber(stored[1])
   local cur, prev = 0, 0
@@ -28,22 +28,22 @@ ALGOS.swc = function(key, limit, period, _burst, cost)
     local room = limit - cur - cost
     if room >= 0 and prev > 0 then
       -- Later in this window, once enough of prev's weight has decayed.
-      retry = start + (1 - room / prev) * period - NOW
+      retry = start + (1 - room / prev) * period - NOW_US
     else
       -- In the next window, where this window's count becomes prev.
       local f = 0
       if cur > 0 then
         f = math.max(0, 1 - (limit - cost) / cur)
       end
-      retry = start + period + f * period - NOW
+      retry = start + period + f * period - NOW_US
     end
     retry = math.ceil(retry)
   end
   local reset_now = 0
   if cur > 0 then
-    reset_now = start + 2 * period - NOW
+    reset_now = start + 2 * period - NOW_US
   elseif prev > 0 then
-    reset_now = start + period - NOW
+    reset_now = start + period - NOW_US
   end
   return state(
     ok,
@@ -51,7 +51,7 @@ ALGOS.swc = function(key, limit, period, _burst, cost)
     math.floor(limit - estimate - cost),
     retry,
     reset_now,
-    start + 2 * period - NOW,
+    start + 2 * period - NOW_US,
     {
       { 'HSET', key, 'w', int(w), 'c', int(cur + cost), 'p', int(prev) },
       { 'PEXPIREAT', key, int((start + 2 * period) / 1000) },
