@@ -39,7 +39,7 @@ fn layer(c: &mut Criterion) {
             "bench",
             Quota::per_second(NonZeroU32::new(100).unwrap()),
         )
-        .policy(FailurePolicy::FailOpen)
+        .failure_policy(FailurePolicy::FailOpen)
         .build()
         .unwrap()
     });

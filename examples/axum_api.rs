@@ -51,7 +51,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
         "ip",
         Quota::per_second(nz(20)).allow_burst(nz(40)),
     )
-    .policy(FailurePolicy::FailOpen)
+    .failure_policy(FailurePolicy::FailOpen)
     .build()?;
     // axum puts the peer address in `ConnectInfo` when served with
     // `into_make_service_with_connect_info` (below).

@@ -98,7 +98,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for algorithm in Algorithm::ALL {
         let limiter = RateLimiter::builder(&cluster, "tour", Quota::per_second(five))
             .algorithm(algorithm)
-            .policy(FailurePolicy::FailOpen)
+            .failure_policy(FailurePolicy::FailOpen)
             .build()?;
         limiter.reset("user:42").await?; // so every run of the tour starts fresh
         let mut line = Vec::new();

@@ -1,5 +1,5 @@
-//! TTL-preserving counters: the billing counter of seed 003, without the
-//! GETSET leak. The public documentation lives on [`Counter`].
+//! TTL-preserving counters: read-and-reset (a billing counter) without the
+//! GETSET leak that makes a key immortal. The public documentation lives on [`Counter`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,7 +31,7 @@ use crate::scripts::{COUNTER_DRAIN, COUNTER_GET};
 /// # Ok(()) }
 /// ```
 ///
-/// # Only `add` touches the TTL (seed 003)
+/// # Only `add` touches the TTL
 ///
 /// * [`add`](Self::add) is `INCRBY` + `PEXPIRE idle_ttl` in one MULTI/EXEC:
 ///   the value and the TTL always move together.
@@ -162,8 +162,8 @@ impl Counter {
     /// The subject's counter and its remaining TTL, or `None` when there is
     /// none.
     ///
-    /// A counter without a TTL — the seed-003 leak, which only something
-    /// outside this crate can cause — is reported as
+    /// A counter without a TTL — a leak only something outside this crate
+    /// can cause — is reported as
     /// [`Error::UnexpectedReply`] rather than hidden.
     ///
     /// ```no_run
@@ -244,7 +244,7 @@ pub struct CounterBuilder {
 
 impl CounterBuilder {
     /// How long a counter lives after its last [`add`](Counter::add).
-    /// Default 15 minutes (seed 003's session TTL). At least 1 ms (whole
+    /// Default 15 minutes (a typical session TTL). At least 1 ms (whole
     /// milliseconds).
     pub fn idle_ttl(mut self, ttl: Duration) -> Self {
         self.idle_ttl = ttl;

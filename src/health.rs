@@ -5,8 +5,8 @@
 //! replication does not promise unless the lock waits for one
 //! ([`LockBuilder::replica_ack`](crate::LockBuilder::replica_ack)), and which
 //! is impossible without a connected replica. This report checks both, per
-//! master (seed 000: "a Redis restart with no AOF loses every lock
-//! instantly, and the jobs holding them do not find out").
+//! master: a Redis restart without AOF loses every lock at once, and the
+//! jobs holding them do not find out.
 
 use futures::future::join_all;
 

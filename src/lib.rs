@@ -110,11 +110,11 @@
 pub mod admin;
 mod backoff;
 mod cluster;
+mod concurrency;
 mod counter;
 mod error;
 mod health;
 pub mod keys;
-mod lease;
 pub mod limit;
 mod lock;
 mod metrics;
@@ -132,10 +132,10 @@ pub use cluster::{
     NodeState, PASSWORD_ENV, PASSWORD_FILE_ENV, Shard, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV,
     Topology, Transaction, TxCommand, USER_ENV,
 };
+pub use concurrency::{ConcurrencyLimiter, ConcurrencyLimiterBuilder, Permit};
 pub use counter::{Counter, CounterBuilder};
 pub use error::{Error, Result};
 pub use health::{Health, MasterHealth, NodeHealth};
-pub use lease::{ConcurrencyLimiter, ConcurrencyLimiterBuilder, Permit};
 pub use limit::{
     Algorithm, Decision, MultiDecision, MultiLimiter, Quota, RateLimiter, RateLimiterBuilder,
 };

@@ -1,5 +1,5 @@
-//! Locks with fencing tokens: the nightly-export lock of seed 000, made
-//! correct on a cluster. The public documentation lives on [`Lock`].
+//! Locks with fencing tokens: one holder per resource at a time (the one
+//! cron host of three that runs the nightly export), correct on a cluster. The public documentation lives on [`Lock`].
 
 mod guard;
 mod held;
@@ -398,8 +398,8 @@ impl LockBuilder {
     /// [watchdog](Self::watchdog), at least 3× the cluster's command timeout,
     /// so a failed extension can be retried before the lock expires.
     ///
-    /// Must exceed the longest plausible hold (seed 000: forty minutes of
-    /// work under a thirty-minute lock means two exports), or turn the
+    /// Must exceed the longest plausible hold (forty minutes of work
+    /// under a thirty-minute lock means two exports), or turn the
     /// watchdog on.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;

@@ -1,7 +1,7 @@
 //! What a limiter does when Redis cannot answer: fail open or fail closed,
 //! and never silently.
 //!
-//! The rule of thumb (seed 000): fail **closed** when the failure mode is
+//! The rule of thumb: fail **closed** when the failure mode is
 //! duplicated work or corrupted data (locks always do); fail **open** when it
 //! is a policy the service can survive not enforcing for ten minutes (most
 //! rate limits). Either way the outcome is counted in

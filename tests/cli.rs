@@ -82,7 +82,7 @@ async fn list_count_show_audit_and_reset() {
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
     assert!(stdout(&out).contains("12 keys scanned: 0 without TTL, 0 unrecognized"));
 
-    // Plant the seed-003 leak: a key that never expires.
+    // Plant a leak: a key that never expires.
     let leak = format!("{ns}:{{zombie}}:counter:billing").into_bytes();
     let _: () = common::on_owner(&leak, redis::cmd("SET").arg(&leak).arg(5)).await;
     let out = cli(&ns, &["audit", "--json"]);

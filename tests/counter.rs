@@ -1,4 +1,4 @@
-//! TTL-preserving counters against the six-node cluster (seed 003): drain
+//! TTL-preserving counters against the six-node cluster: drain
 //! keeps the TTL and never creates a key, an abandoned session's key expires
 //! after the idle TTL, and concurrent adds and drains lose nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

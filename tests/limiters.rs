@@ -339,7 +339,7 @@ behaviour_suite! {
     gcra => Algorithm::Gcra,
 }
 
-// ---- the boundary burst (seed 000) -----------------------------------------
+// ---- the boundary burst -------------------------------------------------------
 
 /// 60 requests just before a window boundary and 60 just after, against 60
 /// per 2 s (the seed's "60 per minute", scaled down so the test is short).
@@ -462,7 +462,7 @@ async fn unreachable_cluster_fails_open_or_closed_as_configured() {
         .unwrap();
     let quota = Quota::per_second(nz(1));
     let open = RateLimiter::builder(&cluster, "open", quota)
-        .policy(FailurePolicy::FailOpen)
+        .failure_policy(FailurePolicy::FailOpen)
         .build()
         .unwrap();
     let closed = RateLimiter::builder(&cluster, "closed", quota)
@@ -500,7 +500,7 @@ async fn a_key_of_the_wrong_type_is_an_error_even_when_failing_open() {
     for algorithm in Algorithm::ALL {
         let l = RateLimiter::builder(&cluster, "planted", Quota::per_second(nz(5)))
             .algorithm(algorithm)
-            .policy(FailurePolicy::FailOpen)
+            .failure_policy(FailurePolicy::FailOpen)
             .build()
             .unwrap();
         let key = l.key("victim").unwrap();

@@ -215,7 +215,7 @@ async fn a_recorder_sees_every_decision_of_a_known_sequence() {
     // Without Redis: 2 bypassed (fail-open), 1 error (fail-closed).
     let down = unreachable().await;
     let open = RateLimiter::builder(&down, "m-open", Quota::per_second(nz(1)))
-        .policy(FailurePolicy::FailOpen)
+        .failure_policy(FailurePolicy::FailOpen)
         .build()
         .unwrap();
     let closed = RateLimiter::builder(&down, "m-closed", Quota::per_second(nz(1)))

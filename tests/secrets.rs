@@ -156,7 +156,7 @@ async fn logs_of_a_failing_reconnect_bypasses_and_503s_hide_the_password() {
         .unwrap();
     let quota = Quota::per_second(NonZeroU32::new(5).unwrap());
     let open = RateLimiter::builder(&cluster, "open", quota)
-        .policy(FailurePolicy::FailOpen)
+        .failure_policy(FailurePolicy::FailOpen)
         .build()
         .unwrap();
     let closed = RateLimiter::builder(&cluster, "closed", quota)

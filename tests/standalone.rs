@@ -510,7 +510,7 @@ async fn a_redirect_from_a_standalone_server_is_an_error_not_followed() {
         "api",
         Quota::per_hour(NonZeroU32::new(3).unwrap()),
     )
-    .policy(shardlimit::FailurePolicy::FailClosed)
+    .failure_policy(shardlimit::FailurePolicy::FailClosed)
     .build()
     .unwrap();
     let err = limiter.check("user:1").await.unwrap_err();

@@ -210,7 +210,7 @@ async fn wrong_ca_and_wrong_scheme_fail_fast_and_never_bypass() {
         .await
         .unwrap();
     let limiter = RateLimiter::builder(&cluster, "api", Quota::per_hour(NonZeroU32::MIN))
-        .policy(FailurePolicy::FailOpen)
+        .failure_policy(FailurePolicy::FailOpen)
         .build()
         .unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -334,7 +334,7 @@ async fn a_missing_permission_is_named_and_never_bypassed() {
         .await
         .unwrap();
     let limiter = RateLimiter::builder(&outside, "api", Quota::per_hour(NonZeroU32::MIN))
-        .policy(FailurePolicy::FailOpen)
+        .failure_policy(FailurePolicy::FailOpen)
         .build()
         .unwrap();
     let err = limiter.check("s").await.unwrap_err();

@@ -390,7 +390,7 @@ async fn with_the_cluster_unreachable_fail_open_passes_and_counts_fail_closed_is
     let cluster = unreachable().await;
     let quota = Quota::per_second(nz(1));
     let open = RateLimiter::builder(&cluster, "open", quota)
-        .policy(FailurePolicy::FailOpen)
+        .failure_policy(FailurePolicy::FailOpen)
         .build()
         .unwrap();
     let closed = RateLimiter::builder(&cluster, "closed", quota)

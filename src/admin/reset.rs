@@ -16,7 +16,7 @@ use crate::keys::KeySet;
 ///
 /// Deleting a held lock lets a second holder in while the first still
 /// works; deleting a lease frees permits that are in use; deleting a counter
-/// with a value loses counted units (seed 003's billing). Those are
+/// with a value loses counted units (billable seconds, say). Those are
 /// [`in_use`](Self::in_use) and need `force`.
 ///
 /// ```no_run

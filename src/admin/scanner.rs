@@ -121,7 +121,7 @@ impl CountReport {
 pub struct AuditReport {
     /// Keys scanned (a master walked twice after a failover counts twice).
     pub scanned: u64,
-    /// Keys with **no TTL** (the seed-003 leak: they never go away), with
+    /// Keys with **no TTL** (a counter written with GETSET, say: they never go away), with
     /// their master.
     pub immortal: Vec<(Vec<u8>, String)>,
     /// Keys the parser does not recognise, with their master.

@@ -31,7 +31,7 @@ use crate::stats::Outcomes;
 ///
 /// let api = RateLimiter::builder(&cluster, "api", Quota::per_minute(NonZeroU32::new(60).unwrap()))
 ///     .algorithm(Algorithm::SlidingLog)
-///     .policy(FailurePolicy::FailOpen)
+///     .failure_policy(FailurePolicy::FailOpen)
 ///     .build()?;
 /// let decision = api.check("user:42").await?;
 /// if !decision.allowed {
@@ -71,7 +71,7 @@ impl RateLimiterBuilder {
 
     /// What to do when Redis cannot answer. Default
     /// [`FailurePolicy::FailClosed`].
-    pub fn policy(mut self, policy: FailurePolicy) -> Self {
+    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
         self.policy = policy;
         self
     }
@@ -126,7 +126,7 @@ impl RateLimiter {
 
     /// Its failure policy.
     #[must_use]
-    pub fn policy(&self) -> FailurePolicy {
+    pub fn failure_policy(&self) -> FailurePolicy {
         self.inner.policy
     }
 

@@ -72,7 +72,7 @@ impl MultiLimiter {
         }
         let policy = if limiters
             .iter()
-            .all(|l| l.policy() == FailurePolicy::FailOpen)
+            .all(|l| l.failure_policy() == FailurePolicy::FailOpen)
         {
             FailurePolicy::FailOpen
         } else {
@@ -105,7 +105,7 @@ impl MultiLimiter {
 
     /// The combined failure policy.
     #[must_use]
-    pub fn policy(&self) -> FailurePolicy {
+    pub fn failure_policy(&self) -> FailurePolicy {
         self.policy
     }
 

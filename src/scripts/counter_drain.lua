@@ -1,5 +1,5 @@
--- Read a counter and reset it to 0, keeping its TTL (seed 003: GETSET
--- silently dropped the TTL and made abandoned counters immortal).
+-- Read a counter and reset it to 0, keeping its TTL (GETSET would
+-- silently drop the TTL and make abandoned counters immortal).
 --
 -- KEYS[1]  the counter key (an integer string with an idle TTL)
 --

@@ -1,5 +1,5 @@
--- Release a lock, only if it is still held with our token (seed 000: a
--- plain DEL after expiry would delete the next holder's lock).
+-- Release a lock, only if it is still held with our token (a plain
+-- DEL after expiry would delete the next holder's lock).
 --
 -- KEYS[1]  the lock key
 -- KEYS[2]  the fence key: deliberately untouched, it has its own ttl and

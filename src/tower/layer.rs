@@ -43,7 +43,7 @@ use crate::policy::WarnLimiter;
 /// use shardlimit::tower::{PeerIp, RateLimitLayer};
 ///
 /// let per_ip = RateLimiter::builder(&cluster, "ip", Quota::per_second(NonZeroU32::new(20).unwrap()))
-///     .policy(FailurePolicy::FailOpen)
+///     .failure_policy(FailurePolicy::FailOpen)
 ///     .build()?;
 /// let app: Router = Router::new()
 ///     .route("/", get(|| async { "hello" }))

@@ -138,7 +138,7 @@ async fn hung_master() {
     let _restore = RestoreOnDrop;
     let cluster = cluster_builder("hung").build().await.unwrap();
     let open = RateLimiter::builder(&cluster, "open", big_quota())
-        .policy(FailurePolicy::FailOpen)
+        .failure_policy(FailurePolicy::FailOpen)
         .build()
         .unwrap();
     let closed = RateLimiter::builder(&cluster, "closed", big_quota())
@@ -281,7 +281,7 @@ async fn whole_cluster_down_and_back() {
     let _restore = RestoreOnDrop;
     let cluster = cluster_builder("down").build().await.unwrap();
     let open = RateLimiter::builder(&cluster, "open", big_quota())
-        .policy(FailurePolicy::FailOpen)
+        .failure_policy(FailurePolicy::FailOpen)
         .build()
         .unwrap();
     let closed = RateLimiter::builder(&cluster, "closed", big_quota())

@@ -7,7 +7,7 @@
 //! back into its subject and primitive with the key parser, reads each
 //! primitive's state in pipelines, and streams [`LimiterInfo`]s. It also
 //! counts primitives per node, kind and name ([`Scanner::count_limiters`]),
-//! audits the namespace for keys without a TTL — the seed-003 leak — and
+//! audits the namespace for keys without a TTL — which never go away — and
 //! keys the parser does not recognise ([`Scanner::audit`]), and deletes one
 //! subject's keys in one slot-pinned transaction ([`Scanner::reset`]) —
 //! refusing a held lock, a lease with permits or an undrained counter unless

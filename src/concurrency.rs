@@ -1,5 +1,6 @@
-//! Concurrency leases: at most N holders per subject (Sidekiq's "concurrent"
-//! limiter). The public documentation lives on [`ConcurrencyLimiter`].
+//! The concurrency limiter: at most N holders per subject (Sidekiq's
+//! "concurrent" limiter). The public documentation lives on
+//! [`ConcurrencyLimiter`].
 
 use std::fmt;
 use std::num::NonZeroU32;
@@ -16,6 +17,11 @@ use crate::scripts::{LEASE_ACQUIRE, LEASE_EXTEND, LEASE_RELEASE};
 
 /// At most N concurrent holders per subject: a distributed semaphore whose
 /// permits expire, so a crashed holder's permit comes back on its own.
+///
+/// The words, once: a concurrency limiter grants **permits**; a permit is
+/// held for a **lease** ([`lease_ttl`](ConcurrencyLimiterBuilder::lease_ttl),
+/// renewed by [`Permit::extend`]) after which it is reclaimed. Its keys,
+/// stats and metrics carry the kind `lease`.
 ///
 /// State per subject is one sorted set `<ns>:{<subject>}:lease:<name>`:
 /// member = a permit's random 128-bit id, score = its expiry in the server's

@@ -97,9 +97,9 @@ macro_rules! scripts {
             vec![$(&*$ident),*]
         }
     };
-    (@code $name:literal) => { include_str!(concat!($name, ".lua")) };
+    (@code $name:literal) => { include_str!(concat!("scripts/", $name, ".lua")) };
     (@code $name:literal [$($part:literal),+]) => {
-        concat!($(include_str!(concat!($part, ".lua"))),+)
+        concat!($(include_str!(concat!("scripts/", $part, ".lua"))),+)
     };
 }
 
@@ -130,7 +130,7 @@ scripts! {
 mod tests {
     use super::*;
 
-    const CLOCK: &str = include_str!("clock.lua");
+    const CLOCK: &str = include_str!("scripts/clock.lua");
 
     #[test]
     fn the_server_clock_is_read_only_by_the_prelude() {
