@@ -7,6 +7,7 @@ mod exec;
 mod node;
 mod router;
 mod seeds;
+mod stats;
 mod topology;
 mod transaction;
 
@@ -24,14 +25,14 @@ use self::node::NodeConfig;
 pub use self::node::NodeState;
 use self::router::{Router, RouterConfig};
 use self::seeds::{PasswordSource, Pem, Secret, Security};
+pub use self::stats::Stats;
 pub use self::topology::{NodeAddr, Shard, Topology};
-pub(crate) use self::transaction::TRANSACTION_OP;
 pub use self::transaction::{Transaction, TxCommand};
 use crate::error::{Error, Result};
 use crate::keys::{KeyBuilder, KeySet};
 use crate::metrics::ClusterMetrics;
-use crate::scripts::Script;
-use crate::stats::{Outcomes, Registry, Stats};
+use crate::outcomes::{Outcomes, Registry};
+use crate::scripts::{Script, TRANSACTION_OP};
 
 /// Environment variable with the seed nodes, comma-separated
 /// `redis://host:port` (or `rediss://` for TLS) URLs; read by

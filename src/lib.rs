@@ -118,15 +118,17 @@ pub mod keys;
 pub mod limit;
 mod lock;
 mod metrics;
+mod outcomes;
 mod policy;
 mod primitive;
 mod scripts;
-mod stats;
 #[cfg(feature = "tower")]
 pub mod tower;
+mod warn;
 
 #[cfg(feature = "metrics")]
 pub use self::metrics::describe_metrics;
+pub use cluster::Stats;
 pub use cluster::{
     Cluster, ClusterBuilder, DEFAULT_NODES, DEPLOYMENT_ENV, Deployment, NODES_ENV, NodeAddr,
     NodeState, PASSWORD_ENV, PASSWORD_FILE_ENV, Shard, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV,
@@ -140,6 +142,6 @@ pub use limit::{
     Algorithm, Decision, MultiDecision, MultiLimiter, Quota, RateLimiter, RateLimiterBuilder,
 };
 pub use lock::{Lock, LockBuilder, LockGuard};
+pub use outcomes::PrimitiveStats;
 pub use policy::{BypassReason, FailurePolicy};
 pub use scripts::{NO_ARGS, Script};
-pub use stats::{PrimitiveStats, Stats};

@@ -8,7 +8,7 @@
 //!   metrics hook an empty inline function.
 //! * **With it**, the hot path never allocates and never formats: the
 //!   decision counters of a primitive are registered once, when it is built
-//!   (next to its [`Counters`](crate::stats)), and the latency histograms
+//!   (next to its outcome counts), and the latency histograms
 //!   once per operation name and [`Cluster`](crate::Cluster) handle, then
 //!   found by a read-locked map lookup. Rare events (reconnects, lock losses,
 //!   scanner pages) register per call.
@@ -283,8 +283,7 @@ mod enabled {
     use metrics::{Histogram, Unit};
 
     use super::*;
-    use crate::cluster::TRANSACTION_OP;
-    use crate::scripts;
+    use crate::scripts::{self, TRANSACTION_OP};
 
     const STATUSES: [&str; 3] = ["ok", "error", "timeout"];
 

@@ -11,8 +11,8 @@ use crate::backoff::Backoff;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::keys::{KeyId, KeySet};
+use crate::outcomes::Outcomes;
 use crate::scripts::Script;
-use crate::stats::Outcomes;
 
 /// What a primitive (a limiter, lock, lease or counter) is made of: the
 /// cluster it talks to, the key id of its main key (kind and name) and its
@@ -196,7 +196,7 @@ pub(crate) fn release_orphan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::Registry;
+    use crate::outcomes::Registry;
 
     #[test]
     fn retry_backoff_refuses_zero_and_inverted_bounds() {

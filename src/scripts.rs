@@ -9,6 +9,10 @@ use std::borrow::Cow;
 use std::fmt;
 use std::sync::LazyLock;
 
+/// The operation name of a transaction (MULTI/EXEC) in errors, traces and
+/// metrics, beside the scripts' names.
+pub(crate) const TRANSACTION_OP: &str = "transaction";
+
 /// `ARGV` for a script that takes none: `cluster.eval(&script, &keys, NO_ARGS)`.
 pub const NO_ARGS: &[&str] = &[];
 

@@ -2,9 +2,6 @@
 
 use redis::ToRedisArgs;
 
-/// The operation name of a transaction in errors, traces and metrics.
-pub(crate) const TRANSACTION_OP: &str = "transaction";
-
 use crate::error::{Error, Result};
 use crate::keys::KeySet;
 

@@ -13,9 +13,9 @@ use super::quota::Quota;
 use super::script::{Invocation, LimitSpec};
 use crate::cluster::{Cluster, Transaction, TxCommand};
 use crate::error::Result;
+use crate::outcomes::Outcomes;
 use crate::policy::FailurePolicy;
 use crate::primitive::Core;
-use crate::stats::Outcomes;
 
 /// A rate limiter definition: a name, a [`Quota`], an [`Algorithm`] and a
 /// [`FailurePolicy`], built once and checked per subject. Cheap to clone.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use http::HeaderValue;
 
 use super::limits::Limits;
-use crate::policy::WarnLimiter;
+use crate::warn::WarnLimiter;
 
 /// What to do with a request whose key cannot be extracted (the extractor
 /// returned `None`, or an empty key). A key longer than [`MAX_SUBJECT_LEN`](crate::keys::MAX_SUBJECT_LEN)

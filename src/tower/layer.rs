@@ -11,7 +11,7 @@ use super::limits::Limits;
 use super::service::RateLimitService;
 use crate::error::{Error, Result};
 use crate::keys::MAX_SUBJECT_LEN;
-use crate::policy::WarnLimiter;
+use crate::warn::WarnLimiter;
 
 /// A [`tower::Layer`] that rate-limits HTTP requests with a shardlimit
 /// [`RateLimiter`](crate::RateLimiter) or

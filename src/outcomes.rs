@@ -1,4 +1,4 @@
-//! Outcome counters per primitive, behind [`Cluster::stats`](crate::Cluster::stats).
+//! Outcome counts per primitive, behind [`Cluster::stats`](crate::Cluster::stats).
 //!
 //! Each primitive registers once, when it is built, and keeps an `Arc` to its
 //! counters, so recording an outcome is one relaxed atomic increment.
@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::metrics::{DecisionMetrics, Outcome};
-use crate::policy::WarnLimiter;
+use crate::warn::WarnLimiter;
 
 /// Counts of one primitive's outcomes since the [`Cluster`](crate::Cluster)
 /// was built.
@@ -28,29 +28,6 @@ pub struct PrimitiveStats {
     pub bypassed: u64,
     /// Errors returned to the caller.
     pub errors: u64,
-}
-
-/// A snapshot of every primitive's counters.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Stats {
-    /// One entry per kind and name, sorted.
-    pub primitives: Vec<PrimitiveStats>,
-    /// Every node the handle knows, with its connection counts and whether
-    /// it is believed down.
-    pub nodes: Vec<crate::cluster::NodeState>,
-    /// Topology reads completed (at build, after redirects, failovers).
-    pub topology_refreshes: u64,
-}
-
-impl Stats {
-    /// The counters of the primitive `kind`/`name`, if it was ever built.
-    #[must_use]
-    pub fn get(&self, kind: &str, name: &str) -> Option<&PrimitiveStats> {
-        self.primitives
-            .iter()
-            .find(|p| p.kind == kind && p.name == name)
-    }
 }
 
 /// Live outcome counts of one primitive (what [`PrimitiveStats`] snapshots).
