@@ -74,7 +74,7 @@ impl LockBuilder {
     ///
     /// It stops when the guard is released or dropped (it holds only a weak
     /// reference), and when an extension finds the lock gone or taken — then
-    /// [`LockGuard::is_held`] turns false and [`LockGuard::lost`] resolves.
+    /// [`LockGuard::is_held`](super::LockGuard::is_held) turns false and [`LockGuard::lost`](super::LockGuard::lost) resolves.
     /// Failed extensions (timeouts) are retried; if they keep failing, the
     /// lock is presumed lost once its TTL runs out locally.
     pub fn watchdog(mut self, on: bool) -> Self {
