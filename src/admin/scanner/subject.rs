@@ -1,0 +1,115 @@
+//! One subject's primitives, read from its slot on its master: no walk.
+
+use super::Scanner;
+use super::filter::{Filter, glob_escape};
+use super::plan::{Found, Mode, read_page};
+use crate::admin::info::LimiterInfo;
+use crate::cluster::NodeAddr;
+use crate::error::{Error, Result};
+use crate::keys::{KeyId, ParsedKey, slot};
+
+impl Scanner {
+    /// One subject's keys (of `kind` and `name`, if given), sorted, and the
+    /// primitives they hold.
+    pub(crate) async fn subject_primitives(
+        &self,
+        subject: &[u8],
+        kind: Option<&str>,
+        name: Option<&str>,
+    ) -> Result<(Vec<Vec<u8>>, Vec<LimiterInfo>)> {
+        let (owner, mut keys) = self.subject_keys(subject, kind, name).await?;
+        keys.sort();
+        let found = read_page(
+            &self.cluster,
+            &Filter::default(),
+            Mode::List,
+            &owner,
+            keys.clone(),
+        )
+        .await?;
+        let primitives = found
+            .into_iter()
+            .filter_map(|f| match f {
+                Found::Limiter(info) => Some(info),
+                _ => None,
+            })
+            .collect();
+        Ok((keys, primitives))
+    }
+
+    /// The master serving `subject`'s slot and the subject's keys there (of
+    /// `kind` and `name`, if given).
+    async fn subject_keys(
+        &self,
+        subject: &[u8],
+        kind: Option<&str>,
+        name: Option<&str>,
+    ) -> Result<(NodeAddr, Vec<Vec<u8>>)> {
+        let probe = self
+            .cluster
+            .keys()
+            .key(subject, &KeyId::new("probe", "probe")?)?;
+        let the_slot = slot(&probe);
+        let topology = self.cluster.topology().await?;
+        let owner = topology
+            .owner(the_slot)
+            .ok_or_else(|| Error::UnexpectedReply {
+                op: "cluster slots".into(),
+                detail: format!("no master serves slot {the_slot}"),
+            })?
+            .master
+            .clone();
+        let tag_end = probe.len() - b"probe:probe".len();
+        if self.cluster.is_standalone() {
+            // No CLUSTER …KEYSINSLOT on a standalone server: SCAN for
+            // exactly this subject's keys.
+            let keys = self
+                .scan_matching(&owner, &glob_escape(&probe[..tag_end]))
+                .await?;
+            return Ok((owner, self.subjects_own(keys, subject, kind, name)));
+        }
+        let mut count_cmd = redis::cmd("CLUSTER");
+        count_cmd.arg("COUNTKEYSINSLOT").arg(the_slot);
+        let in_slot: u64 = self
+            .cluster
+            .node_command("cluster countkeysinslot", &owner, count_cmd)
+            .await?;
+        let keys = if in_slot == 0 {
+            return Ok((owner, Vec::new()));
+        } else if in_slot <= u64::from(self.count) {
+            let mut list = redis::cmd("CLUSTER");
+            list.arg("GETKEYSINSLOT").arg(the_slot).arg(in_slot);
+            self.cluster
+                .node_command("cluster getkeysinslot", &owner, list)
+                .await?
+        } else {
+            // GETKEYSINSLOT has no cursor: asking for a crowded slot's keys
+            // at once would block the node for the whole slot. SCAN for
+            // exactly this subject's keys instead, `count` per call.
+            self.scan_matching(&owner, &glob_escape(&probe[..tag_end]))
+                .await?
+        };
+        Ok((owner, self.subjects_own(keys, subject, kind, name)))
+    }
+
+    /// The keys of `subject` (of `kind` and `name`, if given) among `keys`.
+    fn subjects_own(
+        &self,
+        keys: Vec<Vec<u8>>,
+        subject: &[u8],
+        kind: Option<&str>,
+        name: Option<&str>,
+    ) -> Vec<Vec<u8>> {
+        let namespace = self.cluster.namespace();
+        keys.into_iter()
+            .filter(|key| {
+                ParsedKey::parse(key).is_ok_and(|p| {
+                    p.namespace == namespace
+                        && *p.subject == *subject
+                        && kind.is_none_or(|k| p.kind == k)
+                        && name.is_none_or(|n| p.name == n)
+                })
+            })
+            .collect()
+    }
+}
