@@ -1,0 +1,133 @@
+//! The command line: global options and one subcommand.
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "shardlimit",
+    version,
+    about = "See and manage every shardlimit primitive on a Redis Cluster"
+)]
+pub(crate) struct Cli {
+    /// Seed nodes, comma-separated redis:// (or rediss:// for TLS) URLs.
+    #[arg(
+        long,
+        env = "SHARDLIMIT_NODES",
+        hide_env_values = true,
+        value_delimiter = ',',
+        global = true
+    )]
+    pub(crate) nodes: Vec<String>,
+    /// What the nodes are: detect (default; standalone only when the one
+    /// node given has cluster support disabled), cluster or standalone.
+    #[arg(long, env = "SHARDLIMIT_DEPLOYMENT", global = true)]
+    pub(crate) deployment: Option<shardlimit::Deployment>,
+    /// ACL username for every node.
+    #[arg(long, env = "SHARDLIMIT_USER", hide_env_values = true, global = true)]
+    pub(crate) user: Option<String>,
+    /// File holding the password (one trailing newline ignored). The
+    /// password can also come from the environment variable
+    /// SHARDLIMIT_PASSWORD; there is no flag for it, so it never shows in `ps`.
+    #[arg(
+        long,
+        env = "SHARDLIMIT_PASSWORD_FILE",
+        hide_env_values = true,
+        global = true
+    )]
+    pub(crate) password_file: Option<std::path::PathBuf>,
+    /// PEM file of the CA certificates to trust for rediss:// nodes
+    /// (default: the system's trust store).
+    #[arg(long, env = "SHARDLIMIT_TLS_CA", hide_env_values = true, global = true)]
+    pub(crate) tls_ca: Option<std::path::PathBuf>,
+    /// PEM client certificate for mutual TLS (with --tls-key).
+    #[arg(
+        long,
+        env = "SHARDLIMIT_TLS_CERT",
+        hide_env_values = true,
+        requires = "tls_key",
+        global = true
+    )]
+    pub(crate) tls_cert: Option<std::path::PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(
+        long,
+        env = "SHARDLIMIT_TLS_KEY",
+        hide_env_values = true,
+        requires = "tls_cert",
+        global = true
+    )]
+    pub(crate) tls_key: Option<std::path::PathBuf>,
+    /// The namespace the primitives were built with.
+    #[arg(long, default_value = "sl", global = true)]
+    pub(crate) namespace: String,
+    /// Timeout of each command, in milliseconds.
+    #[arg(long, default_value_t = 2000, global = true)]
+    pub(crate) timeout_ms: u64,
+    /// Keys asked for per SCAN call.
+    #[arg(long, default_value_t = shardlimit::admin::DEFAULT_SCAN_COUNT, global = true)]
+    pub(crate) scan_count: u32,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum Command {
+    /// Every primitive, one line each.
+    List {
+        /// Only this kind (fw, slog, swc, gcra, lock, lease, counter, ...).
+        #[arg(long)]
+        kind: Option<String>,
+        /// Only this name.
+        #[arg(long)]
+        name: Option<String>,
+        /// Only subjects matching this glob (* and ?).
+        #[arg(long)]
+        subject: Option<String>,
+        /// JSON Lines instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every primitive of one subject.
+    Show {
+        subject: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Primitives per master, kind and name.
+    Count {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Keys without a TTL and keys that are not shardlimit's; exit code 1 if any.
+    Audit {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete one subject's keys (all, or one kind / name) in one transaction.
+    ///
+    /// Refuses (exit code 1) when a lock is held, a lease has permits or a
+    /// counter has a value, unless --force. Asks for confirmation when stdin
+    /// is a terminal, unless --yes.
+    Reset(ResetArgs),
+    /// Cluster state, masters and replicas, AOF, memory per master.
+    Health,
+}
+
+/// The arguments of `reset`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct ResetArgs {
+    pub(crate) subject: String,
+    #[arg(long)]
+    pub(crate) kind: Option<String>,
+    #[arg(long)]
+    pub(crate) name: Option<String>,
+    /// List exactly what would be deleted, and what is in use; delete nothing.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// Delete held locks, leases with permits and undrained counters too.
+    #[arg(long)]
+    pub(crate) force: bool,
+    /// Do not ask for confirmation.
+    #[arg(long, short = 'y')]
+    pub(crate) yes: bool,
+}

@@ -1,0 +1,117 @@
+//! `shardlimit`: the cluster-wide view of every limiter, lock, lease and
+//! counter under a namespace (feature `cli`).
+//!
+//! ```text
+//! shardlimit list [--kind K] [--name N] [--subject GLOB] [--json]
+//! shardlimit show <subject> [--json]
+//! shardlimit count [--json]
+//! shardlimit audit [--json]        # exit code 1 when anything is found
+//! shardlimit reset <subject> [--kind K] [--name N] [--dry-run] [--force] [--yes]
+//! shardlimit health
+//! ```
+//!
+//! Global: `--nodes` (or `SHARDLIMIT_NODES`, comma-separated
+//! `redis://host:port`, `rediss://` for TLS; default the six local test
+//! nodes), `--deployment` (or `SHARDLIMIT_DEPLOYMENT`: `detect` by default,
+//! `cluster`, `standalone` for one plain redis-server), `--namespace`
+//! (default `sl`); credentials `--user` (or
+//! `SHARDLIMIT_USER`) with the password from `SHARDLIMIT_PASSWORD` or
+//! `--password-file` (never a flag: it would show in `ps`); TLS `--tls-ca`,
+//! `--tls-cert`, `--tls-key` (or `SHARDLIMIT_TLS_CA`, ...). No output ever
+//! shows a password: nodes are printed as `redis://user:***@host:port`, and
+//! `--help` does not print the environment's values. A progress bar goes to stderr when it is a terminal;
+//! `--json` prints JSON Lines (one object per line) so output streams at
+//! millions of limiters.
+
+mod args;
+mod audit;
+mod count;
+mod health;
+mod list;
+mod output;
+mod reset;
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use shardlimit::Cluster;
+use shardlimit::admin::Scanner;
+
+use self::args::{Cli, Command};
+use self::output::AnyResult;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("shardlimit: {err}");
+            let mut source = std::error::Error::source(&*err);
+            while let Some(cause) = source {
+                eprintln!("  caused by: {cause}");
+                source = cause.source();
+            }
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> AnyResult<ExitCode> {
+    let cluster = connect(&cli).await?;
+    let scanner = Scanner::new(&cluster).count(cli.scan_count);
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let table = std::io::stdout().is_terminal();
+    match cli.command {
+        Command::List {
+            kind,
+            name,
+            subject,
+            json,
+        } => list::list(scanner, &mut out, table, kind, name, subject, json).await,
+        Command::Show { subject, json } => {
+            list::show(&scanner, &mut out, table, &subject, json).await
+        }
+        Command::Count { json } => count::count(scanner, &mut out, json).await,
+        Command::Audit { json } => audit::audit(scanner, &mut out, json).await,
+        Command::Reset(args) => reset::reset(&scanner, &mut out, args).await,
+        Command::Health => health::health(&cluster, &mut out).await,
+    }
+}
+
+/// The cluster handle the global options describe.
+async fn connect(cli: &Cli) -> AnyResult<Cluster> {
+    let nodes: Vec<String> = if cli.nodes.is_empty() {
+        Cluster::seeds_from_env()
+    } else {
+        cli.nodes.clone()
+    };
+    let mut builder = Cluster::builder(nodes)
+        .namespace(&cli.namespace)
+        .command_timeout(Duration::from_millis(cli.timeout_ms));
+    if let Some(deployment) = cli.deployment {
+        builder = builder.deployment(deployment);
+    }
+    if let Some(user) = &cli.user {
+        builder = builder.username(user);
+    }
+    // The environment's password wins over a file, as in
+    // `Cluster::builder_from_env`.
+    match std::env::var(shardlimit::PASSWORD_ENV) {
+        Ok(password) if !password.is_empty() => builder = builder.password(password),
+        _ => {
+            if let Some(path) = &cli.password_file {
+                builder = builder.password_file(path);
+            }
+        }
+    }
+    if let Some(ca) = &cli.tls_ca {
+        builder = builder.tls_ca_file(ca);
+    }
+    if let (Some(cert), Some(key)) = (&cli.tls_cert, &cli.tls_key) {
+        builder = builder.tls_client_cert_files(cert, key);
+    }
+    Ok(builder.build().await?)
+}

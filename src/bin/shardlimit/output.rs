@@ -1,0 +1,125 @@
+//! Output shared by the commands: the table and JSON forms of a
+//! primitive, sizes in words, the scan progress bar.
+
+use std::io::{IsTerminal, Write};
+use std::sync::Arc;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{Value, json};
+use shardlimit::admin::{LimiterInfo, Progress, Scanner, Usage};
+
+/// What a command returns: any error is printed with its causes.
+pub(crate) type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// A progress bar on stderr (hidden unless stderr is a terminal), fed by
+/// the scanner: keys scanned over the masters' DBSIZE.
+pub(crate) fn with_progress(scanner: Scanner) -> (Scanner, ProgressBar) {
+    let bar = if std::io::stderr().is_terminal() {
+        ProgressBar::new(0)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} scanned {pos}/{len} keys ({per_sec}) {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let per_node = Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::<
+        String,
+        Progress,
+    >::new()));
+    let feed = bar.clone();
+    let scanner = scanner.on_progress(move |p| {
+        let mut nodes = per_node
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        nodes.insert(p.node.clone(), p.clone());
+        feed.set_length(nodes.values().map(|p| p.dbsize.max(p.scanned)).sum());
+        feed.set_position(nodes.values().map(|p| p.scanned).sum());
+        let done = nodes.values().filter(|p| p.done).count();
+        feed.set_message(format!("{done}/{} masters done", nodes.len()));
+    });
+    (scanner, bar)
+}
+
+const COLUMNS: [&str; 7] = ["KIND", "NAME", "SUBJECT", "SLOT", "NODE", "TTL", "STATE"];
+
+pub(crate) fn header(out: &mut impl Write, table: bool) -> std::io::Result<()> {
+    if table {
+        writeln!(
+            out,
+            "{:<8} {:<16} {:<32} {:>5} {:<16} {:>10} {}",
+            COLUMNS[0], COLUMNS[1], COLUMNS[2], COLUMNS[3], COLUMNS[4], COLUMNS[5], COLUMNS[6]
+        )
+    } else {
+        writeln!(out, "{}", COLUMNS.join("\t"))
+    }
+}
+
+pub(crate) fn row(out: &mut impl Write, table: bool, info: &LimiterInfo) -> std::io::Result<()> {
+    let ttl = match info.ttl {
+        Some(ttl) => format!("{}ms", ttl.as_millis()),
+        None => "NONE".to_owned(),
+    };
+    let subject = info.subject_lossy();
+    let state = info.usage.describe();
+    if table {
+        writeln!(
+            out,
+            "{:<8} {:<16} {:<32} {:>5} {:<16} {:>10} {}",
+            info.kind, info.name, subject, info.slot, info.node, ttl, state
+        )
+    } else {
+        writeln!(
+            out,
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            info.kind, info.name, subject, info.slot, info.node, ttl, state
+        )
+    }
+}
+
+pub(crate) fn info_json(info: &LimiterInfo) -> Value {
+    let subject = match std::str::from_utf8(&info.subject) {
+        Ok(text) => json!(text),
+        Err(_) => {
+            json!({ "hex": info.subject.iter().map(|b| format!("{b:02x}")).collect::<String>() })
+        }
+    };
+    let usage = match &info.usage {
+        Usage::FixedWindow { used } => json!({"used": used}),
+        Usage::SlidingLog { entries } => json!({"entries": entries}),
+        Usage::SlidingWindow { current, previous } => {
+            json!({"current": current, "previous": previous})
+        }
+        Usage::Gcra {
+            theoretical_arrival_us,
+        } => json!({"theoretical_arrival_us": theoretical_arrival_us}),
+        Usage::Lease { holders } => json!({"holders": holders}),
+        Usage::Lock {
+            held,
+            fencing_token,
+        } => json!({"held": held, "fencing_token": fencing_token}),
+        Usage::Counter { value } => json!({"value": value}),
+        Usage::Other { redis_type } => json!({"redis_type": redis_type}),
+        other => json!({"state": other.describe()}),
+    };
+    json!({
+        "kind": info.kind,
+        "name": info.name,
+        "subject": subject,
+        "slot": info.slot,
+        "node": info.node,
+        "ttl_ms": info.ttl.map(|t| t.as_millis()),
+        "state": usage,
+    })
+}
+
+pub(crate) fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
