@@ -1,0 +1,65 @@
+//! The command line of the load harness.
+
+use clap::Parser;
+
+#[derive(Parser, Debug, Clone)]
+#[command(about = "shardlimit load harness")]
+pub(crate) struct Args {
+    /// fw | slog | swc | gcra | lock | lease | counter; or `tower` (needs
+    /// `--features tower`): the HTTP layer around a GCRA limiter against the
+    /// limiter called directly.
+    #[arg(long, default_value = "gcra")]
+    pub(crate) kind: String,
+    /// Distinct subjects.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub(crate) subjects: u64,
+    /// uniform | zipf
+    #[arg(long, default_value = "uniform")]
+    pub(crate) dist: String,
+    /// Zipf exponent (with --dist zipf).
+    #[arg(long, default_value_t = 1.1)]
+    pub(crate) zipf_s: f64,
+    /// Requests in flight.
+    #[arg(long, default_value_t = 64)]
+    pub(crate) concurrency: usize,
+    /// Measured rounds per side.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) rounds: usize,
+    /// Length of one round, seconds.
+    #[arg(long, default_value_t = 3.0)]
+    pub(crate) round_secs: f64,
+    /// Requests per round instead of a duration (`--round-secs` is then
+    /// ignored for the measured rounds).
+    #[arg(long)]
+    pub(crate) requests: Option<u64>,
+    /// Warm-up before measuring, seconds (both sides).
+    #[arg(long, default_value_t = 2.0)]
+    pub(crate) warmup_secs: f64,
+    /// `raw`: interleave rounds of bare redis-rs running the same script.
+    /// `plain`: interleave rounds of the library against `--plain-nodes`.
+    #[arg(long)]
+    pub(crate) baseline: Option<String>,
+    /// Seed URLs (comma-separated) of the plaintext cluster for
+    /// `--baseline plain`.
+    #[arg(long)]
+    pub(crate) plain_nodes: Option<String>,
+    /// Instead of a load run: create this many limiters and measure memory.
+    #[arg(long)]
+    pub(crate) populate: Option<u64>,
+    /// Quota of the rate limiters: this many per `--period-secs`. The
+    /// default never denies at bench load and keeps every key short-lived;
+    /// for `--populate`, a low limit keeps GCRA keys alive (a GCRA key lives
+    /// until its bucket is full again): `--limit 1 --period-secs 3600`. A
+    /// sliding log uses at most its maximum limit, 128.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub(crate) limit: u32,
+    /// Period of the quota, seconds.
+    #[arg(long, default_value_t = 60)]
+    pub(crate) period_secs: u64,
+    /// Namespace (a fresh one per run by default).
+    #[arg(long)]
+    pub(crate) namespace: Option<String>,
+    /// Ignored (cargo bench passes it).
+    #[arg(long, hide = true)]
+    pub(crate) bench: bool,
+}

@@ -1,0 +1,119 @@
+//! Load harness: throughput, latency and memory of shardlimit's primitives on
+//! the six-node cluster, side by side with bare redis-rs.
+//!
+//! ```text
+//! cargo bench --bench load -- --kind gcra --subjects 1000000 --concurrency 64 \
+//!     --rounds 10 --round-secs 3 --baseline raw
+//! cargo bench --bench load -- --kind gcra --populate 10000000 --limit 1 --period-secs 3600
+//! cargo bench --bench load -- --help
+//! ```
+//!
+//! * `--baseline raw` runs the **same Lua script with the same keys and
+//!   arguments** through a bare redis-rs cluster connection (no shardlimit),
+//!   interleaved with the library round by round (A B A B …), and reports
+//!   medians and the library/raw ratio measured in the same run, so machine
+//!   noise cancels.
+//! * `--baseline plain --plain-nodes redis://127.0.0.1:7200` measures the
+//!   cost of TLS: the library against the cluster of `SHARDLIMIT_NODES`
+//!   (`rediss://`, with `SHARDLIMIT_TLS_CA`), interleaved with the library
+//!   against a plaintext cluster of the same redis-server build, and reports
+//!   the tls/plain ratios of the same run (see README, "Production
+//!   connections").
+//! * `--populate N` measures memory: `used_memory` summed over the masters
+//!   before and after creating N limiters (one operation per subject),
+//!   divided by N, next to N minimal raw keys of the same value and TTL.
+//!
+//! Results: a table on stdout and a JSON file under `target/bench/`.
+//! Only ever targets the cluster in `SHARDLIMIT_NODES` / the local test
+//! nodes on 127.0.0.1.
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
+mod args;
+mod compare;
+mod drive;
+mod memory;
+mod raw;
+mod report;
+mod target;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use clap::Parser;
+use shardlimit::Cluster;
+
+use crate::args::Args;
+use crate::compare::compare;
+use crate::drive::Sampler;
+use crate::memory::populate;
+use crate::raw::Raw;
+use crate::target::{Target, http_layer, lib_call, target};
+
+fn main() {
+    let args = Args::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(run(args));
+}
+
+pub(crate) async fn run(args: Args) {
+    let namespace = args.namespace.clone().unwrap_or_else(|| {
+        format!(
+            "bench{}",
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap()
+                .as_secs()
+        )
+    });
+    let cluster = Cluster::builder_from_env()
+        .namespace(&namespace)
+        .command_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .expect("cluster: start it with cluster-compose/up.sh");
+    #[cfg(feature = "tower")]
+    if args.kind == "tower" {
+        // The HTTP layer around a GCRA limiter, against the same limiter
+        // called directly: the layer's overhead per request.
+        let mut inner = args.clone();
+        inner.kind = "gcra".into();
+        let Target::Limiter(limiter) = target(&cluster, &inner) else {
+            unreachable!()
+        };
+        let (layer, direct) = http_layer::calls(limiter);
+        let sampler = Sampler::new(&args);
+        return compare(&args, &sampler, ("layer", layer), Some(("direct", direct))).await;
+    }
+    let target = target(&cluster, &args);
+    if let Some(n) = args.populate {
+        return populate(&cluster, &target, &args, n).await;
+    }
+    let sampler = Sampler::new(&args);
+    if args.baseline.as_deref() == Some("plain") {
+        let nodes = args
+            .plain_nodes
+            .clone()
+            .expect("--baseline plain needs --plain-nodes");
+        let plain = Cluster::builder(nodes.split(',').map(str::to_owned))
+            .namespace(&namespace)
+            .command_timeout(Duration::from_secs(1))
+            .build()
+            .await
+            .expect("the plaintext cluster of --plain-nodes");
+        let plain = self::target(&plain, &args);
+        let tls = move |k| lib_call(target.clone(), k);
+        let plain = move |k| lib_call(plain.clone(), k);
+        return compare(&args, &sampler, ("tls", tls), Some(("plain", plain))).await;
+    }
+    let raw = match args.baseline.as_deref() {
+        Some("raw") => Some(Arc::new(Raw::new(&cluster, &target).await)),
+        Some(other) => panic!("unknown baseline {other:?} (`raw` or `plain`)"),
+        None => None,
+    };
+    let lib = move |k| lib_call(target.clone(), k);
+    let raw = raw.map(|raw| ("raw", move |k| raw.call(k)));
+    compare(&args, &sampler, ("lib", lib), raw).await;
+}
