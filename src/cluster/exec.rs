@@ -34,14 +34,14 @@
 //!   same rule Redis applies to multi-key commands and scripts).
 
 use std::borrow::Cow;
-use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::{Arg, Cmd, ErrorKind, Pipeline, RedisError, RedisResult, ServerErrorKind, Value};
+use redis::{Arg, Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 use tokio::time::{Instant, timeout_at};
 
-use super::node::{Fault, Lane, Live, Node, Unavailable};
+use super::call::{connect, report};
+use super::node::{Fault, Lane};
 use super::router::Router;
 use super::transaction::Transaction;
 use crate::error::{Error, Result, is_connection_fault, not_executed_yet};
@@ -272,118 +272,6 @@ pub(crate) async fn run(
     }
 }
 
-/// What is sent by [`node_request`].
-pub(crate) enum Request<'a> {
-    /// One command; a server error is returned as an error.
-    Cmd(&'a Cmd),
-    /// A plain (not atomic) pipeline; every reply is returned, server
-    /// errors as values.
-    Pipeline(&'a Pipeline),
-}
-
-/// Sends `request` to `node`, without following redirects, within
-/// `timeout`.
-pub(crate) async fn node_request(
-    node: &Arc<Node>,
-    op: impl Into<Cow<'static, str>>,
-    request: Request<'_>,
-    timeout: Duration,
-    router: &Router,
-) -> Result<Value> {
-    let op = op.into();
-    tokio::task::coop::consume_budget().await; // see `run`
-    let deadline = Instant::now() + timeout;
-    let live = connect(router, node, Lane::Shared, deadline, &op, None, timeout).await?;
-    let mut conn = live.conn.clone();
-    let sent = async {
-        match request {
-            Request::Cmd(cmd) => conn.req_packed_command(cmd).await?.extract_error(),
-            Request::Pipeline(pipe) => conn
-                .req_packed_commands(pipe, 0, pipe.len())
-                .await
-                .map(Value::Array),
-        }
-    };
-    match timeout_at(deadline, sent).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(source)) => {
-            if is_connection_fault(&source) {
-                report(router, node, &live, Fault::Broken);
-            }
-            Err(Error::Redis {
-                op,
-                slot: None,
-                source,
-            })
-        }
-        Err(_elapsed) => {
-            report(router, node, &live, Fault::Timeout);
-            Err(Error::Timeout {
-                op,
-                slot: None,
-                timeout,
-            })
-        }
-    }
-}
-
-/// A connection to `node`, or the error that says why there is none: a node
-/// known down is refused at once, without sending anything.
-#[allow(clippy::ptr_arg)] // as in `run`
-async fn connect(
-    router: &Router,
-    node: &Arc<Node>,
-    lane: Lane,
-    deadline: Instant,
-    op: &Cow<'static, str>,
-    slot: Option<u16>,
-    timeout: Duration,
-) -> Result<Live> {
-    match timeout_at(deadline, node.connection(lane)).await {
-        Ok(Ok(live)) => Ok(live),
-        Ok(Err(Unavailable::Down {
-            refused: Some(source),
-            ..
-        })) => Err(Error::Redis {
-            op: op.clone(),
-            slot,
-            source,
-        }),
-        Ok(Err(Unavailable::Down {
-            since,
-            refused: None,
-        })) => Err(Error::NodeDown {
-            op: op.clone(),
-            slot,
-            node: node.addr().to_owned(),
-            down_for: since.elapsed(),
-        }),
-        Ok(Err(Unavailable::Connect(source))) => {
-            // The node just went down (or was never reachable): its slots
-            // may have moved, so look for the new owner.
-            router.request_refresh();
-            Err(Error::Redis {
-                op: op.clone(),
-                slot,
-                source,
-            })
-        }
-        Err(_elapsed) => Err(Error::Timeout {
-            op: op.clone(),
-            slot,
-            timeout,
-        }),
-    }
-}
-
-/// Tells the node about a failed request; a node that went down makes the
-/// router look for a new topology (its slots may have moved).
-fn report(router: &Router, node: &Node, live: &Live, fault: Fault) {
-    if node.report(live, fault) {
-        router.request_refresh();
-    }
-}
-
 /// No topology yet (a lazy connect): transient, unless the seeds refused
 /// us (TLS, credentials) — then that error, which is not.
 fn not_connected(router: &Router) -> Error {
@@ -583,109 +471,4 @@ fn unexpected_owned(what: String) -> RedisError {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn server_error(text: &str) -> RedisError {
-        match redis::parse_redis_value(format!("-{text}\r\n").as_bytes()).unwrap() {
-            Value::ServerError(err) => err.into(),
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn redirects_name_the_node() {
-        match next_step(&server_error("MOVED 3999 127.0.0.1:7001"), 0) {
-            Step::Redirect(Target::Node { host, port, asking }) => {
-                assert_eq!((host.as_str(), port, asking), ("127.0.0.1", 7001, false));
-            }
-            _ => panic!("MOVED must redirect"),
-        }
-        match next_step(&server_error("ASK 3999 127.0.0.1:7002"), 0) {
-            Step::Redirect(Target::Node { port, asking, .. }) => {
-                assert_eq!((port, asking), (7002, true));
-            }
-            _ => panic!("ASK must redirect with ASKING"),
-        }
-    }
-
-    #[test]
-    fn reconfiguration_backs_off_and_config_errors_fail() {
-        for text in [
-            "TRYAGAIN Multiple keys request during rehashing of slot",
-            "CLUSTERDOWN The cluster is down",
-            "LOADING Redis is loading the dataset in memory",
-            "READONLY You can't write against a read only replica.",
-        ] {
-            assert!(
-                matches!(next_step(&server_error(text), 0), Step::Backoff),
-                "{text}"
-            );
-        }
-        assert!(matches!(
-            next_step(&server_error("NOSCRIPT No matching script."), 0),
-            Step::Reload
-        ));
-        for text in [
-            "WRONGTYPE Operation against a key holding the wrong kind of value",
-            "CROSSSLOT Keys in request don't hash to the same slot",
-            "ERR unknown command 'FOO'",
-        ] {
-            assert!(
-                matches!(next_step(&server_error(text), 0), Step::Fail),
-                "{text}"
-            );
-        }
-        let io = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
-        assert!(
-            matches!(next_step(&io, 0), Step::Fail),
-            "may have run: never resent"
-        );
-    }
-
-    #[test]
-    fn noscript_switches_to_eval_once() {
-        let script = Script::new("t", "return 1");
-        let keys = KeySet::from_keys(["{a}:1"]).unwrap();
-        let mut payload = Payload::script(&script, &keys, ("x", 2));
-        assert!(payload.fall_back_to_eval());
-        let Payload::Script { cmd, .. } = &payload else {
-            unreachable!()
-        };
-        let args: Vec<Vec<u8>> = cmd
-            .args_iter()
-            .map(|a| match a {
-                Arg::Simple(b) => b.to_vec(),
-                _ => panic!("no cursor in a script command"),
-            })
-            .collect();
-        assert_eq!(
-            args,
-            [&b"EVAL"[..], b"return 1", b"1", b"{a}:1", b"x", b"2"]
-        );
-        assert!(!payload.fall_back_to_eval());
-    }
-
-    #[test]
-    fn aborted_exec_reports_the_queued_error() {
-        let replies = vec![
-            Value::Okay,
-            redis::parse_redis_value(b"-ERR wrong number of arguments for 'incrby' command\r\n")
-                .unwrap(),
-            redis::parse_redis_value(b"-EXECABORT Transaction discarded\r\n").unwrap(),
-        ];
-        let err = exec_reply(replies, 0).unwrap_err();
-        assert!(
-            err.to_string().contains("wrong number of arguments"),
-            "{err}"
-        );
-        let ok = exec_reply(vec![Value::Okay, Value::Array(vec![Value::Int(1)])], 0).unwrap();
-        assert_eq!(ok, Value::Array(vec![Value::Int(1)]));
-    }
-
-    #[test]
-    fn backoff_is_short_and_capped() {
-        assert_eq!(backoff(1), Duration::from_millis(10));
-        assert_eq!(backoff(30), Duration::from_millis(80));
-    }
-}
+mod tests;

@@ -24,11 +24,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::{Duration, Instant};
 
+mod refresh;
+mod standalone;
+
 use redis::{Client, ConnectionAddr, ConnectionInfo, Value};
 
+use super::call::{Refresh, Request, node_request};
 use super::deployment::{Deployment, is_cluster_disabled};
 use super::node::{Node, NodeConfig, NodeState};
-use super::topology::{NodeAddr, Shard, Topology};
+use super::topology::Topology;
 use crate::error::{Error, Result};
 
 /// Number of hash slots in a Redis Cluster.
@@ -80,6 +84,12 @@ struct RefreshState {
     next_allowed: Option<Instant>,
     failures: u32,
     refreshes: u64,
+}
+
+impl Refresh for Router {
+    fn request_refresh(&self) {
+        Router::request_refresh(self);
+    }
 }
 
 impl Router {
@@ -240,7 +250,7 @@ impl Router {
         state.running = true;
         drop(state);
         let this = self.this.clone();
-        tokio::spawn(refresh_loop(this));
+        tokio::spawn(refresh::refresh_loop(this));
     }
 
     /// Reads the topology now (build time): the seeds in order, each within
@@ -317,105 +327,13 @@ impl Router {
         })
     }
 
-    /// A seed said it is no cluster node, before any topology was known:
-    /// standalone if that is allowed, else a configuration error.
-    fn not_a_cluster(&self, node: &Node) -> Result<Topology> {
-        let deployment = self.deployment();
-        if deployment == Deployment::Detect && self.seeds.len() == 1 {
-            self.settle_deployment(Deployment::Standalone);
-            tracing::info!(
-                node = node.addr(),
-                "shardlimit: standalone Redis (cluster support disabled)"
-            );
-            return self.standalone_topology();
-        }
-        let reason = if deployment == Deployment::Detect {
-            format!(
-                "{} has cluster support disabled, and {} seeds were given ({}): a standalone \
-                 server must be the only seed, and a cluster's seeds must all be cluster nodes",
-                node.addr(),
-                self.seeds.len(),
-                self.seed_list
-            )
-        } else {
-            format!(
-                "{} has cluster support disabled; for one standalone server use \
-                 Deployment::Standalone (or detect)",
-                node.addr()
-            )
-        };
-        Err(Error::Config {
-            field: "nodes",
-            reason,
-        })
-    }
-
-    /// Refuses a cluster node given as a standalone server: its traffic
-    /// would all go to one node and be redirected.
-    async fn check_standalone(&self) -> Result<()> {
-        let (host, port) = self.standalone_addr()?;
-        let node = self.node(&host, port)?;
-        let mut cmd = redis::cmd("INFO");
-        cmd.arg("cluster");
-        let reply: Value = super::exec::node_request(
-            &node,
-            "info cluster",
-            super::exec::Request::Cmd(&cmd),
-            self.config.command_timeout,
-            self,
-        )
-        .await?;
-        let info: String =
-            redis::from_redis_value(reply).map_err(|err| Error::UnexpectedReply {
-                op: "info cluster".into(),
-                detail: err.to_string(),
-            })?;
-        if info.lines().any(|line| line.trim() == "cluster_enabled:1") {
-            return Err(Error::Config {
-                field: "deployment",
-                reason: format!(
-                    "{host}:{port} is a cluster node, not a standalone server; use \
-                     Deployment::Cluster (or detect)"
-                ),
-            });
-        }
-        Ok(())
-    }
-
-    fn standalone_addr(&self) -> Result<(String, u16)> {
-        host_port(self.template.addr()).ok_or_else(|| Error::Config {
-            field: "nodes",
-            reason: format!(
-                "{}: only TCP and TLS addresses are supported",
-                self.template.addr()
-            ),
-        })
-    }
-
-    /// The one standalone server, serving every slot.
-    fn standalone_topology(&self) -> Result<Topology> {
-        let (host, port) = self.standalone_addr()?;
-        let last = u16::try_from(SLOTS - 1).unwrap_or(u16::MAX);
-        Ok(Topology {
-            shards: vec![Shard {
-                master: NodeAddr {
-                    host,
-                    port,
-                    id: "standalone".to_owned(),
-                },
-                replicas: Vec::new(),
-                slots: vec![0..=last],
-            }],
-        })
-    }
-
     async fn cluster_slots(&self, node: &Arc<Node>) -> Result<Topology> {
         let mut cmd = redis::cmd("CLUSTER");
         cmd.arg("SLOTS");
-        let reply: Value = super::exec::node_request(
+        let reply: Value = node_request(
             node,
             "cluster slots",
-            super::exec::Request::Cmd(&cmd),
+            Request::Cmd(&cmd),
             self.config.command_timeout,
             self,
         )
@@ -439,82 +357,6 @@ impl Router {
         table.owners = owners;
         table.loaded = true;
         Ok(())
-    }
-
-    /// Whether the table is settled: every slot served, no server down.
-    fn settled(&self) -> bool {
-        let table = self.table.read().unwrap_or_else(PoisonError::into_inner);
-        table.loaded
-            && table
-                .owners
-                .iter()
-                .all(|owner| owner.as_ref().is_some_and(|n| !n.is_down()))
-    }
-
-    /// The wait before the next refresh: the interval while refreshes
-    /// succeed (so a failover is noticed quickly), growing to the reconnect
-    /// cap while they fail; jittered.
-    fn next_interval(&self, failures: u32) -> Duration {
-        let base = self.config.refresh_interval;
-        let grown = base
-            .checked_mul(1u32 << failures.min(16))
-            .unwrap_or(Duration::MAX)
-            .min(self.config.node.reconnect_max.max(base));
-        grown.mul_f64(rand::random_range(0.75..=1.0))
-    }
-}
-
-/// The background refresh: one at a time, spaced by the interval, repeated
-/// while asked for again or while the table is not settled. Holds only a
-/// `Weak` between rounds, so it ends with the last `Cluster` clone.
-async fn refresh_loop(this: Weak<Router>) {
-    loop {
-        let wait = {
-            let Some(router) = this.upgrade() else { return };
-            let mut state = router.refresh_state();
-            state.pending = false;
-            state.next_allowed.map_or(Duration::ZERO, |at| {
-                at.saturating_duration_since(Instant::now())
-            })
-        };
-        tokio::time::sleep(wait).await;
-        let Some(router) = this.upgrade() else { return };
-        let result = match router.fetch().await {
-            Ok(topology) => router.install(&topology),
-            Err(err) => Err(err),
-        };
-        *router
-            .refusal
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = match &result {
-            Err(Error::Connect { source, .. }) if !crate::error::is_transient_redis(source) => {
-                Some(source.clone())
-            }
-            _ => None,
-        };
-        let mut state = router.refresh_state();
-        match &result {
-            Ok(()) => {
-                state.failures = 0;
-                state.refreshes += 1;
-            }
-            Err(err) => {
-                state.failures += 1;
-                tracing::debug!(error = %err, "shardlimit: topology refresh failed");
-            }
-        }
-        crate::metrics::topology_refresh(result.is_ok());
-        state.next_allowed = Some(Instant::now() + router.next_interval(state.failures));
-        let again = state.pending || result.is_err();
-        drop(state);
-        if !again && router.settled() {
-            let mut state = router.refresh_state();
-            // A request that arrived after the check above still runs.
-            if !state.pending {
-                state.running = false;
-                return;
-            }
-        }
     }
 }
 
@@ -555,86 +397,4 @@ fn shuffle<T>(items: &mut [T]) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use redis::IntoConnectionInfo;
-
-    fn router(seeds: &[&str], deployment: Deployment) -> Result<Arc<Router>> {
-        let seeds: Vec<ConnectionInfo> = seeds
-            .iter()
-            .map(|s| s.into_connection_info().unwrap())
-            .collect();
-        let second = Duration::from_secs(1);
-        Router::new(
-            seeds,
-            "test seeds".to_owned(),
-            RouterConfig {
-                node: NodeConfig {
-                    connect_timeout: second,
-                    down_after: 3,
-                    failure_window: second,
-                    reconnect_min: second,
-                    reconnect_max: second,
-                },
-                command_timeout: second,
-                refresh_interval: second,
-            },
-            deployment,
-        )
-    }
-
-    #[test]
-    fn a_standalone_server_owns_every_slot() {
-        let router = router(&["redis://127.0.0.1:6390"], Deployment::Standalone).unwrap();
-        let topology = router.standalone_topology().unwrap();
-        assert_eq!(topology.covered_slots(), SLOTS);
-        assert_eq!(topology.shards.len(), 1);
-        assert_eq!(topology.shards[0].master.to_string(), "127.0.0.1:6390");
-        assert_eq!(topology.shards[0].master.id, "standalone");
-        router.install(&topology).unwrap();
-        let first = router.owner(0).unwrap();
-        assert!(Arc::ptr_eq(&first, &router.owner(16383).unwrap()));
-    }
-
-    #[test]
-    fn standalone_takes_exactly_one_seed() {
-        let err = router(
-            &["redis://127.0.0.1:6390", "redis://127.0.0.1:6391"],
-            Deployment::Standalone,
-        )
-        .err()
-        .unwrap();
-        assert!(matches!(err, Error::Config { field: "nodes", .. }), "{err}");
-    }
-
-    #[test]
-    fn only_a_lone_detected_seed_becomes_standalone() {
-        let lone = router(&["redis://127.0.0.1:6390"], Deployment::Detect).unwrap();
-        let node = lone.node("127.0.0.1", 6390).unwrap();
-        assert!(lone.not_a_cluster(&node).is_ok());
-        assert_eq!(lone.deployment(), Deployment::Standalone);
-
-        let several = router(
-            &["redis://127.0.0.1:6390", "redis://127.0.0.1:6391"],
-            Deployment::Detect,
-        )
-        .unwrap();
-        let node = several.node("127.0.0.1", 6390).unwrap();
-        let err = several.not_a_cluster(&node).unwrap_err();
-        assert!(err.to_string().contains("only seed"), "{err}");
-        assert_eq!(several.deployment(), Deployment::Detect);
-
-        let cluster = router(&["redis://127.0.0.1:6390"], Deployment::Cluster).unwrap();
-        let node = cluster.node("127.0.0.1", 6390).unwrap();
-        assert!(cluster.not_a_cluster(&node).is_err());
-        assert_eq!(cluster.deployment(), Deployment::Cluster);
-    }
-
-    #[test]
-    fn a_detected_deployment_is_settled_once() {
-        let router = router(&["redis://127.0.0.1:7000"], Deployment::Detect).unwrap();
-        router.settle_deployment(Deployment::Cluster);
-        router.settle_deployment(Deployment::Standalone);
-        assert_eq!(router.deployment(), Deployment::Cluster);
-    }
-}
+mod tests;

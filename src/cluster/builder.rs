@@ -1,0 +1,356 @@
+//! [`ClusterBuilder`]: every setting of a [`Cluster`], validated before
+//! anything is contacted.
+
+mod security;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::deployment::Deployment;
+use super::env::{
+    DEFAULT_NODES, DEPLOYMENT_ENV, NODES_ENV, PASSWORD_ENV, PASSWORD_FILE_ENV, TLS_CA_ENV,
+    TLS_CERT_ENV, TLS_KEY_ENV, USER_ENV,
+};
+use super::node::NodeConfig;
+use super::router::{Router, RouterConfig};
+use super::seeds::{self, Pem, Security};
+use super::{Cluster, Inner};
+use crate::error::{Error, Result};
+use crate::keys::KeyBuilder;
+use crate::metrics::ClusterMetrics;
+use crate::outcomes::Registry;
+
+impl Cluster {
+    /// The seed URLs of [`NODES_ENV`] (`SHARDLIMIT_NODES`, comma-separated,
+    /// blanks ignored), or [`DEFAULT_NODES`] when it is unset or empty: the
+    /// one reading of that variable, shared by
+    /// [`builder_from_env`](Self::builder_from_env), the CLI and the benches.
+    ///
+    /// ```
+    /// let seeds = shardlimit::Cluster::seeds_from_env();
+    /// assert!(!seeds.is_empty());
+    /// ```
+    #[must_use]
+    pub fn seeds_from_env() -> Vec<String> {
+        let list = std::env::var(NODES_ENV).unwrap_or_default();
+        let seeds: Vec<String> = list
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if seeds.is_empty() {
+            DEFAULT_NODES.iter().map(|s| (*s).to_owned()).collect()
+        } else {
+            seeds
+        }
+    }
+
+    /// A builder for the nodes in `SHARDLIMIT_NODES` (comma-separated URLs),
+    /// or [`DEFAULT_NODES`] when it is unset or empty, the deployment of
+    /// [`DEPLOYMENT_ENV`] (default: detect), with the credentials
+    /// and TLS files of the environment when they are set:
+    /// [`USER_ENV`], [`PASSWORD_ENV`] (else [`PASSWORD_FILE_ENV`]),
+    /// [`TLS_CA_ENV`], [`TLS_CERT_ENV`] and [`TLS_KEY_ENV`]. Files are read
+    /// by [`ClusterBuilder::build`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> shardlimit::Result<()> {
+    /// // SHARDLIMIT_NODES=rediss://10.0.0.5:6379 SHARDLIMIT_TLS_CA=/etc/redis/ca.crt
+    /// // SHARDLIMIT_USER=app SHARDLIMIT_PASSWORD_FILE=/run/secrets/redis
+    /// let cluster = shardlimit::Cluster::builder_from_env().build().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder_from_env() -> ClusterBuilder {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let mut builder = Self::builder(Self::seeds_from_env());
+        if let Some(deployment) = var(DEPLOYMENT_ENV) {
+            match deployment.parse() {
+                Ok(deployment) => builder = builder.deployment(deployment),
+                // Let build() report it instead of ignoring it.
+                Err(_) => builder.deployment_env = Some(deployment),
+            }
+        }
+        if let Some(user) = var(USER_ENV) {
+            builder = builder.username(user);
+        }
+        if let Some(password) = std::env::var(PASSWORD_ENV).ok().filter(|p| !p.is_empty()) {
+            builder = builder.password(password);
+        } else if let Some(path) = var(PASSWORD_FILE_ENV) {
+            builder = builder.password_file(path);
+        }
+        if let Some(ca) = var(TLS_CA_ENV) {
+            builder = builder.tls_ca_file(ca);
+        }
+        if let (Some(cert), Some(key)) = (var(TLS_CERT_ENV), var(TLS_KEY_ENV)) {
+            builder = builder.tls_client_cert_files(cert, key);
+        } else if let Some(half) = var(TLS_CERT_ENV).or_else(|| var(TLS_KEY_ENV)) {
+            // Let build() report the missing half instead of ignoring it.
+            builder.security.tls_cert = Some(Pem::File(half.into()));
+        }
+        builder
+    }
+}
+
+/// Configures and connects a [`Cluster`]. Every setter states its default;
+/// [`build`](Self::build) validates everything before connecting.
+///
+/// Its `Debug` shows every node URL with the password replaced by `***`,
+/// and never a password or private key given to a setter.
+#[derive(Clone)]
+#[must_use]
+pub struct ClusterBuilder {
+    nodes: Vec<String>,
+    deployment: Deployment,
+    /// An unparseable [`DEPLOYMENT_ENV`], reported by `build`.
+    deployment_env: Option<String>,
+    security: Security,
+    namespace: String,
+    command_timeout: Duration,
+    connect_timeout: Duration,
+    node_down_after: u32,
+    failure_window: Duration,
+    refresh_interval: Duration,
+    reconnect_min: Duration,
+    reconnect_max: Duration,
+    lazy: bool,
+}
+
+impl ClusterBuilder {
+    pub(super) fn new(nodes: Vec<String>) -> Self {
+        ClusterBuilder {
+            nodes,
+            deployment: Deployment::Detect,
+            deployment_env: None,
+            security: Security::default(),
+            namespace: "sl".to_owned(),
+            command_timeout: Duration::from_millis(250),
+            connect_timeout: Duration::from_secs(2),
+            node_down_after: 3,
+            failure_window: Duration::from_secs(1),
+            refresh_interval: Duration::from_millis(500),
+            reconnect_min: Duration::from_millis(500),
+            reconnect_max: Duration::from_secs(5),
+            lazy: false,
+        }
+    }
+
+    /// What the nodes are: a Redis Cluster, one standalone server, or
+    /// detected. Default: [`Deployment::Detect`] — standalone only when the
+    /// one seed given says it has cluster support disabled; see
+    /// [`Deployment`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> shardlimit::Result<()> {
+    /// use shardlimit::{Cluster, Deployment};
+    /// let redis = Cluster::builder(["redis://127.0.0.1:6379"])
+    ///     .deployment(Deployment::Standalone)
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn deployment(mut self, deployment: Deployment) -> Self {
+        self.deployment = deployment;
+        self.deployment_env = None;
+        self
+    }
+
+    /// The namespace all keys start with (`[A-Za-z0-9_.-]{1,64}`). Default
+    /// `"sl"`.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// Bound on every operation, including redirects and retries. Default
+    /// 250 ms — a limiter must not hang the request it protects. Must be
+    /// non-zero.
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// Bound on reading the first topology in [`build`](Self::build).
+    /// Default 2 s. Must be non-zero.
+    ///
+    /// Each node gets the command timeout (at least 100 ms, at most half of
+    /// this) to accept a connection and answer: a hung node then fails alone
+    /// and the next seed is asked.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Number of timeouts on one node within
+    /// [`failure_window`](Self::failure_window) that mark it down (a broken
+    /// or refused connection marks it down at once). Default 3. Must be at
+    /// least 1.
+    pub fn node_down_after(mut self, timeouts: u32) -> Self {
+        self.node_down_after = timeouts;
+        self
+    }
+
+    /// Window in which [`node_down_after`](Self::node_down_after) timeouts
+    /// are counted. Default 1 s. Must be non-zero.
+    pub fn failure_window(mut self, window: Duration) -> Self {
+        self.failure_window = window;
+        self
+    }
+
+    /// Least time between two topology refreshes (jittered). Default
+    /// 500 ms. While a slot is served by a down node the topology is read
+    /// this often, so a promoted replica is found within about this long
+    /// after the cluster promotes it. Must be non-zero.
+    pub fn refresh_interval(mut self, interval: Duration) -> Self {
+        self.refresh_interval = interval;
+        self
+    }
+
+    /// Wait before the first reconnect attempt to a down node, and the
+    /// largest wait it grows to (doubling after every failed attempt;
+    /// jittered to between half and all of it). Defaults 500 ms and 5 s.
+    /// `min` must be non-zero and at most `max`.
+    ///
+    /// A failed topology refresh backs off the same way, from
+    /// [`refresh_interval`](Self::refresh_interval) up to `max`.
+    pub fn reconnect_backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.reconnect_min = min;
+        self.reconnect_max = max;
+        self
+    }
+
+    /// Return from [`build`](Self::build) without connecting, and connect in
+    /// the background. Default `false` (connect in `build`, and fail there).
+    ///
+    /// For services that must start while Redis is unreachable: until the
+    /// topology is first read, every call fails with a transient
+    /// [`Error::Connect`] — which fail-open limiters turn into bypassed
+    /// decisions — and the seeds are asked again with the reconnect
+    /// backoff.
+    pub fn lazy_connect(mut self, lazy: bool) -> Self {
+        self.lazy = lazy;
+        self
+    }
+
+    fn node_connect_timeout(&self) -> Duration {
+        self.command_timeout
+            .max(Duration::from_millis(100))
+            .min(self.connect_timeout / 2)
+    }
+
+    /// Validates the configuration and connects (see
+    /// [`lazy_connect`](Self::lazy_connect)).
+    ///
+    /// Errors with [`Error::Config`] (nothing is contacted) or
+    /// [`Error::Connect`].
+    pub async fn build(self) -> Result<Cluster> {
+        let keys = KeyBuilder::new(&self.namespace)?;
+        if let Some(bad) = &self.deployment_env {
+            return Err(config(
+                "deployment",
+                format!("{DEPLOYMENT_ENV}={bad:?}: expected detect, cluster or standalone"),
+            ));
+        }
+        if self.nodes.is_empty() {
+            return Err(config("nodes", "at least one node URL is needed"));
+        }
+        let seeds = self.security.apply(&self.nodes)?;
+        for (field, value) in [
+            ("command_timeout", self.command_timeout),
+            ("connect_timeout", self.connect_timeout),
+            ("failure_window", self.failure_window),
+            ("refresh_interval", self.refresh_interval),
+            ("reconnect_backoff", self.reconnect_min),
+        ] {
+            if value.is_zero() {
+                return Err(config(field, "must be greater than zero"));
+            }
+        }
+        if self.node_down_after == 0 {
+            return Err(config("node_down_after", "must be at least 1"));
+        }
+        if self.reconnect_min > self.reconnect_max {
+            return Err(config(
+                "reconnect_backoff",
+                format!(
+                    "the first wait ({:?}) is longer than the largest ({:?})",
+                    self.reconnect_min, self.reconnect_max
+                ),
+            ));
+        }
+        if seeds::any_tls(&seeds) {
+            seeds::install_crypto_provider();
+        }
+        let seed_list = seeds.iter().map(seeds::show).collect::<Vec<_>>().join(",");
+        let router = Router::new(
+            seeds,
+            seed_list,
+            RouterConfig {
+                node: NodeConfig {
+                    connect_timeout: self.node_connect_timeout(),
+                    down_after: self.node_down_after,
+                    failure_window: self.failure_window,
+                    reconnect_min: self.reconnect_min,
+                    reconnect_max: self.reconnect_max,
+                },
+                command_timeout: self.command_timeout,
+                refresh_interval: self.refresh_interval,
+            },
+            self.deployment,
+        )?;
+        if self.lazy {
+            router.request_refresh();
+        } else {
+            match tokio::time::timeout(self.connect_timeout, router.load()).await {
+                Ok(result) => result?,
+                Err(_) => {
+                    return Err(Error::Connect {
+                        nodes: router.seed_list().to_owned(),
+                        source: std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!("no topology within {:?}", self.connect_timeout),
+                        )
+                        .into(),
+                    });
+                }
+            }
+        }
+        Ok(Cluster {
+            inner: Arc::new(Inner {
+                router,
+                keys,
+                command_timeout: self.command_timeout,
+                registry: Registry::default(),
+                metrics: ClusterMetrics::default(),
+            }),
+        })
+    }
+}
+
+impl fmt::Debug for ClusterBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let nodes: Vec<String> = self.nodes.iter().map(|n| seeds::redact_url(n)).collect();
+        f.debug_struct("ClusterBuilder")
+            .field("nodes", &nodes)
+            .field("deployment", &self.deployment)
+            .field("security", &self.security)
+            .field("namespace", &self.namespace)
+            .field("command_timeout", &self.command_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("node_down_after", &self.node_down_after)
+            .field("failure_window", &self.failure_window)
+            .field("refresh_interval", &self.refresh_interval)
+            .field("reconnect_min", &self.reconnect_min)
+            .field("reconnect_max", &self.reconnect_max)
+            .field("lazy", &self.lazy)
+            .finish()
+    }
+}
+
+fn config(field: &'static str, reason: impl Into<String>) -> Error {
+    Error::Config {
+        field,
+        reason: reason.into(),
+    }
+}
