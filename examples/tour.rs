@@ -13,10 +13,8 @@ use std::time::Duration;
 use shardlimit::keys::{KeyId, ParsedKey};
 use std::num::NonZeroU32;
 
-use shardlimit::{
-    Algorithm, Cluster, FailurePolicy, MultiLimiter, Quota, RateLimiter, Script, Transaction,
-    TxCommand,
-};
+use shardlimit::cluster::{Script, Transaction, TxCommand};
+use shardlimit::{Algorithm, Cluster, FailurePolicy, MultiLimiter, Quota, RateLimiter};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

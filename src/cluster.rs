@@ -1,6 +1,13 @@
-//! The `Cluster` handle: the crate's own routing (one connection per node),
-//! two slot-pinned operations. The public documentation lives on
-//! [`Cluster`].
+//! The connection and its plumbing: the [`Cluster`] handle and its
+//! [`ClusterBuilder`], the crate's own routing (one connection per node),
+//! the two slot-pinned operations every primitive is built on
+//! ([`Cluster::eval`] with a [`Script`], [`Cluster::transaction`] with a
+//! [`Transaction`]), the [`Topology`] it routes by, [`Stats`], and the
+//! environment variables [`Cluster::builder_from_env`] reads.
+//!
+//! `Cluster`, `ClusterBuilder` and `Deployment` are also at the crate root;
+//! the rest is here for services that write their own scripts or watch
+//! the connection.
 
 mod builder;
 mod call;
@@ -37,8 +44,10 @@ pub use self::transaction::{Transaction, TxCommand};
 use crate::error::{Error, Result};
 use crate::keys::{KeyBuilder, KeySet};
 use crate::metrics::ClusterMetrics;
+pub use crate::outcomes::PrimitiveStats;
 use crate::outcomes::{Outcomes, Registry};
-use crate::scripts::{Script, TRANSACTION_OP};
+use crate::scripts::TRANSACTION_OP;
+pub use crate::scripts::{NO_ARGS, Script};
 
 /// A handle to a Redis Cluster, or to one standalone server that serves
 /// every slot (see [`Deployment`]). Cheap to clone; clones share one slot
@@ -183,7 +192,7 @@ impl Cluster {
     ///
     /// ```no_run
     /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
-    /// use shardlimit::{Script, keys::KeyId};
+    /// use shardlimit::{cluster::Script, keys::KeyId};
     /// let script = Script::new("touch", "redis.call('SET', KEYS[1], ARGV[1], 'PX', 60000) return 1");
     /// let id = KeyId::new("demo", "touch")?;
     /// let keys = cluster.keys().key_set("user:42", [&id])?;
@@ -230,7 +239,7 @@ impl Cluster {
     ///
     /// ```no_run
     /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
-    /// use shardlimit::{Transaction, TxCommand, keys::KeyId};
+    /// use shardlimit::{cluster::{Transaction, TxCommand}, keys::KeyId};
     /// let id = KeyId::new("counter", "billing")?;
     /// let keys = cluster.keys().key_set("session:9", [&id])?;
     /// let tx = Transaction::new()

@@ -9,25 +9,74 @@
 //! MULTI/EXEC on one node, and the population spreads evenly over the
 //! cluster.
 //!
-//! # Quick start
+//! # Quick start: a rate limiter in a service
 //!
 //! ```no_run
 //! # async fn demo() -> shardlimit::Result<()> {
-//! use shardlimit::{Cluster, Script, keys::KeyId};
+//! use std::num::NonZeroU32;
+//! use shardlimit::{Cluster, Quota, RateLimiter};
 //!
-//! // SHARDLIMIT_NODES, or the six local nodes of cluster-compose/.
+//! // Once, at start-up. SHARDLIMIT_NODES, or the six local nodes of cluster-compose/.
 //! let cluster = Cluster::builder_from_env().namespace("myapp").build().await?;
+//! let per_key = RateLimiter::builder(&cluster, "api", Quota::per_minute(NonZeroU32::new(60).unwrap()))
+//!     .build()?;
 //!
-//! // Keys are only ever made by the key builder; a KeySet proves one slot.
-//! let hits = KeyId::new("demo", "hits")?;
-//! let keys = cluster.keys().key_set("user:42", [&hits])?;
-//! println!("slot {}", keys.slot());
+//! // Per request: one script on the master that owns the subject's slot.
+//! let decision = per_key.check("api-key:7f3a").await?;
+//! if !decision.allowed {
+//!     println!("429 Too Many Requests, retry after {:?}", decision.retry_after);
+//! }
+//! # Ok(()) }
+//! ```
 //!
-//! let incr = Script::new(
-//!     "incr_with_ttl",
-//!     "local n = redis.call('INCR', KEYS[1]) redis.call('PEXPIRE', KEYS[1], ARGV[1]) return n",
-//! );
-//! let n: i64 = cluster.eval(&incr, &keys, 60_000).await?;
+//! A [`Decision`] is a value, not an error: `allowed`, `remaining`,
+//! `retry_after`, `reset_after`, and `bypassed` when a fail-open limiter let
+//! a request through because Redis did not answer
+//! ([`FailurePolicy`]). Several limits on one subject are checked in one
+//! script with [`MultiLimiter`]; an HTTP service puts a limiter in front of
+//! its routes with the `tower` layer (feature `tower`).
+//!
+//! # Locks, leases and counters
+//!
+//! ```no_run
+//! # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+//! use std::{num::NonZeroU32, time::Duration};
+//! use shardlimit::{ConcurrencyLimiter, Counter, Lock};
+//!
+//! // One cron host out of three runs the export; the fencing token only grows.
+//! let lock = Lock::builder(&cluster, "job").ttl(Duration::from_secs(3600)).build()?;
+//! if let Some(guard) = lock.try_acquire("nightly-export").await? {
+//!     println!("exporting with fencing token {}", guard.fencing_token());
+//!     guard.release().await?;
+//! }
+//!
+//! // At most five exports per tenant at once; a crashed holder's lease expires.
+//! let exports = ConcurrencyLimiter::builder(&cluster, "exports")
+//!     .max_holders(NonZeroU32::new(5).unwrap())
+//!     .build()?;
+//! if let Some(permit) = exports.try_acquire("tenant:42").await? {
+//!     permit.release().await?;
+//! }
+//!
+//! // A billing counter read and reset without ever losing its TTL.
+//! let billable = Counter::builder(&cluster, "billing").build()?;
+//! billable.add("session:9", 30).await?;
+//! let seconds = billable.drain("session:9").await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # The admin view
+//!
+//! Hash tags spread a namespace over every master, so "show me all
+//! limiters" is a walk: [`admin::Scanner`] `SCAN`s every master (never
+//! `KEYS`, never MULTI), audits for keys without a TTL, and resets one
+//! subject. The `shardlimit` command-line tool (feature `cli`) is built on
+//! it.
+//!
+//! ```no_run
+//! # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+//! let audit = shardlimit::admin::Scanner::new(&cluster).audit().await?;
+//! assert!(audit.immortal.is_empty(), "keys that never expire: {:?}", audit.immortal);
 //! # Ok(()) }
 //! ```
 //!
@@ -59,7 +108,8 @@
 //! API is the same. By default ([`Deployment::Detect`]) a single seed that
 //! says it has cluster support disabled is taken as standalone — nothing
 //! else is, so a cluster's traffic never goes to one node. Say it
-//! explicitly with [`ClusterBuilder::deployment`] or [`DEPLOYMENT_ENV`]:
+//! explicitly with [`ClusterBuilder::deployment`] or
+//! [`DEPLOYMENT_ENV`](cluster::DEPLOYMENT_ENV):
 //!
 //! ```no_run
 //! # async fn demo() -> shardlimit::Result<()> {
@@ -83,33 +133,61 @@
 //! The subject is the hash tag; `{`, `}` and `%` in it are percent-escaped.
 //! See [`keys`] for why, and for the slot calculator and parser.
 //!
-//! # Layout of the crate
+//! # Escape hatch: your own scripts
 //!
+//! The primitives are built on two calls you can use too, with the same
+//! routing, timeout and at-most-once rules: [`Cluster::eval`] runs a Lua
+//! [`Script`](cluster::Script) and [`Cluster::transaction`] a MULTI/EXEC,
+//! both on a [`KeySet`](keys::KeySet) — keys made by the key builder and
+//! proven to share one slot, so `CROSSSLOT` cannot happen.
+//!
+//! ```no_run
+//! # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+//! use shardlimit::{cluster::Script, keys::KeyId};
+//!
+//! let hits = KeyId::new("demo", "hits")?;
+//! let keys = cluster.keys().key_set("user:42", [&hits])?;
+//! let incr = Script::new(
+//!     "incr_with_ttl",
+//!     "local n = redis.call('INCR', KEYS[1]) redis.call('PEXPIRE', KEYS[1], ARGV[1]) return n",
+//! );
+//! let n: i64 = cluster.eval(&incr, &keys, 60_000).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Layout
+//!
+//! Each module's room, in one line:
+//!
+//! * `limit` — rate limiters: [`RateLimiter`], [`MultiLimiter`], [`Quota`],
+//!   [`Decision`], one file per algorithm and the script protocol.
+//! * `lock` — [`Lock`]: fenced locks, watchdog, replica acknowledgement.
+//! * `concurrency` — [`ConcurrencyLimiter`]: at most N leases per subject.
+//! * `counter` — [`Counter`]: add / drain / get, the drain keeps the TTL.
+//! * `primitive` — the core every primitive holds (cluster, key id,
+//!   outcome counts) and the one acquire loop of locks and leases.
+//! * `policy` — [`FailurePolicy`]: when a fault is bypassed, and how it shows.
 //! * [`keys`] — key builder, CRC16 slot calculator, [`KeySet`](keys::KeySet), parser.
-//! * [`Cluster`] — its own routing (one connection per node; a node known
-//!   down fails fast), [`Cluster::eval`] and [`Cluster::transaction`], the
-//!   only two ways the crate talks to Redis.
-//! * [`limit`] — rate limiters ([`RateLimiter`], [`MultiLimiter`],
-//!   [`Quota`], [`Decision`]) and their [`FailurePolicy`].
-//! * [`Lock`] — fenced locks with watchdog and replica acknowledgement;
-//!   [`ConcurrencyLimiter`] — at most N leases per subject; [`Counter`] —
-//!   TTL-preserving counters (add / drain / get); [`Cluster::health`] — is
-//!   the cluster fit to hold locks (AOF, replicas).
-//! * [`Script`] — a Lua script hashed once.
-//! * [`Error`] — the one error type; [`Error::is_transient`] drives failure
-//!   policies.
+//! * [`cluster`] — the connection: its own routing (one connection per
+//!   node, a node known down fails fast), [`Cluster::eval`] and
+//!   [`Cluster::transaction`] (the only two ways the crate talks to Redis),
+//!   topology, stats, environment variables.
+//! * `scripts` — the Lua scripts, one file per operation, and their loader.
+//! * `health` — [`Cluster::health`]: is the cluster fit to hold locks.
+//! * [`admin`] — the scanner: every primitive on every master, audit, reset.
 //! * `tower` (feature `tower`) — a `tower::Layer` that rate-limits HTTP
-//!   requests (axum, hyper) with `429`, `Retry-After` and the IETF
-//!   `RateLimit` headers.
-//! * Observability: [`Cluster::stats`] always; with feature `metrics`,
-//!   counters and histograms through the `metrics` facade (see
-//!   `describe_metrics`); `debug` spans per operation (`shardlimit.check`,
-//!   `shardlimit.lock.acquire`, …) with the primitive's kind, name, slot and
-//!   outcome, and the subject only at `trace`.
+//!   requests with `429`, `Retry-After` and the IETF `RateLimit` headers.
+//! * `metrics`, `outcomes`, `warn` — observability: [`Cluster::stats`]
+//!   always; with feature `metrics`, counters and histograms through the
+//!   `metrics` facade (`describe_metrics`); `debug` spans per operation
+//!   (`shardlimit.check`, `shardlimit.lock.acquire`, …) with the subject
+//!   only at `trace`; rate-limited warnings for every bypass.
+//! * [`Error`] — the one error type; [`Error::is_transient`] drives
+//!   failure policies.
 
 pub mod admin;
 mod backoff;
-mod cluster;
+pub mod cluster;
 mod concurrency;
 mod counter;
 mod error;
@@ -128,12 +206,7 @@ mod warn;
 
 #[cfg(feature = "metrics")]
 pub use self::metrics::describe_metrics;
-pub use cluster::Stats;
-pub use cluster::{
-    Cluster, ClusterBuilder, DEFAULT_NODES, DEPLOYMENT_ENV, Deployment, NODES_ENV, NodeAddr,
-    NodeState, PASSWORD_ENV, PASSWORD_FILE_ENV, Shard, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV,
-    Topology, Transaction, TxCommand, USER_ENV,
-};
+pub use cluster::{Cluster, ClusterBuilder, Deployment};
 pub use concurrency::{ConcurrencyLimiter, ConcurrencyLimiterBuilder, Permit};
 pub use counter::{Counter, CounterBuilder};
 pub use error::{Error, Result};
@@ -142,6 +215,4 @@ pub use limit::{
     Algorithm, Decision, MultiDecision, MultiLimiter, Quota, RateLimiter, RateLimiterBuilder,
 };
 pub use lock::{Lock, LockBuilder, LockGuard};
-pub use outcomes::PrimitiveStats;
 pub use policy::{BypassReason, FailurePolicy};
-pub use scripts::{NO_ARGS, Script};

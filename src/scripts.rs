@@ -22,7 +22,7 @@ pub const NO_ARGS: &[&str] = &[];
 /// per process.
 ///
 /// ```
-/// use shardlimit::Script;
+/// use shardlimit::cluster::Script;
 /// let script = Script::new("incr", "return redis.call('INCR', KEYS[1])");
 /// assert_eq!(script.name(), "incr");
 /// assert_eq!(script.sha1().len(), 40);

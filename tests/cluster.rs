@@ -9,8 +9,9 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use rand::{Rng, RngCore};
+use shardlimit::cluster::{NO_ARGS, Script, Transaction, TxCommand};
 use shardlimit::keys::{KeyBuilder, KeyId, KeySet, slot};
-use shardlimit::{Cluster, Error, NO_ARGS, Script, Transaction, TxCommand};
+use shardlimit::{Cluster, Error};
 
 fn random_bytes(rng: &mut impl RngCore, len: usize) -> Vec<u8> {
     let mut v = vec![0u8; len];

@@ -10,8 +10,9 @@ mod common;
 
 use common::{cmd, finish_move, migrate_keys, move_slot};
 use redis::Value;
+use shardlimit::Error;
+use shardlimit::cluster::{Script, Transaction, TxCommand};
 use shardlimit::keys::KeyId;
-use shardlimit::{Error, Script, Transaction, TxCommand};
 
 const INCR_SCRIPT: &str = "local n = redis.call('INCRBY', KEYS[1], ARGV[1]) redis.call('PEXPIRE', KEYS[1], 600000) return n";
 

@@ -7,7 +7,7 @@ use crate::error::Error;
 
 /// The kind of Redis deployment a [`Cluster`](crate::Cluster) talks to, set
 /// with [`ClusterBuilder::deployment`](crate::ClusterBuilder::deployment) or
-/// [`DEPLOYMENT_ENV`](crate::DEPLOYMENT_ENV).
+/// [`DEPLOYMENT_ENV`](crate::cluster::DEPLOYMENT_ENV).
 ///
 /// A **standalone** server (one `redis-server` without `cluster-enabled`)
 /// is treated as a cluster of one shard that owns all 16384 slots: every
@@ -49,7 +49,7 @@ pub enum Deployment {
 }
 
 impl Deployment {
-    /// The name [`DEPLOYMENT_ENV`](crate::DEPLOYMENT_ENV) takes for it:
+    /// The name [`DEPLOYMENT_ENV`](crate::cluster::DEPLOYMENT_ENV) takes for it:
     /// `detect`, `cluster` or `standalone`.
     #[must_use]
     pub const fn as_str(self) -> &'static str {

@@ -13,7 +13,7 @@ use crate::keys::KeySet;
 /// depends on a read, use a script with [`Cluster::eval`](crate::Cluster::eval).
 ///
 /// ```
-/// use shardlimit::{Transaction, TxCommand};
+/// use shardlimit::cluster::{Transaction, TxCommand};
 /// let tx = Transaction::new()
 ///     .command(TxCommand::new("INCRBY").key(0).arg(5))
 ///     .command(TxCommand::new("PEXPIRE").key(0).arg(60_000));

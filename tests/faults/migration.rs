@@ -1,7 +1,8 @@
 //! A slot migrating under load.
 
+use shardlimit::RateLimiter;
+use shardlimit::cluster::{Transaction, TxCommand};
 use shardlimit::keys::slot;
-use shardlimit::{RateLimiter, Transaction, TxCommand};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -99,7 +99,7 @@ async fn connect(cli: &Cli) -> AnyResult<Cluster> {
     }
     // The environment's password wins over a file, as in
     // `Cluster::builder_from_env`.
-    match std::env::var(shardlimit::PASSWORD_ENV) {
+    match std::env::var(shardlimit::cluster::PASSWORD_ENV) {
         Ok(password) if !password.is_empty() => builder = builder.password(password),
         _ => {
             if let Some(path) = &cli.password_file {

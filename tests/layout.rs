@@ -1,0 +1,257 @@
+//! The crate's shape, checked like behaviour: no module imports a module
+//! that imports it back (directly or round a loop), and no source file
+//! under `src/` outgrows a room (~500 lines).
+//!
+//! Modules are the files under `src/` (binaries aside); an edge is a path
+//! through `crate::`, `super::` or `self::` to another module. A module and
+//! its own submodules are one room (a parent re-exports its children, a
+//! child uses its parent's private types), so edges between them do not
+//! count.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// The most lines a file under `src/` may have.
+const MAX_LINES: usize = 500;
+
+type Module = Vec<String>;
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// Every module file of the library, by module path (`[]` is the root).
+fn modules() -> BTreeMap<Module, String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files
+        .into_iter()
+        .filter(|p| !p.starts_with(src.join("bin")))
+        .map(|path| {
+            let rel = path.strip_prefix(&src).unwrap().with_extension("");
+            let mut module: Module = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            if module == ["lib"] || module.last().is_some_and(|m| m == "mod") {
+                module.pop();
+            }
+            let text = fs::read_to_string(&path).unwrap();
+            (module, text)
+        })
+        .collect()
+}
+
+fn without_comments(text: &str) -> String {
+    text.lines()
+        .map(|line| line.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn is_ident(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// The paths `text` names from `crate::`, `super::` or `self::`, with
+/// `use a::{b, c::d}` groups expanded, as written (unresolved).
+fn paths(text: &str) -> Vec<Vec<String>> {
+    let mut found = Vec::new();
+    let bytes: Vec<char> = text.chars().collect();
+    let mut i = 0;
+    while i < bytes.len() {
+        let starts_path = ["crate::", "super::", "self::"]
+            .iter()
+            .any(|p| bytes[i..].iter().take(p.len()).copied().eq(p.chars()));
+        let boundary = i == 0 || !(is_ident(bytes[i - 1]) || bytes[i - 1] == ':');
+        if starts_path && boundary {
+            i = read_path(&bytes, i, Vec::new(), &mut found);
+        } else {
+            i += 1;
+        }
+    }
+    found
+}
+
+/// Reads `a::b::{c, d::e}` from `at`, pushing each full path onto `found`;
+/// returns where it stopped.
+fn read_path(
+    s: &[char],
+    mut at: usize,
+    mut prefix: Vec<String>,
+    found: &mut Vec<Vec<String>>,
+) -> usize {
+    loop {
+        let start = at;
+        while at < s.len() && is_ident(s[at]) {
+            at += 1;
+        }
+        if at > start {
+            prefix.push(s[start..at].iter().collect());
+        }
+        if s[at..].starts_with(&[':', ':']) {
+            at += 2;
+            if s.get(at) == Some(&'{') {
+                at += 1;
+                loop {
+                    while s.get(at).is_some_and(|c| c.is_whitespace()) {
+                        at += 1;
+                    }
+                    match s.get(at) {
+                        Some('}') | None => return at + 1,
+                        Some(',') => at += 1,
+                        _ => at = read_path(s, at, prefix.clone(), found),
+                    }
+                }
+            }
+            continue;
+        }
+        found.push(prefix);
+        return at;
+    }
+}
+
+/// The module `path`, written in `from`, lands in: its longest prefix
+/// that is a module.
+fn resolve(from: &Module, path: &[String], modules: &BTreeMap<Module, String>) -> Option<Module> {
+    let mut full: Module = Vec::new();
+    let mut rest = path;
+    match path.first().map(String::as_str) {
+        Some("crate") => rest = &path[1..],
+        Some("self") => {
+            full = from.clone();
+            rest = &path[1..];
+        }
+        Some("super") => {
+            full = from.clone();
+            while rest.first().is_some_and(|p| p == "super") {
+                full.pop();
+                rest = &rest[1..];
+            }
+        }
+        _ => return None,
+    }
+    full.extend(rest.iter().filter(|p| *p != "self").cloned());
+    (0..=full.len())
+        .rev()
+        .map(|n| full[..n].to_vec())
+        .find(|m| modules.contains_key(m))
+}
+
+fn edges(modules: &BTreeMap<Module, String>) -> BTreeMap<Module, BTreeSet<Module>> {
+    let mut edges: BTreeMap<Module, BTreeSet<Module>> = BTreeMap::new();
+    for (module, text) in modules {
+        for path in paths(&without_comments(text)) {
+            let Some(to) = resolve(module, &path, modules) else {
+                continue;
+            };
+            let related = to.starts_with(module) || module.starts_with(&to);
+            if !related {
+                edges.entry(module.clone()).or_default().insert(to);
+            }
+        }
+    }
+    edges
+}
+
+/// A loop through `start`, if there is one: the modules in order.
+fn cycle_through(
+    start: &Module,
+    edges: &BTreeMap<Module, BTreeSet<Module>>,
+) -> Option<Vec<Module>> {
+    let mut stack = vec![(start.clone(), vec![start.clone()])];
+    let mut seen = BTreeSet::new();
+    while let Some((at, trail)) = stack.pop() {
+        for next in edges.get(&at).into_iter().flatten() {
+            if next == start {
+                return Some(trail);
+            }
+            if seen.insert(next.clone()) {
+                let mut longer = trail.clone();
+                longer.push(next.clone());
+                stack.push((next.clone(), longer));
+            }
+        }
+    }
+    None
+}
+
+fn name(module: &Module) -> String {
+    if module.is_empty() {
+        "crate".to_owned()
+    } else {
+        module.join("::")
+    }
+}
+
+#[test]
+fn the_module_graph_has_no_cycles() {
+    let modules = modules();
+    assert!(modules.len() > 40, "found only {} modules", modules.len());
+    let edges = edges(&modules);
+    // The checker itself sees real edges.
+    assert!(edges[&vec!["lock".to_owned()]].contains(&vec!["primitive".to_owned()]));
+    let loops: Vec<String> = modules
+        .keys()
+        .filter_map(|m| cycle_through(m, &edges))
+        .map(|trail| trail.iter().map(name).collect::<Vec<_>>().join(" -> "))
+        .collect();
+    assert!(loops.is_empty(), "import loops:\n{}", loops.join("\n"));
+}
+
+#[test]
+fn the_checker_finds_a_loop_and_expands_groups() {
+    let found = paths("use crate::a::{b, c::{d, e}};\nlet x = super::f::g(crate::h::I);");
+    let found: Vec<String> = found.iter().map(|p| p.join("::")).collect();
+    assert_eq!(
+        found,
+        [
+            "crate::a::b",
+            "crate::a::c::d",
+            "crate::a::c::e",
+            "super::f::g",
+            "crate::h::I"
+        ]
+    );
+    let m = |s: &str| vec![s.to_owned()];
+    let edges = BTreeMap::from([
+        (m("a"), BTreeSet::from([m("b")])),
+        (m("b"), BTreeSet::from([m("c")])),
+        (m("c"), BTreeSet::from([m("a")])),
+    ]);
+    assert_eq!(
+        cycle_through(&m("a"), &edges),
+        Some(vec![m("a"), m("b"), m("c")])
+    );
+    assert_eq!(cycle_through(&m("d"), &edges), None);
+}
+
+#[test]
+fn no_source_file_outgrows_a_room() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut big: Vec<String> = files
+        .iter()
+        .map(|p| (p, fs::read_to_string(p).unwrap().lines().count()))
+        .filter(|(_, lines)| *lines > MAX_LINES)
+        .map(|(p, lines)| {
+            format!(
+                "{} ({lines} lines)",
+                p.strip_prefix(&src).unwrap().display()
+            )
+        })
+        .collect();
+    big.sort();
+    assert!(big.is_empty(), "over {MAX_LINES} lines: {}", big.join(", "));
+}
