@@ -47,7 +47,9 @@ use crate::compare::compare;
 use crate::drive::Sampler;
 use crate::memory::populate;
 use crate::raw::Raw;
-use crate::target::{Target, http_layer, lib_call, target};
+#[cfg(feature = "tower")]
+use crate::target::{Target, http_layer};
+use crate::target::{lib_call, target};
 
 fn main() {
     let args = Args::parse();
