@@ -389,7 +389,8 @@ impl Figures {
         );
         assert!(r.grants.len() <= 1, "lock granted twice: {:?}", r.grants);
         assert!(
-            r.last_ok.is_some_and(|ok| ok > last + Duration::from_secs(1)),
+            r.last_ok
+                .is_some_and(|ok| ok > last + Duration::from_secs(1)),
             "no recovery after the last failure\n{}",
             self.text
         );
@@ -465,13 +466,15 @@ async fn kill_under_load() -> Figures {
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let pid = std::fs::read_to_string(state_dir().join(format!("{old}/redis.pid"))).unwrap();
+    // The clock starts before the kill, so no failure it causes is
+    // counted as "before the kill".
+    let kill_at = Instant::now();
+    *killed.lock().unwrap() = Some(kill_at);
     let status = Command::new("kill")
         .args(["-9", pid.trim()])
         .status()
         .unwrap();
     assert!(status.success());
-    let kill_at = Instant::now();
-    *killed.lock().unwrap() = Some(kill_at);
     let mut promoted_after = None;
     while kill_at.elapsed() < Duration::from_secs(15) {
         if let Some(port) = primary_port().await

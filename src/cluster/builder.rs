@@ -141,10 +141,11 @@ impl ClusterBuilder {
         }
     }
 
-    /// What the nodes are: a Redis Cluster, one standalone server, or
-    /// detected. Default: [`Deployment::Detect`] — standalone only when the
-    /// one seed given says it has cluster support disabled; see
-    /// [`Deployment`].
+    /// What the nodes are: a Redis Cluster, one standalone server, the
+    /// sentinels of a primary (with
+    /// [`sentinel_service`](Self::sentinel_service)), or detected. Default:
+    /// [`Deployment::Detect`] — standalone only when the one seed given says
+    /// it has cluster support disabled, never Sentinel; see [`Deployment`].
     ///
     /// ```no_run
     /// # async fn demo() -> shardlimit::Result<()> {
