@@ -1,8 +1,8 @@
 //! # shardlimit
 //!
 //! Rate limits, concurrency leases, fenced locks and TTL-preserving counters
-//! on **Redis Cluster** (or one standalone Redis server), for services that
-//! run millions of them.
+//! on **Redis Cluster** (or one standalone Redis server, or the primary of
+//! a Sentinel deployment), for services that run millions of them.
 //!
 //! Every limiter lives in exactly one hash slot — its keys share the
 //! subject's hash tag — so every operation on it is one atomic Lua script or
@@ -126,7 +126,8 @@
 //! # Redis Sentinel
 //!
 //! With [`Deployment::Sentinel`] the seeds are sentinels and
-//! [`ClusterBuilder::sentinel_service`] (or [`SENTINEL_SERVICE_ENV`]) names
+//! [`ClusterBuilder::sentinel_service`] (or
+//! [`SENTINEL_SERVICE_ENV`](cluster::SENTINEL_SERVICE_ENV)) names
 //! the service: the primary they name (checked with `ROLE`) serves every
 //! slot, and after a failover the sentinels are asked again, so calls
 //! follow the promoted replica with the same timeout and at-most-once rules
