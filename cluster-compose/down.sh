@@ -5,13 +5,15 @@
 # then .state itself (certificates and ACL password included). With
 # SHARDLIMIT_CLUSTER_PORT=B: the cluster on B..B+5 only.
 # With --standalone: only the standalone server of up.sh --standalone.
+# With --sentinel: only the Sentinel setup of up.sh --sentinel.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 case ${1:-} in
   --standalone) standalone_down; exit 0 ;;
+  --sentinel) sentinel_down; exit 0 ;;
   "") ;;
-  *) die "usage: down.sh [--standalone]" ;;
+  *) die "usage: down.sh [--standalone | --sentinel]" ;;
 esac
 
 if docker_up; then

@@ -279,3 +279,131 @@ restore_layout() {  # [timeout_s]
   done
   wait_healthy "$limit"
 }
+
+# Sentinel mode (up.sh/down.sh --sentinel): one primary, one replica and
+# three sentinels watching them as service $SENTINEL_SERVICE, all native
+# processes on 127.0.0.1 with ports of their own (never the cluster's or the
+# standalone server's), state under .state-sentinel. The sentinels decide
+# which data node is the primary: after a failover it may be either port.
+# A 1 s down-after and a 3 s failover timeout make a failover take ~2-3 s
+# instead of the defaults' ~30 s+.
+SENTINEL_SERVICE=${SHARDLIMIT_SENTINEL_SERVICE:-shardlimit}
+SENTINEL_DATA_PORTS=(6400 6401)
+SENTINEL_PORTS=(26400 26401 26402)
+SENTINEL_DOWN_AFTER_MS=1000
+SENTINEL_FAILOVER_TIMEOUT_MS=3000
+SENTINEL_DIR=$CC_DIR/.state-sentinel  # gitignored like .state
+sentinel_pid() {  # <port>: prints the pid if that process is alive
+  local f=$SENTINEL_DIR/$1/redis.pid pid
+  [ -s "$f" ] && pid=$(<"$f") && pid_alive "$pid" &&
+    [[ $(cat "/proc/$pid/comm" 2>/dev/null) == redis-* ]] && echo "$pid"
+}
+scli() { timeout 2 redis-cli -h 127.0.0.1 "$@"; }
+# The primary's port as the first sentinel that answers names it.
+sentinel_master_port() {
+  local s out
+  for s in "${SENTINEL_PORTS[@]}"; do
+    out=$(scli -p "$s" sentinel get-master-addr-by-name "$SENTINEL_SERVICE" 2>/dev/null | sed -n 2p) &&
+      [[ $out =~ ^[0-9]+$ ]] && { echo "$out"; return 0; }
+  done
+  return 1
+}
+sentinel_start_data() {  # <port> [<primary port>]
+  local p=$1 d=$SENTINEL_DIR/$1 of=()
+  [ -n "$(sentinel_pid "$p")" ] && return 0
+  mkdir -p "$d"
+  [ -n "${2:-}" ] && [ "$2" != "$p" ] && of=(--replicaof 127.0.0.1 "$2")
+  # AOF on, as `health` wants for locks; no RDB snapshots; a zero
+  # diskless-sync delay so a restarted node resyncs at once.
+  redis-server --bind 127.0.0.1 --protected-mode no --port "$p" \
+    --appendonly yes --save '' --repl-diskless-sync-delay 0 --dir "$d" "${of[@]}" \
+    --daemonize yes --pidfile "$d/redis.pid" --logfile "$d/redis.log"
+}
+sentinel_start_sentinel() {  # <port> <primary port>
+  local p=$1 d=$SENTINEL_DIR/$1
+  [ -n "$(sentinel_pid "$p")" ] && return 0
+  mkdir -p "$d"
+  # A sentinel rewrites its config file (it records what it learns), so
+  # each gets its own; a restarted one keeps what it knew.
+  [ -s "$d/sentinel.conf" ] || cat >"$d/sentinel.conf" <<CONF
+bind 127.0.0.1
+port $p
+protected-mode no
+dir $d
+sentinel monitor $SENTINEL_SERVICE 127.0.0.1 $2 2
+sentinel down-after-milliseconds $SENTINEL_SERVICE $SENTINEL_DOWN_AFTER_MS
+sentinel failover-timeout $SENTINEL_SERVICE $SENTINEL_FAILOVER_TIMEOUT_MS
+sentinel parallel-syncs $SENTINEL_SERVICE 1
+CONF
+  redis-server "$d/sentinel.conf" --sentinel \
+    --daemonize yes --pidfile "$d/redis.pid" --logfile "$d/sentinel.log"
+}
+# Prints why the Sentinel setup is not healthy, or nothing when it is: every
+# sentinel names the same primary, sees the two other sentinels and the
+# replica, the primary says so and the replica's link is up.
+sentinel_problem() {
+  local s p m="" out info
+  for p in "${SENTINEL_DATA_PORTS[@]}" "${SENTINEL_PORTS[@]}"; do
+    [ -n "$(sentinel_pid "$p")" ] || { echo "$p: not running"; return; }
+  done
+  for s in "${SENTINEL_PORTS[@]}"; do
+    out=$(scli -p "$s" sentinel get-master-addr-by-name "$SENTINEL_SERVICE" 2>&1 | sed -n 2p) || true
+    [[ $out =~ ^[0-9]+$ ]] || { echo "sentinel $s: no primary for $SENTINEL_SERVICE"; return; }
+    [ -z "$m" ] || [ "$m" = "$out" ] || { echo "sentinels disagree: $m vs $out"; return; }
+    m=$out
+    info=$(scli -p "$s" sentinel master "$SENTINEL_SERVICE" 2>&1 | paste - - | tr -d '\r') || true
+    [[ $(awk -F'\t' '$1 == "flags" { print $2 }' <<<"$info") == master ]] ||
+      { echo "sentinel $s: primary $m flagged $(awk -F'\t' '$1 == "flags" { print $2 }' <<<"$info")"; return; }
+    [[ $(awk -F'\t' '$1 == "num-other-sentinels" { print $2 }' <<<"$info") == 2 ]] ||
+      { echo "sentinel $s: does not see the two other sentinels yet"; return; }
+    [[ $(awk -F'\t' '$1 == "num-slaves" { print $2 }' <<<"$info") -ge 1 ]] 2>/dev/null ||
+      { echo "sentinel $s: knows no replica yet"; return; }
+  done
+  out=$(scli -p "$m" info replication 2>&1 | tr -d '\r') || true
+  [[ $out == *role:master* && $out == *connected_slaves:1* ]] ||
+    { echo "$m: not a primary with one replica"; return; }
+  for p in "${SENTINEL_DATA_PORTS[@]}"; do
+    [ "$p" = "$m" ] && continue
+    out=$(scli -p "$p" info replication 2>&1 | tr -d '\r') || true
+    [[ $out == *master_link_status:up* ]] || { echo "$p: replica link not up"; return; }
+  done
+}
+sentinel_up() {
+  local limit=60 p m why deadline
+  command -v redis-server >/dev/null || apt_install redis-server
+  need_redis_cli
+  if [ -z "$(sentinel_problem)" ]; then
+    say "sentinel setup already healthy: primary 127.0.0.1:$(sentinel_master_port), service $SENTINEL_SERVICE"
+    return 0
+  fi
+  mkdir -p "$SENTINEL_DIR"
+  # Whatever runs already stays; a missing data node comes back as a
+  # replica of the primary the sentinels name (after a failover test, the
+  # old primary rejoins this way), the first start makes 6400 the primary.
+  m=$(sentinel_master_port) || m=${SENTINEL_DATA_PORTS[0]}
+  for p in "${SENTINEL_DATA_PORTS[@]}" "${SENTINEL_PORTS[@]}"; do
+    [ -n "$(sentinel_pid "$p")" ] && continue
+    ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || die "port $p is in use by something else"
+  done
+  for p in "${SENTINEL_DATA_PORTS[@]}"; do sentinel_start_data "$p" "$m"; done
+  for p in "${SENTINEL_PORTS[@]}"; do sentinel_start_sentinel "$p" "$m"; done
+  deadline=$((SECONDS + limit))
+  while why=$(sentinel_problem); [ -n "$why" ]; do
+    [ "$SECONDS" -lt "$deadline" ] || die "sentinel setup not healthy after ${limit}s: $why"
+    sleep 0.2
+  done
+  say "sentinel setup healthy: primary 127.0.0.1:$(sentinel_master_port), replica and sentinels on" \
+    "127.0.0.1:${SENTINEL_PORTS[0]}-${SENTINEL_PORTS[2]}, service $SENTINEL_SERVICE (state in ${SENTINEL_DIR#"$CC_DIR/"})"
+}
+sentinel_down() {
+  local p pid
+  for p in "${SENTINEL_PORTS[@]}" "${SENTINEL_DATA_PORTS[@]}"; do
+    if pid=$(sentinel_pid "$p"); then
+      kill -9 "$pid"; kill -CONT "$pid" 2>/dev/null || true
+      wait_gone "$pid"
+      say "killed $p (pid $pid)"
+    fi
+  done
+  rm -rf "$SENTINEL_DIR"
+  say "sentinel setup down"
+}

@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Start the six-node test cluster on 127.0.0.1:7000-7005 (idempotent).
-#   usage: up.sh [--tls | --standalone]
+#   usage: up.sh [--tls | --standalone | --sentinel]
+#   --sentinel: instead of the cluster, one primary (6400), one replica
+#     (6401) and three sentinels (26400-26402) watching them as service
+#     `shardlimit`, native processes on 127.0.0.1, state in .state-sentinel;
+#     idempotent, and restarts whichever of them is missing (a data node as
+#     a replica of the current primary). Stop it with down.sh --sentinel.
 #   --standalone: instead of the cluster, one plain redis-server (no
 #     cluster, AOF on) on 127.0.0.1:6390 ($SHARDLIMIT_STANDALONE_PORT),
 #     native process, state in .state-standalone; a running cluster is not
@@ -26,8 +31,9 @@ tls=no
 case ${1:-} in
   --tls) tls=yes ;;
   --standalone) standalone_up; exit 0 ;;
+  --sentinel) sentinel_up; exit 0 ;;
   "") ;;
-  *) die "usage: up.sh [--tls | --standalone]" ;;
+  *) die "usage: up.sh [--tls | --standalone | --sentinel]" ;;
 esac
 span="127.0.0.1:${PORTS[0]}-${PORTS[5]}"
 need_redis_cli

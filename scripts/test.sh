@@ -9,7 +9,10 @@
 # (tests/tls.rs, as the least-privilege ACL user), and the plaintext cluster
 # is brought back so the demo command still works afterwards. Last, one
 # standalone redis-server (port 6390, beside the cluster) for the
-# standalone suite (tests/standalone.rs).
+# standalone suite (tests/standalone.rs), then the Sentinel setup (primary
+# 6400, replica 6401, sentinels 26400-26402) for tests/sentinel.rs: its
+# suite, then its fault test alone (it kills the primary, and restores it
+# as a replica).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -30,3 +33,8 @@ cluster-compose/up.sh
 cluster-compose/up.sh --standalone
 cargo test --all-features --test standalone -- --ignored
 cluster-compose/down.sh --standalone
+
+cluster-compose/up.sh --sentinel
+cargo test --all-features --test sentinel -- --ignored --skip fault_
+cargo test --all-features --test sentinel fault_ -- --ignored --test-threads=1 --nocapture
+cluster-compose/down.sh --sentinel

@@ -32,8 +32,8 @@ pub use self::builder::ClusterBuilder;
 use self::call::Request;
 pub use self::deployment::Deployment;
 pub use self::env::{
-    DEFAULT_NODES, DEPLOYMENT_ENV, NODES_ENV, PASSWORD_ENV, PASSWORD_FILE_ENV, TLS_CA_ENV,
-    TLS_CERT_ENV, TLS_KEY_ENV, USER_ENV,
+    DEFAULT_NODES, DEPLOYMENT_ENV, NODES_ENV, PASSWORD_ENV, PASSWORD_FILE_ENV,
+    SENTINEL_SERVICE_ENV, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, USER_ENV,
 };
 use self::exec::Payload;
 pub use self::node::NodeState;
@@ -49,8 +49,9 @@ use crate::outcomes::{Outcomes, Registry};
 use crate::scripts::TRANSACTION_OP;
 pub use crate::scripts::{NO_ARGS, Script};
 
-/// A handle to a Redis Cluster, or to one standalone server that serves
-/// every slot (see [`Deployment`]). Cheap to clone; clones share one slot
+/// A handle to a Redis Cluster, or to one standalone server — or the
+/// primary of a Sentinel deployment — that serves every slot (see
+/// [`Deployment`]). Cheap to clone; clones share one slot
 /// table and one multiplexed connection per node.
 ///
 /// Everything shardlimit sends goes through [`Cluster::eval`] (a Lua script)
@@ -262,7 +263,8 @@ impl Cluster {
     }
 
     /// The deployment: [`Deployment::Cluster`] or
-    /// [`Deployment::Standalone`] once known; [`Deployment::Detect`] only
+    /// [`Deployment::Standalone`] once known, [`Deployment::Sentinel`] when
+    /// configured; [`Deployment::Detect`] only
     /// while a [lazily connected](ClusterBuilder::lazy_connect) handle has
     /// not reached a node yet.
     ///
@@ -278,7 +280,8 @@ impl Cluster {
         self.inner.router.deployment()
     }
 
-    /// Whether one standalone server serves every slot.
+    /// Whether one server that is no cluster node serves every slot: a
+    /// standalone server or a Sentinel primary (no cluster commands).
     pub(crate) fn is_standalone(&self) -> bool {
         self.inner.router.is_standalone()
     }
@@ -286,7 +289,9 @@ impl Cluster {
     /// The masters, their slots and replicas, as a node of the cluster sees
     /// them now (`CLUSTER SLOTS` from a master that is up, else a seed). A
     /// standalone server is one shard serving every slot, with the id
-    /// `standalone`, and is not asked.
+    /// `standalone`, and is not asked; a Sentinel deployment is the primary
+    /// the sentinels name, with the id `sentinel` and the replicas its
+    /// `ROLE` lists.
     /// Bounded by the command timeout per node asked.
     pub async fn topology(&self) -> Result<Topology> {
         self.inner.router.fetch().await

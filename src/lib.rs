@@ -1,8 +1,8 @@
 //! # shardlimit
 //!
 //! Rate limits, concurrency leases, fenced locks and TTL-preserving counters
-//! on **Redis Cluster** (or one standalone Redis server), for services that
-//! run millions of them.
+//! on **Redis Cluster** (or one standalone Redis server, or the primary of
+//! a Sentinel deployment), for services that run millions of them.
 //!
 //! Every limiter lives in exactly one hash slot — its keys share the
 //! subject's hash tag — so every operation on it is one atomic Lua script or
@@ -120,6 +120,28 @@
 //!     .build()
 //!     .await?;
 //! assert_eq!(redis.topology().await?.covered_slots(), 16384);
+//! # Ok(()) }
+//! ```
+//!
+//! # Redis Sentinel
+//!
+//! With [`Deployment::Sentinel`] the seeds are sentinels and
+//! [`ClusterBuilder::sentinel_service`] (or
+//! [`SENTINEL_SERVICE_ENV`](cluster::SENTINEL_SERVICE_ENV)) names
+//! the service: the primary they name (checked with `ROLE`) serves every
+//! slot, and after a failover the sentinels are asked again, so calls
+//! follow the promoted replica with the same timeout and at-most-once rules
+//! as in cluster mode.
+//!
+//! ```no_run
+//! # async fn demo() -> shardlimit::Result<()> {
+//! use shardlimit::{Cluster, Deployment};
+//! let redis = Cluster::builder(["redis://10.0.0.7:26379", "redis://10.0.0.8:26379"])
+//!     .deployment(Deployment::Sentinel)
+//!     .sentinel_service("mymaster")
+//!     .build()
+//!     .await?;
+//! assert_eq!(redis.deployment(), Deployment::Sentinel);
 //! # Ok(()) }
 //! ```
 //!

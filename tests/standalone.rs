@@ -469,6 +469,14 @@ fn the_environment_selects_the_server_and_deployment() {
         "refused",
         &[
             ("SHARDLIMIT_NODES", &url),
+            ("SHARDLIMIT_DEPLOYMENT", "sentinels"),
+        ],
+    );
+    // A Sentinel deployment from the environment needs its service too.
+    run_env_child(
+        "no-service",
+        &[
+            ("SHARDLIMIT_NODES", &url),
             ("SHARDLIMIT_DEPLOYMENT", "sentinel"),
         ],
     );
@@ -485,6 +493,13 @@ async fn env_child() {
     let built = Cluster::builder_from_env().build().await;
     match expect.as_str() {
         "standalone" => assert_eq!(built.unwrap().deployment(), Deployment::Standalone),
+        "no-service" => {
+            let err = built.unwrap_err();
+            assert!(
+                matches!(&err, Error::Config { field: "sentinel_service", reason } if reason.contains("SHARDLIMIT_SENTINEL_SERVICE")),
+                "{err:?}"
+            );
+        }
         _ => {
             let err = built.unwrap_err();
             assert!(

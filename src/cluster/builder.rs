@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use super::deployment::Deployment;
 use super::env::{
-    DEFAULT_NODES, DEPLOYMENT_ENV, NODES_ENV, PASSWORD_ENV, PASSWORD_FILE_ENV, TLS_CA_ENV,
-    TLS_CERT_ENV, TLS_KEY_ENV, USER_ENV,
+    DEFAULT_NODES, DEPLOYMENT_ENV, NODES_ENV, PASSWORD_ENV, PASSWORD_FILE_ENV,
+    SENTINEL_SERVICE_ENV, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, USER_ENV,
 };
 use super::node::NodeConfig;
 use super::router::{Router, RouterConfig};
@@ -72,6 +72,9 @@ impl Cluster {
                 Err(_) => builder.deployment_env = Some(deployment),
             }
         }
+        if let Some(service) = var(SENTINEL_SERVICE_ENV) {
+            builder = builder.sentinel_service(service);
+        }
         if let Some(user) = var(USER_ENV) {
             builder = builder.username(user);
         }
@@ -105,6 +108,7 @@ pub struct ClusterBuilder {
     deployment: Deployment,
     /// An unparseable [`DEPLOYMENT_ENV`], reported by `build`.
     deployment_env: Option<String>,
+    sentinel_service: Option<String>,
     security: Security,
     namespace: String,
     command_timeout: Duration,
@@ -123,6 +127,7 @@ impl ClusterBuilder {
             nodes,
             deployment: Deployment::Detect,
             deployment_env: None,
+            sentinel_service: None,
             security: Security::default(),
             namespace: "sl".to_owned(),
             command_timeout: Duration::from_millis(250),
@@ -136,10 +141,11 @@ impl ClusterBuilder {
         }
     }
 
-    /// What the nodes are: a Redis Cluster, one standalone server, or
-    /// detected. Default: [`Deployment::Detect`] — standalone only when the
-    /// one seed given says it has cluster support disabled; see
-    /// [`Deployment`].
+    /// What the nodes are: a Redis Cluster, one standalone server, the
+    /// sentinels of a primary (with
+    /// [`sentinel_service`](Self::sentinel_service)), or detected. Default:
+    /// [`Deployment::Detect`] — standalone only when the one seed given says
+    /// it has cluster support disabled, never Sentinel; see [`Deployment`].
     ///
     /// ```no_run
     /// # async fn demo() -> shardlimit::Result<()> {
@@ -153,6 +159,32 @@ impl ClusterBuilder {
     pub fn deployment(mut self, deployment: Deployment) -> Self {
         self.deployment = deployment;
         self.deployment_env = None;
+        self
+    }
+
+    /// The Sentinel service name (`sentinel monitor <name> …`) whose primary
+    /// this handle uses, for [`Deployment::Sentinel`], where the seeds are
+    /// the sentinels (any number; they are asked in order). Default: none;
+    /// [`build`](Self::build) refuses a Sentinel deployment without one,
+    /// and a service name with any other deployment. The sentinels are
+    /// reached with the same credentials and TLS settings as the primary.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> shardlimit::Result<()> {
+    /// use shardlimit::{Cluster, Deployment};
+    /// let redis = Cluster::builder([
+    ///     "redis://127.0.0.1:26400",
+    ///     "redis://127.0.0.1:26401",
+    ///     "redis://127.0.0.1:26402",
+    /// ])
+    /// .deployment(Deployment::Sentinel)
+    /// .sentinel_service("shardlimit")
+    /// .build()
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn sentinel_service(mut self, name: impl Into<String>) -> Self {
+        self.sentinel_service = Some(name.into());
         self
     }
 
@@ -249,8 +281,34 @@ impl ClusterBuilder {
         if let Some(bad) = &self.deployment_env {
             return Err(config(
                 "deployment",
-                format!("{DEPLOYMENT_ENV}={bad:?}: expected detect, cluster or standalone"),
+                format!(
+                    "{DEPLOYMENT_ENV}={bad:?}: expected detect, cluster, standalone or sentinel"
+                ),
             ));
+        }
+        match (&self.deployment, &self.sentinel_service) {
+            (Deployment::Sentinel, None) => {
+                return Err(config(
+                    "sentinel_service",
+                    format!(
+                        "a Sentinel deployment needs the service name (sentinel_service, or \
+                         {SENTINEL_SERVICE_ENV})"
+                    ),
+                ));
+            }
+            (Deployment::Sentinel, Some(name)) if name.trim().is_empty() => {
+                return Err(config("sentinel_service", "the service name is empty"));
+            }
+            (Deployment::Sentinel, Some(_)) | (_, None) => {}
+            (other, Some(name)) => {
+                return Err(config(
+                    "sentinel_service",
+                    format!(
+                        "service {name:?} given for a {other} deployment; sentinels need \
+                         Deployment::Sentinel"
+                    ),
+                ));
+            }
         }
         if self.nodes.is_empty() {
             return Err(config("nodes", "at least one node URL is needed"));
@@ -298,6 +356,7 @@ impl ClusterBuilder {
                 refresh_interval: self.refresh_interval,
             },
             self.deployment,
+            self.sentinel_service.clone(),
         )?;
         if self.lazy {
             router.request_refresh();
@@ -334,6 +393,7 @@ impl fmt::Debug for ClusterBuilder {
         f.debug_struct("ClusterBuilder")
             .field("nodes", &nodes)
             .field("deployment", &self.deployment)
+            .field("sentinel_service", &self.sentinel_service)
             .field("security", &self.security)
             .field("namespace", &self.namespace)
             .field("command_timeout", &self.command_timeout)

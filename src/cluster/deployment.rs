@@ -1,4 +1,5 @@
-//! Which kind of Redis the seeds are: a cluster, or one standalone primary.
+//! Which kind of Redis the seeds are: a cluster, one standalone primary, or
+//! the sentinels of a primary.
 
 use std::fmt;
 use std::str::FromStr;
@@ -23,6 +24,16 @@ use crate::error::Error;
 /// which no cluster node ever says. Several seeds of which one is not a
 /// cluster node are a configuration error.
 ///
+/// With **Sentinel**, the seeds are the sentinels and
+/// [`ClusterBuilder::sentinel_service`](crate::ClusterBuilder::sentinel_service)
+/// names the service: the primary is asked of the sentinels
+/// (`SENTINEL GET-MASTER-ADDR-BY-NAME`), checked with `ROLE` to be a
+/// primary, and then serves every slot like a standalone server. On a
+/// broken connection, a hung primary or `READONLY` (an old primary demoted
+/// to replica), the sentinels are asked again in the background, so calls
+/// go to the new primary as soon as they name it. Detect never picks
+/// Sentinel: it must be asked for.
+///
 /// ```no_run
 /// # async fn demo() -> shardlimit::Result<()> {
 /// use shardlimit::{Cluster, Deployment};
@@ -46,17 +57,22 @@ pub enum Deployment {
     /// One standalone primary, given as the only seed; it serves every slot.
     /// A seed that is a cluster node is refused.
     Standalone,
+    /// One primary found and followed through the sentinels given as the
+    /// seeds; needs
+    /// [`ClusterBuilder::sentinel_service`](crate::ClusterBuilder::sentinel_service).
+    Sentinel,
 }
 
 impl Deployment {
     /// The name [`DEPLOYMENT_ENV`](crate::cluster::DEPLOYMENT_ENV) takes for it:
-    /// `detect`, `cluster` or `standalone`.
+    /// `detect`, `cluster`, `standalone` or `sentinel`.
     #[must_use]
     pub const fn as_str(self) -> &'static str {
         match self {
             Deployment::Detect => "detect",
             Deployment::Cluster => "cluster",
             Deployment::Standalone => "standalone",
+            Deployment::Sentinel => "sentinel",
         }
     }
 }
@@ -70,15 +86,16 @@ impl fmt::Display for Deployment {
 impl FromStr for Deployment {
     type Err = Error;
 
-    /// `detect`, `cluster` or `standalone`, in any case.
+    /// `detect`, `cluster`, `standalone` or `sentinel`, in any case.
     fn from_str(s: &str) -> Result<Self, Error> {
         match s.trim().to_ascii_lowercase().as_str() {
             "detect" => Ok(Deployment::Detect),
             "cluster" => Ok(Deployment::Cluster),
             "standalone" => Ok(Deployment::Standalone),
+            "sentinel" => Ok(Deployment::Sentinel),
             other => Err(Error::Config {
                 field: "deployment",
-                reason: format!("{other:?}: expected detect, cluster or standalone"),
+                reason: format!("{other:?}: expected detect, cluster, standalone or sentinel"),
             }),
         }
     }
@@ -107,6 +124,7 @@ mod tests {
             Deployment::Detect,
             Deployment::Cluster,
             Deployment::Standalone,
+            Deployment::Sentinel,
         ] {
             assert_eq!(d.as_str().parse::<Deployment>().unwrap(), d);
         }
@@ -114,7 +132,7 @@ mod tests {
             " Standalone ".parse::<Deployment>().unwrap(),
             Deployment::Standalone
         );
-        assert!("sentinel".parse::<Deployment>().is_err());
+        assert!("sentinels".parse::<Deployment>().is_err());
         assert_eq!(Deployment::default(), Deployment::Detect);
     }
 

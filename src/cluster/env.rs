@@ -6,10 +6,17 @@
 /// [`Cluster::builder_from_env`](crate::Cluster::builder_from_env).
 pub const NODES_ENV: &str = "SHARDLIMIT_NODES";
 
-/// Environment variable with the [`Deployment`](crate::Deployment) (`detect`, `cluster` or
-/// `standalone`; [`ClusterBuilder::deployment`](crate::ClusterBuilder::deployment)); read by
+/// Environment variable with the [`Deployment`](crate::Deployment) (`detect`, `cluster`,
+/// `standalone` or `sentinel`; [`ClusterBuilder::deployment`](crate::ClusterBuilder::deployment)); read by
 /// [`Cluster::builder_from_env`](crate::Cluster::builder_from_env). Unset: `detect`.
 pub const DEPLOYMENT_ENV: &str = "SHARDLIMIT_DEPLOYMENT";
+
+/// Environment variable with the Sentinel service name
+/// ([`ClusterBuilder::sentinel_service`](crate::ClusterBuilder::sentinel_service)),
+/// used with `SHARDLIMIT_DEPLOYMENT=sentinel` and the sentinels as
+/// [`NODES_ENV`]; read by
+/// [`Cluster::builder_from_env`](crate::Cluster::builder_from_env).
+pub const SENTINEL_SERVICE_ENV: &str = "SHARDLIMIT_SENTINEL_SERVICE";
 
 /// Environment variable with the ACL username ([`ClusterBuilder::username`](crate::ClusterBuilder::username));
 /// read by [`Cluster::builder_from_env`](crate::Cluster::builder_from_env).

@@ -243,8 +243,8 @@ pub(crate) async fn run(
             return Err(failed(cause(err)));
         }
         match next_step(&err, payload.queued_commands()) {
-            // A standalone server serves every slot; a redirect from it
-            // means it is not what it was taken for.
+            // A standalone server (or Sentinel primary) serves every slot;
+            // a redirect from it means it is not what it was taken for.
             Step::Redirect(_) if router.is_standalone() => return Err(failed(cause(err))),
             Step::Redirect(next) => {
                 if let Target::Node {

@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 mod refresh;
+mod sentinel;
 mod standalone;
 
 use redis::{Client, ConnectionAddr, ConnectionInfo, Value};
@@ -61,6 +62,8 @@ pub(crate) struct Router {
     /// What the seeds are: as configured, and once `Detect` has found out,
     /// `Cluster` or `Standalone` for good.
     deployment: RwLock<Deployment>,
+    /// The service the sentinels are asked about (`Deployment::Sentinel`).
+    service: Option<String>,
     table: RwLock<Table>,
     nodes: Mutex<HashMap<String, Arc<Node>>>,
     refresh: Mutex<RefreshState>,
@@ -98,6 +101,7 @@ impl Router {
         seed_list: String,
         config: RouterConfig,
         deployment: Deployment,
+        service: Option<String>,
     ) -> Result<Arc<Self>> {
         let template = seeds.first().cloned().ok_or_else(|| Error::Config {
             field: "nodes",
@@ -112,12 +116,20 @@ impl Router {
                 ),
             });
         }
+        if (deployment == Deployment::Sentinel) != service.is_some() {
+            return Err(Error::Config {
+                field: "sentinel_service",
+                reason: "a Sentinel deployment needs a service name, and only it takes one"
+                    .to_owned(),
+            });
+        }
         Ok(Arc::new_cyclic(|this| Router {
             seeds,
             template,
             seed_list,
             config,
             deployment: RwLock::new(deployment),
+            service,
             table: RwLock::new(Table {
                 owners: vec![None; SLOTS],
                 loaded: false,
@@ -142,9 +154,14 @@ impl Router {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether every slot is served by the one standalone server.
+    /// Whether every slot is served by one server that is no cluster node:
+    /// a standalone server, or the primary the sentinels name. No cluster
+    /// command is sent to it and a redirect from it is an error.
     pub(crate) fn is_standalone(&self) -> bool {
-        self.deployment() == Deployment::Standalone
+        matches!(
+            self.deployment(),
+            Deployment::Standalone | Deployment::Sentinel
+        )
     }
 
     fn settle_deployment(&self, deployment: Deployment) {
@@ -239,7 +256,8 @@ impl Router {
     pub(crate) fn request_refresh(&self) {
         // A standalone server's topology never changes: nothing to refresh
         // once it is installed.
-        if self.is_standalone() && self.loaded() {
+        // (A Sentinel primary's does: the sentinels may name another.)
+        if self.deployment() == Deployment::Standalone && self.loaded() {
             return;
         }
         let mut state = self.refresh_state();
@@ -268,11 +286,17 @@ impl Router {
     /// map: the masters in the table that are up (in random order, to spread
     /// the load), then the seeds.
     ///
+    /// With [`Deployment::Sentinel`], the sentinels are asked instead (see
+    /// `sentinel`).
+    ///
     /// A standalone server is never asked: it serves every slot (on first
     /// use, it is checked not to be a cluster node). With
     /// [`Deployment::Detect`], the only seed answering that cluster support
     /// is disabled makes the deployment standalone.
     pub(crate) async fn fetch(&self) -> Result<Topology> {
+        if self.deployment() == Deployment::Sentinel {
+            return self.sentinel_topology().await;
+        }
         if self.is_standalone() {
             if !self.loaded() {
                 self.check_standalone().await?;

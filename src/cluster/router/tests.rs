@@ -24,6 +24,7 @@ fn router(seeds: &[&str], deployment: Deployment) -> Result<Arc<Router>> {
             refresh_interval: second,
         },
         deployment,
+        (deployment == Deployment::Sentinel).then(|| "shardlimit".to_owned()),
     )
 }
 
@@ -80,4 +81,34 @@ fn a_detected_deployment_is_settled_once() {
     router.settle_deployment(Deployment::Cluster);
     router.settle_deployment(Deployment::Standalone);
     assert_eq!(router.deployment(), Deployment::Cluster);
+}
+
+#[test]
+fn a_sentinel_deployment_needs_a_service_and_only_it_takes_one() {
+    let seeds = ["redis://127.0.0.1:26400".into_connection_info().unwrap()];
+    let second = Duration::from_secs(1);
+    let config = RouterConfig {
+        node: NodeConfig {
+            connect_timeout: second,
+            down_after: 3,
+            failure_window: second,
+            reconnect_min: second,
+            reconnect_max: second,
+        },
+        command_timeout: second,
+        refresh_interval: second,
+    };
+    let make = |deployment, service: Option<&str>| {
+        Router::new(
+            seeds.to_vec(),
+            "s".to_owned(),
+            config,
+            deployment,
+            service.map(str::to_owned),
+        )
+    };
+    assert!(make(Deployment::Sentinel, None).is_err());
+    assert!(make(Deployment::Cluster, Some("shardlimit")).is_err());
+    let router = make(Deployment::Sentinel, Some("shardlimit")).unwrap();
+    assert!(router.is_standalone(), "one primary serves every slot");
 }
