@@ -536,3 +536,44 @@ async fn kill_under_load() -> Figures {
         text,
     }
 }
+
+/// The CLI finds the primary through the sentinels too, and lists what a
+/// limiter wrote there.
+#[cfg(feature = "cli")]
+#[tokio::test]
+#[ignore = "needs cluster-compose/up.sh --sentinel"]
+async fn the_cli_lists_through_the_sentinels() {
+    let cluster = sentinel("se-cli").await;
+    let quota = Quota::per_hour(NonZeroU32::new(10).unwrap());
+    let limiter = RateLimiter::builder(&cluster, "api", quota)
+        .build()
+        .unwrap();
+    assert!(limiter.check("user:cli").await.unwrap().allowed);
+    let out = Command::new(env!("CARGO_BIN_EXE_shardlimit"))
+        .env_remove("SHARDLIMIT_DEPLOYMENT")
+        .env_remove("SHARDLIMIT_SENTINEL_SERVICE")
+        .arg("--nodes")
+        .arg(sentinels().join(","))
+        .arg("--deployment")
+        .arg("sentinel")
+        .arg("--sentinel-service")
+        .arg(service())
+        .arg("--namespace")
+        .arg(cluster.namespace())
+        .args(["show", "user:cli", "--json"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 1, "{stdout}");
+    assert_eq!(rows[0]["name"], "api");
+    assert_eq!(rows[0]["subject"], "user:cli");
+}

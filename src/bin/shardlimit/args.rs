@@ -19,9 +19,14 @@ pub(crate) struct Cli {
     )]
     pub(crate) nodes: Vec<String>,
     /// What the nodes are: detect (default; standalone only when the one
-    /// node given has cluster support disabled), cluster or standalone.
+    /// node given has cluster support disabled), cluster, standalone, or
+    /// sentinel (the nodes are sentinels; needs --sentinel-service).
     #[arg(long, env = "SHARDLIMIT_DEPLOYMENT", global = true)]
     pub(crate) deployment: Option<shardlimit::Deployment>,
+    /// With --deployment sentinel: the name the sentinels monitor the
+    /// primary under.
+    #[arg(long, env = "SHARDLIMIT_SENTINEL_SERVICE", global = true)]
+    pub(crate) sentinel_service: Option<String>,
     /// ACL username for every node.
     #[arg(long, env = "SHARDLIMIT_USER", hide_env_values = true, global = true)]
     pub(crate) user: Option<String>,

@@ -13,7 +13,8 @@
 //! Global: `--nodes` (or `SHARDLIMIT_NODES`, comma-separated
 //! `redis://host:port`, `rediss://` for TLS; default the six local test
 //! nodes), `--deployment` (or `SHARDLIMIT_DEPLOYMENT`: `detect` by default,
-//! `cluster`, `standalone` for one plain redis-server), `--namespace`
+//! `cluster`, `standalone` for one plain redis-server, `sentinel` with
+//! `--sentinel-service` or `SHARDLIMIT_SENTINEL_SERVICE`), `--namespace`
 //! (default `sl`); credentials `--user` (or
 //! `SHARDLIMIT_USER`) with the password from `SHARDLIMIT_PASSWORD` or
 //! `--password-file` (never a flag: it would show in `ps`); TLS `--tls-ca`,
@@ -93,6 +94,9 @@ async fn connect(cli: &Cli) -> AnyResult<Cluster> {
         .command_timeout(Duration::from_millis(cli.timeout_ms));
     if let Some(deployment) = cli.deployment {
         builder = builder.deployment(deployment);
+    }
+    if let Some(service) = &cli.sentinel_service {
+        builder = builder.sentinel_service(service);
     }
     if let Some(user) = &cli.user {
         builder = builder.username(user);
