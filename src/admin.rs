@@ -21,4 +21,7 @@ mod scanner;
 
 pub use info::{LimiterInfo, Progress, Usage};
 pub use reset::{InUse, ResetPlan};
-pub use scanner::{AuditReport, CountReport, DEFAULT_SCAN_COUNT, ScanEvent, Scanner};
+pub use scanner::{
+    AuditReport, CountReport, DEFAULT_SCAN_COUNT, PAGE_SCANS_PER_MASTER, Page, PageCursor,
+    ScanEvent, Scanner,
+};

@@ -1,6 +1,7 @@
 //! `Scanner`: walks every master with `SCAN`, never `KEYS`, never MULTI.
 
 mod filter;
+mod page;
 mod plan;
 mod subject;
 mod walk;
@@ -18,6 +19,7 @@ use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 
 use self::filter::Filter;
+pub use self::page::{PAGE_SCANS_PER_MASTER, Page, PageCursor};
 
 /// How many keys one `SCAN` call asks for by default. See
 /// [`Scanner::count`].
