@@ -225,6 +225,8 @@ mod scripts;
 #[cfg(feature = "tower")]
 pub mod tower;
 mod warn;
+#[cfg(feature = "web")]
+pub mod web;
 
 #[cfg(feature = "metrics")]
 pub use self::metrics::describe_metrics;

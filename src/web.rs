@@ -1,0 +1,118 @@
+//! The Limits page (feature `web`): every limiter on every master, in a
+//! browser.
+//!
+//! Hash tags buy scale and lose the global view; Sidekiq's "Limits" tab
+//! stops working in cluster mode for that reason. [`router`] gives it back
+//! as server-rendered pages over the [`Scanner`](crate::admin::Scanner),
+//! for your own axum app (under any path prefix) or served by
+//! `shardlimit web`:
+//!
+//! | Page | HTML | JSON | Cost |
+//! |---|---|---|---|
+//! | Overview: cluster state, masters and replicas, AOF, memory, keys per master, primitives per kind and name, a banner when the cluster is not fit for locks | `/` | `/api/overview` | `INFO`s and `DBSIZE` per master; counts from a background walk |
+//! | Limiters: a page of primitives, filtered by kind, name and subject glob, state in words | `/limiters` | `/api/limiters` | at most [`PAGE_SCANS_PER_MASTER`](crate::admin::PAGE_SCANS_PER_MASTER) `SCAN`s per master |
+//! | Subject: everything one subject has, its slot and master | `/subject?subject=…` | `/api/subject?subject=…` | its slot only |
+//! | Audit: keys without a TTL, keys that are not shardlimit's, per master | `/audit` | `/api/audit` | a background walk |
+//! | Reset one limiter or one subject: confirmation, then POST | `/reset?subject=…[&kind=…&name=…]` | `/api/reset` | one MULTI/EXEC on the slot |
+//!
+//! Subjects that are not UTF-8 travel as `subject_hex=…`.
+//!
+//! # Safe by default
+//!
+//! * **Read-only** unless [`WebOptionsBuilder::writes`] is on; a reset is
+//!   then a confirmation page and a POST carrying a CSRF token bound to
+//!   that exact reset, refused for a held lock, a lease with permits or a
+//!   counter with a value unless forced (a separate confirmation) — the
+//!   library's own check, the same as `shardlimit reset`.
+//! * **Your authentication**: the router has none of its own; wrap it in
+//!   your auth layer (`.layer(…)`, or `route_layer` on the router you
+//!   nest it in). `shardlimit web` binds to `127.0.0.1` and, with writes
+//!   on, requires a bearer token or basic-auth credentials from the
+//!   environment.
+//! * **Escaped**: every value is spliced by maud, which escapes it; a
+//!   subject `<script>…` renders as text. The pages use no JavaScript, and
+//!   the Content-Security-Policy forbids any.
+//! * **Gentle**: no page runs `KEYS` or a transaction (only the reset's
+//!   POST runs one MULTI/EXEC on the subject's slot), and a page costs the
+//!   same bounded number of `SCAN` calls at a thousand limiters or a
+//!   billion.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use shardlimit::web::{WebOptions, router};
+//!
+//! let cluster = shardlimit::Cluster::builder_from_env().namespace("myapp").build().await?;
+//! let app = axum::Router::new()
+//!     .nest("/limits", router(&cluster, WebOptions::default()));
+//!     // .layer(your_auth_layer) — before enabling writes
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! axum::serve(listener, app).await?;
+//! # Ok(()) }
+//! ```
+
+mod audit;
+mod csrf;
+mod http;
+mod jobs;
+mod json;
+mod layout;
+mod limiters;
+mod options;
+mod overview;
+mod params;
+mod reset;
+mod state;
+mod subject;
+mod words;
+
+use axum::Router;
+use axum::http::header;
+use axum::routing::get;
+
+pub use options::{MAX_PAGE_SIZE, WebOptions, WebOptionsBuilder};
+
+use crate::Cluster;
+
+/// The Limits page's routes for `cluster`'s namespace, to serve as is or
+/// [`nest`](axum::Router::nest) under a prefix of your app; every link
+/// follows the prefix.
+///
+/// Read-only unless `options` enable writes. It brings no authentication:
+/// layer your own on it.
+///
+/// ```no_run
+/// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+/// use shardlimit::web::{WebOptions, router};
+///
+/// let options = WebOptions::builder().writes(true).build()?;
+/// let admin: axum::Router = axum::Router::new().nest("/admin/limits", router(&cluster, options));
+/// # Ok(()) }
+/// ```
+pub fn router(cluster: &Cluster, options: WebOptions) -> Router {
+    let state = state::AppState::new(cluster, options);
+    Router::new()
+        .route("/", get(overview::page))
+        .route("/api/overview", get(overview::api))
+        .route("/limiters", get(limiters::page))
+        .route("/api/limiters", get(limiters::api))
+        .route("/subject", get(subject::page))
+        .route("/api/subject", get(subject::api))
+        .route("/audit", get(audit::page))
+        .route("/api/audit", get(audit::api))
+        .route("/reset", get(reset::confirm_page).post(reset::execute_page))
+        .route(
+            "/api/reset",
+            get(reset::confirm_api).post(reset::execute_api),
+        )
+        .route(
+            "/style.css",
+            get(|| async {
+                (
+                    [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+                    layout::STYLESHEET,
+                )
+            }),
+        )
+        .layer(axum::middleware::map_response(http::security_headers))
+        .with_state(state)
+}

@@ -1,0 +1,157 @@
+//! The audit: keys without a TTL (they never go away) and keys that are
+//! not shardlimit's, counted per master.
+//!
+//! The audit walks the whole namespace, so it runs in the background like
+//! the overview's count (see `jobs`): the page shows the last finished
+//! audit and its age, and starts a new one when that is stale.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Query, State};
+use axum::response::Response;
+use maud::{Markup, html};
+use serde_json::{Value, json};
+
+use super::http::{Base, Failure, Format, respond};
+use super::jobs::Snapshot;
+use super::overview::millis;
+use super::params::Refresh;
+use super::state::Shared;
+use super::{json as j, layout, words};
+use crate::admin::AuditReport;
+
+pub(super) async fn page(
+    state: State<Shared>,
+    base: Base,
+    refresh: Query<Refresh>,
+) -> Result<Response, Failure> {
+    serve(state, base, refresh, Format::Html).await
+}
+
+pub(super) async fn api(
+    state: State<Shared>,
+    base: Base,
+    refresh: Query<Refresh>,
+) -> Result<Response, Failure> {
+    serve(state, base, refresh, Format::Json).await
+}
+
+async fn serve(
+    State(state): State<Shared>,
+    base: Base,
+    Query(refresh): Query<Refresh>,
+    format: Format,
+) -> Result<Response, Failure> {
+    let scanner = state.scanner.clone();
+    let snapshot = state
+        .audit
+        .get(
+            state.options.count_refresh,
+            refresh.forced(),
+            state.options.first_wait,
+            move || async move { scanner.audit().await },
+        )
+        .await;
+    let limit = state.options.audit_list_limit;
+    Ok(respond(
+        format,
+        || html(&base, &snapshot, limit),
+        || json(&snapshot, limit),
+    ))
+}
+
+/// (without TTL, not shardlimit's) per master.
+fn per_master(report: &AuditReport) -> BTreeMap<&str, (u64, u64)> {
+    let mut per = BTreeMap::new();
+    for (_, node) in &report.immortal {
+        per.entry(node.as_str()).or_insert((0, 0)).0 += 1;
+    }
+    for (_, node) in &report.unrecognized {
+        per.entry(node.as_str()).or_insert((0, 0)).1 += 1;
+    }
+    per
+}
+
+fn html(base: &Base, s: &Snapshot<AuditReport>, limit: usize) -> Markup {
+    let status = match (&s.last, s.running_for) {
+        (Some(l), running) => format!(
+            "Audited {} ago (the walk took {}).{}",
+            words::duration(l.age()),
+            words::duration(l.took),
+            running.map_or(String::new(), |t| format!(
+                " Auditing again now ({} so far).",
+                words::duration(t)
+            ))
+        ),
+        (None, Some(t)) => format!(
+            "Auditing now ({} so far); reload to see the result.",
+            words::duration(t)
+        ),
+        (None, None) => "Not audited yet.".to_owned(),
+    };
+    let body = html! {
+        h1 { "Audit" }
+        p.muted { (status) " " a href=(base.to("/audit?refresh=1")) { "Audit again" } }
+        @if let Some(last) = &s.last {
+            @match &last.result {
+                Err(e) => { p.error { "The last audit failed: " (e) } }
+                Ok(report) => {
+                    @if report.is_clean() {
+                        div.banner.ok #clean { "Clean: all " (report.scanned) " keys have a TTL and are shardlimit's." }
+                    } @else {
+                        div.banner.warn { (report.immortal.len()) " keys without a TTL, " (report.unrecognized.len()) " keys that are not shardlimit's, of " (report.scanned) " scanned." }
+                    }
+                    @for node in &report.incomplete { p.error { (node) ": not fully walked." } }
+                    @let per = per_master(report);
+                    @if !per.is_empty() {
+                        table #per-master {
+                            thead { tr { th { "Master" } th.num { "Without TTL" } th.num { "Not shardlimit's" } } }
+                            tbody { @for (node, (immortal, unknown)) in &per { tr { td.mono { (node) } td.num { (immortal) } td.num { (unknown) } } } }
+                        }
+                    }
+                    (key_list("Keys without a TTL", "immortal", &report.immortal, limit))
+                    (key_list("Keys that are not shardlimit's", "unrecognized", &report.unrecognized, limit))
+                }
+            }
+        }
+    };
+    layout::page(base, "Audit", None, body)
+}
+
+fn key_list(title: &str, id: &str, keys: &[(Vec<u8>, String)], limit: usize) -> Markup {
+    html! {
+        @if !keys.is_empty() {
+            h2 { (title) " (" (keys.len()) ")" }
+            table id=(id) {
+                thead { tr { th { "Key" } th { "Master" } } }
+                tbody { @for (key, node) in keys.iter().take(limit) { tr { td.mono { (String::from_utf8_lossy(key)) } td.mono { (node) } } } }
+            }
+            @if keys.len() > limit { p.muted { "… and " (keys.len() - limit) " more (the JSON lists " (limit) " too; `shardlimit audit --json` lists all)." } }
+        }
+    }
+}
+
+fn json(s: &Snapshot<AuditReport>, limit: usize) -> Value {
+    let keys = |list: &[(Vec<u8>, String)]| {
+        list.iter()
+            .take(limit)
+            .map(|(key, node)| json!({ "key": j::key(key), "node": node }))
+            .collect::<Vec<_>>()
+    };
+    let audit = s.last.as_ref().map(|last| match &last.result {
+        Ok(report) => json!({
+            "scanned": report.scanned,
+            "clean": report.is_clean(),
+            "without_ttl": report.immortal.len(),
+            "unrecognized": report.unrecognized.len(),
+            "per_master": per_master(report).into_iter().map(|(node, (i, u))| json!({ "node": node, "without_ttl": i, "unrecognized": u })).collect::<Vec<_>>(),
+            "without_ttl_keys": keys(&report.immortal),
+            "unrecognized_keys": keys(&report.unrecognized),
+            "incomplete": report.incomplete,
+            "age_ms": millis(last.age()),
+            "took_ms": millis(last.took),
+        }),
+        Err(e) => json!({ "error": e, "age_ms": millis(last.age()) }),
+    });
+    json!({ "audit": audit, "auditing_for_ms": s.running_for.map(millis) })
+}

@@ -1,0 +1,52 @@
+//! The JSON forms of what the pages show (the `/api/…` routes).
+
+use serde_json::{Value, json};
+
+use super::csrf::hex;
+use super::words;
+use crate::admin::{LimiterInfo, Usage};
+
+/// A subject: its text when it is UTF-8, else `{"hex": "…"}`.
+pub(super) fn subject(subject: &[u8]) -> Value {
+    match std::str::from_utf8(subject) {
+        Ok(text) => json!(text),
+        Err(_) => json!({ "hex": hex(subject) }),
+    }
+}
+
+/// One primitive: kind, name, subject, slot, node, TTL in milliseconds
+/// (`null`: no TTL), the typed state and the state in words.
+pub(super) fn limiter(info: &LimiterInfo) -> Value {
+    let state = match &info.usage {
+        Usage::FixedWindow { used } => json!({ "used": used }),
+        Usage::SlidingLog { entries } => json!({ "entries": entries }),
+        Usage::SlidingWindow { current, previous } => {
+            json!({ "current": current, "previous": previous })
+        }
+        Usage::Gcra {
+            theoretical_arrival_us,
+        } => json!({ "theoretical_arrival_us": theoretical_arrival_us }),
+        Usage::Lease { holders } => json!({ "permits_in_use": holders }),
+        Usage::Lock {
+            held,
+            fencing_token,
+        } => json!({ "held": held, "fencing_token": fencing_token }),
+        Usage::Counter { value } => json!({ "value": value }),
+        Usage::Other { redis_type } => json!({ "redis_type": redis_type }),
+    };
+    json!({
+        "kind": info.kind,
+        "name": info.name,
+        "subject": subject(&info.subject),
+        "slot": info.slot,
+        "node": info.node,
+        "ttl_ms": info.ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+        "state": state,
+        "words": words::state(info),
+    })
+}
+
+/// A key, as text (lossy for binary keys).
+pub(super) fn key(key: &[u8]) -> Value {
+    json!(String::from_utf8_lossy(key))
+}

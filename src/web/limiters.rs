@@ -1,0 +1,149 @@
+//! The limiters view: every primitive, a bounded page at a time, with the
+//! scanner's filters and its per-master cursor.
+//!
+//! Cost: one page of [`Scanner::page`](crate::admin::Scanner::page) — at
+//! most `PAGE_SCANS_PER_MASTER` `SCAN` calls and as many state pipelines
+//! per master — whatever the namespace holds.
+
+use std::time::{Duration, Instant};
+
+use axum::extract::{Query, State};
+use axum::response::Response;
+use maud::{Markup, html};
+use serde_json::{Value, json};
+
+use super::http::{Base, Failure, Format, respond};
+use super::overview::millis;
+use super::params::{Filters, subject_display, subject_query};
+use super::state::Shared;
+use super::{json as j, layout, words};
+use crate::admin::{Page, PageCursor};
+use crate::keys::Kind;
+
+pub(super) async fn page(
+    state: State<Shared>,
+    base: Base,
+    filters: Query<Filters>,
+) -> Result<Response, Failure> {
+    serve(state, base, filters, Format::Html).await
+}
+
+pub(super) async fn api(
+    state: State<Shared>,
+    base: Base,
+    filters: Query<Filters>,
+) -> Result<Response, Failure> {
+    serve(state, base, filters, Format::Json).await
+}
+
+async fn serve(
+    State(state): State<Shared>,
+    base: Base,
+    Query(filters): Query<Filters>,
+    format: Format,
+) -> Result<Response, Failure> {
+    let cursor = match filters.cursor() {
+        Some(text) => text
+            .parse::<PageCursor>()
+            .map_err(|err| Failure::bad_request(err.to_string(), format, &base))?,
+        None => PageCursor::start(),
+    };
+    let mut scanner = state.scanner.clone();
+    if let Some(kind) = filters.kind() {
+        scanner = scanner.kind(kind);
+    }
+    if let Some(name) = filters.name() {
+        scanner = scanner.name(name);
+    }
+    if let Some(glob) = filters.subject() {
+        scanner = scanner.subject_glob(glob);
+    }
+    let started = Instant::now();
+    let page = scanner
+        .page(&cursor, state.options.page_size.get())
+        .await
+        .map_err(|err| Failure::cluster(&err, format, &base))?;
+    let took = started.elapsed();
+    Ok(respond(
+        format,
+        || html(&base, &filters, &page, took),
+        || json(&page, took),
+    ))
+}
+
+fn html(base: &Base, filters: &Filters, page: &Page, took: Duration) -> Markup {
+    let next = page.next.as_ref().map(ToString::to_string);
+    let body = html! {
+        h1 { "Limiters" }
+        form.filters method="get" action=(base.to("/limiters")) {
+            label { "Kind"
+                select name="kind" {
+                    option value="" { "any" }
+                    @for kind in Kind::ALL {
+                        option value=(kind.as_str()) selected[filters.kind() == Some(kind.as_str())] { (kind.as_str()) }
+                    }
+                }
+            }
+            label { "Name" input type="text" name="name" value=(filters.name().unwrap_or("")) placeholder="any"; }
+            label { "Subject (glob)" input type="text" name="subject" value=(filters.subject().unwrap_or("")) placeholder="e.g. user:*"; }
+            button type="submit" { "Filter" }
+            a href=(base.to("/limiters")) { "Clear" }
+        }
+        p.muted #cost {
+            (page.limiters.len()) " primitives on this page; "
+            (page.scan_calls) " SCAN calls; " (words::duration(took)) "."
+        }
+        @for node in &page.restarted {
+            div.banner.warn { (node) " was walked again from its start (a failover or resharding since the last page): some primitives may repeat." }
+        }
+        @for (node, err) in &page.failed {
+            div.banner.bad { (node) " failed on this page: " (err.to_string()) ". The next page tries it again from where it stopped." }
+        }
+        @if !page.unrecognized.is_empty() {
+            p { (page.unrecognized.len()) " keys on this page are not shardlimit's; see the " a href=(base.to("/audit")) { "audit" } "." }
+        }
+        table #limiters {
+            thead { tr {
+                th { "Kind" } th { "Name" } th { "Subject" } th.num { "Slot" } th { "Node" } th.num { "TTL" } th { "State" }
+            } }
+            tbody {
+                @for info in &page.limiters {
+                    tr {
+                        td { (info.kind) }
+                        td { (info.name) }
+                        td.mono { a.subject href=(base.to(&format!("/subject?{}", subject_query(&info.subject)))) { (subject_display(&info.subject)) } }
+                        td.num { (info.slot) }
+                        td.mono { (info.node) }
+                        td.num { @match info.ttl { Some(t) => (words::duration(t)), None => span.nottl { "none" } } }
+                        td { (words::state(info)) }
+                    }
+                }
+            }
+        }
+        @if page.limiters.is_empty() {
+            p.muted { @if next.is_some() { "Nothing matched on this page; the walk goes on." } @else { "Nothing matched." } }
+        }
+        div.pager {
+            @if filters.cursor().is_some() {
+                a href=(base.to(&format!("/limiters?{}", filters.query_at(None)))) { "← First page" }
+            }
+            @match &next {
+                Some(cursor) => { a.button #next href=(base.to(&format!("/limiters?{}", filters.query_at(Some(cursor))))) { "Next page →" } }
+                None => { span.muted #end { "End of the walk: every master has been scanned." } }
+            }
+        }
+    };
+    layout::page(base, "Limiters", None, body)
+}
+
+fn json(page: &Page, took: Duration) -> Value {
+    json!({
+        "limiters": page.limiters.iter().map(j::limiter).collect::<Vec<_>>(),
+        "next": page.next.as_ref().map(ToString::to_string),
+        "scan_calls": page.scan_calls,
+        "took_ms": millis(took),
+        "restarted": page.restarted,
+        "failed": page.failed.iter().map(|(node, err)| json!({ "node": node, "error": err.to_string() })).collect::<Vec<_>>(),
+        "unrecognized": page.unrecognized.iter().map(|(key, node)| json!({ "key": j::key(key), "node": node })).collect::<Vec<_>>(),
+    })
+}

@@ -1,0 +1,203 @@
+//! `WebOptions`: what the Limits page may do and how much each page costs.
+
+use std::num::NonZeroUsize;
+use std::time::Duration;
+
+use crate::admin::DEFAULT_SCAN_COUNT;
+use crate::error::{Error, Result};
+
+/// The largest page the limiters view serves (rows asked for per page).
+pub const MAX_PAGE_SIZE: usize = 1000;
+
+/// Settings of [`router`](super::router), made with [`WebOptions::builder`].
+///
+/// ```
+/// use std::time::Duration;
+/// use shardlimit::web::WebOptions;
+///
+/// let options = WebOptions::builder()
+///     .writes(true) // the reset action; off by default
+///     .count_refresh(Duration::from_secs(300))
+///     .build()?;
+/// assert!(options.writes());
+/// # Ok::<(), shardlimit::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct WebOptions {
+    pub(super) writes: bool,
+    pub(super) page_size: NonZeroUsize,
+    pub(super) scan_count: u32,
+    pub(super) count_refresh: Duration,
+    pub(super) first_wait: Duration,
+    pub(super) confirm_ttl: Duration,
+    pub(super) audit_list_limit: usize,
+}
+
+impl Default for WebOptions {
+    fn default() -> Self {
+        WebOptions {
+            writes: false,
+            page_size: NonZeroUsize::MIN.saturating_add(49),
+            scan_count: DEFAULT_SCAN_COUNT,
+            count_refresh: Duration::from_secs(60),
+            first_wait: Duration::from_millis(500),
+            confirm_ttl: Duration::from_secs(600),
+            audit_list_limit: 200,
+        }
+    }
+}
+
+impl WebOptions {
+    /// A builder starting from the defaults each setter states.
+    ///
+    /// ```
+    /// let options = shardlimit::web::WebOptions::builder().build()?;
+    /// assert!(!options.writes(), "read-only unless told otherwise");
+    /// # Ok::<(), shardlimit::Error>(())
+    /// ```
+    pub fn builder() -> WebOptionsBuilder {
+        WebOptionsBuilder {
+            options: WebOptions::default(),
+        }
+    }
+
+    /// Whether the reset action is enabled.
+    ///
+    /// ```
+    /// assert!(!shardlimit::web::WebOptions::default().writes());
+    /// ```
+    #[must_use]
+    pub fn writes(&self) -> bool {
+        self.writes
+    }
+}
+
+/// Builds [`WebOptions`]; every setter states its default.
+///
+/// ```
+/// use std::num::NonZeroUsize;
+/// let options = shardlimit::web::WebOptions::builder()
+///     .page_size(NonZeroUsize::new(100).unwrap())
+///     .build()?;
+/// # Ok::<(), shardlimit::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct WebOptionsBuilder {
+    options: WebOptions,
+}
+
+impl WebOptionsBuilder {
+    /// Enables the reset action (a POST with a CSRF token, after a
+    /// confirmation page). Default **false**: every page is read-only and a
+    /// POST is refused with `403`. Put your own authentication in front of
+    /// the router before turning this on (see [`router`](super::router)).
+    pub fn writes(mut self, writes: bool) -> Self {
+        self.options.writes = writes;
+        self
+    }
+
+    /// Rows the limiters view aims for per page (spread over the masters).
+    /// Default 50; at most [`MAX_PAGE_SIZE`]. A page may hold fewer rows
+    /// (its SCAN budget ran out on a sparse filter) or a few more (a SCAN
+    /// call's keys are never split between pages); see
+    /// [`Scanner::page`](crate::admin::Scanner::page).
+    pub fn page_size(mut self, rows: NonZeroUsize) -> Self {
+        self.options.page_size = rows;
+        self
+    }
+
+    /// `COUNT` of each SCAN call, at most (see
+    /// [`Scanner::count`](crate::admin::Scanner::count)). Default
+    /// [`DEFAULT_SCAN_COUNT`] (100).
+    pub fn scan_count(mut self, count: u32) -> Self {
+        self.options.scan_count = count;
+        self
+    }
+
+    /// How old the overview's counts (primitives per kind and name, keys per
+    /// master) and the audit may get before a page view starts a new walk in
+    /// the background. Default 60 s. Those need a walk over the whole
+    /// namespace — seconds at millions of keys — so no page waits for one
+    /// longer than [`first_wait`](Self::first_wait): it shows the last
+    /// finished result and its age. At most one walk of each runs at a time.
+    pub fn count_refresh(mut self, age: Duration) -> Self {
+        self.options.count_refresh = age;
+        self
+    }
+
+    /// How long the overview and audit pages wait for a walk they started
+    /// before rendering without it ("counting…"). Default 500 ms: a small
+    /// namespace shows its counts on the first view.
+    pub fn first_wait(mut self, wait: Duration) -> Self {
+        self.options.first_wait = wait;
+        self
+    }
+
+    /// How long a reset's confirmation (its CSRF token) stays valid.
+    /// Default 10 minutes.
+    pub fn confirm_ttl(mut self, ttl: Duration) -> Self {
+        self.options.confirm_ttl = ttl;
+        self
+    }
+
+    /// Keys listed per problem on the audit page (all are counted). Default
+    /// 200.
+    pub fn audit_list_limit(mut self, keys: usize) -> Self {
+        self.options.audit_list_limit = keys;
+        self
+    }
+
+    /// Checks the settings.
+    ///
+    /// Errors with [`Error::Config`] for a page size above
+    /// [`MAX_PAGE_SIZE`], a zero SCAN count or a zero confirmation time.
+    pub fn build(self) -> Result<WebOptions> {
+        let o = &self.options;
+        if o.page_size.get() > MAX_PAGE_SIZE {
+            return Err(Error::Config {
+                field: "page_size",
+                reason: format!("{} is above the maximum {MAX_PAGE_SIZE}", o.page_size),
+            });
+        }
+        if o.scan_count == 0 {
+            return Err(Error::Config {
+                field: "scan_count",
+                reason: "must be at least 1".into(),
+            });
+        }
+        if o.confirm_ttl < Duration::from_secs(1) {
+            return Err(Error::Config {
+                field: "confirm_ttl",
+                reason: "must be at least one second".into(),
+            });
+        }
+        Ok(self.options)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_read_only_and_bounded() {
+        let o = WebOptions::builder().build().unwrap();
+        assert!(!o.writes());
+        assert_eq!(o.page_size.get(), 50);
+        assert_eq!(o.scan_count, DEFAULT_SCAN_COUNT);
+    }
+
+    #[test]
+    fn build_refuses_what_cannot_work() {
+        let too_big = NonZeroUsize::new(MAX_PAGE_SIZE + 1).unwrap();
+        for builder in [
+            WebOptions::builder().page_size(too_big),
+            WebOptions::builder().scan_count(0),
+            WebOptions::builder().confirm_ttl(Duration::ZERO),
+        ] {
+            let err = builder.build().unwrap_err();
+            assert!(matches!(err, Error::Config { .. }), "{err}");
+        }
+    }
+}

@@ -1,0 +1,35 @@
+//! What every handler shares.
+
+use std::sync::Arc;
+
+use super::csrf::Csrf;
+use super::jobs::Job;
+use super::options::WebOptions;
+use crate::Cluster;
+use crate::admin::{AuditReport, CountReport, Scanner};
+
+/// The router's state: one per [`router`](super::router) call.
+pub(super) struct AppState {
+    pub(super) cluster: Cluster,
+    /// Unfiltered, with the configured `COUNT`.
+    pub(super) scanner: Scanner,
+    pub(super) options: WebOptions,
+    pub(super) csrf: Csrf,
+    pub(super) count: Arc<Job<CountReport>>,
+    pub(super) audit: Arc<Job<AuditReport>>,
+}
+
+pub(super) type Shared = Arc<AppState>;
+
+impl AppState {
+    pub(super) fn new(cluster: &Cluster, options: WebOptions) -> Shared {
+        Arc::new(AppState {
+            cluster: cluster.clone(),
+            scanner: Scanner::new(cluster).count(options.scan_count),
+            csrf: Csrf::new(options.confirm_ttl),
+            options,
+            count: Job::new(),
+            audit: Job::new(),
+        })
+    }
+}

@@ -1,0 +1,139 @@
+//! One subject: everything it has in its slot, the slot and the master
+//! serving it.
+//!
+//! Cost: `CLUSTER SLOTS`, `CLUSTER COUNTKEYSINSLOT` and `GETKEYSINSLOT` on
+//! the subject's slot (or a `SCAN` for its key prefix when the slot is
+//! crowded; see [`Scanner::subject`](crate::admin::Scanner::subject)) and
+//! one state pipeline. Blocks and overrides have no key kind yet, so there
+//! is nothing of theirs to show.
+
+use axum::extract::{Query, State};
+use axum::response::Response;
+use maud::{Markup, html};
+use serde_json::{Value, json};
+
+use super::http::{Base, Failure, Format, respond};
+use super::params::{SubjectQuery, percent, subject_display, subject_query};
+use super::state::Shared;
+use super::{json as j, layout, words};
+use crate::admin::LimiterInfo;
+use crate::keys::{KeyId, slot};
+
+struct SubjectView {
+    subject: Vec<u8>,
+    slot: u16,
+    node: String,
+    primitives: Vec<LimiterInfo>,
+    writes: bool,
+}
+
+pub(super) async fn page(
+    state: State<Shared>,
+    base: Base,
+    query: Query<SubjectQuery>,
+) -> Result<Response, Failure> {
+    serve(state, base, query, Format::Html).await
+}
+
+pub(super) async fn api(
+    state: State<Shared>,
+    base: Base,
+    query: Query<SubjectQuery>,
+) -> Result<Response, Failure> {
+    serve(state, base, query, Format::Json).await
+}
+
+async fn serve(
+    State(state): State<Shared>,
+    base: Base,
+    Query(query): Query<SubjectQuery>,
+    format: Format,
+) -> Result<Response, Failure> {
+    let subject = query
+        .bytes()
+        .map_err(|msg| Failure::bad_request(msg, format, &base))?;
+    let fail = |err: crate::Error| Failure::cluster(&err, format, &base);
+    // The slot of any key of the subject: they share its hash tag.
+    let probe = KeyId::new("probe", "probe")
+        .and_then(|id| state.cluster.keys().key(&subject, &id))
+        .map_err(|err| Failure::bad_request(err.to_string(), format, &base))?;
+    let the_slot = slot(&probe);
+    let (topology, primitives) =
+        futures::join!(state.cluster.topology(), state.scanner.subject(&subject));
+    let (topology, primitives) = (topology.map_err(fail)?, primitives.map_err(fail)?);
+    let node = topology.owner(the_slot).map_or_else(
+        || "(no master serves it)".to_owned(),
+        |s| s.master.to_string(),
+    );
+    let view = SubjectView {
+        subject,
+        slot: the_slot,
+        node,
+        primitives,
+        writes: state.options.writes,
+    };
+    Ok(respond(format, || html(&base, &view), || json(&view)))
+}
+
+fn reset_link(base: &Base, subject: &[u8], kind_name: Option<(&str, &str)>) -> String {
+    let mut url = format!("/reset?{}", subject_query(subject));
+    if let Some((kind, name)) = kind_name {
+        url.push_str(&format!(
+            "&kind={}&name={}",
+            percent(kind.as_bytes()),
+            percent(name.as_bytes())
+        ));
+    }
+    base.to(&url)
+}
+
+fn html(base: &Base, v: &SubjectView) -> Markup {
+    let shown = subject_display(&v.subject);
+    let body = html! {
+        h1 { "Subject " code #subject { (shown) } }
+        dl.facts {
+            dt { "Slot" } dd #slot { (v.slot) }
+            dt { "Master" } dd.mono #node { (v.node) }
+            dt { "Primitives" } dd { (v.primitives.len()) }
+        }
+        @if v.primitives.is_empty() {
+            p.muted { "This subject has nothing in its slot (GCRA and window keys exist only while they count)." }
+        } @else {
+            table #primitives {
+                thead { tr {
+                    th { "Kind" } th { "Name" } th.num { "TTL" } th { "State" } th { "Keys" }
+                    @if v.writes { th { "" } }
+                } }
+                tbody {
+                    @for info in &v.primitives {
+                        tr {
+                            td { (info.kind) }
+                            td { (info.name) }
+                            td.num { @match info.ttl { Some(t) => (words::duration(t)), None => span.nottl { "none" } } }
+                            td { (words::state(info)) }
+                            td.mono { @for key in &info.keys { (String::from_utf8_lossy(key)) br; } }
+                            @if v.writes {
+                                td { a.reset href=(reset_link(base, &v.subject, Some((&info.kind, &info.name)))) { "Reset…" } }
+                            }
+                        }
+                    }
+                }
+            }
+            @if v.writes {
+                p { a.reset-all href=(reset_link(base, &v.subject, None)) { "Reset everything of this subject…" } }
+            } @else {
+                p.muted { "Read-only: resets are disabled." }
+            }
+        }
+    };
+    layout::page(base, &format!("Subject {shown}"), None, body)
+}
+
+fn json(v: &SubjectView) -> Value {
+    json!({
+        "subject": j::subject(&v.subject),
+        "slot": v.slot,
+        "node": v.node,
+        "primitives": v.primitives.iter().map(j::limiter).collect::<Vec<_>>(),
+    })
+}

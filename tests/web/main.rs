@@ -1,0 +1,502 @@
+//! The Limits page in a real browser: headless Chromium, driven through
+//! chromedriver, against the six-node cluster, each test in its own
+//! namespace. Screenshots of every page go to `target/web/`.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod browser;
+mod bulk;
+
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::time::Duration;
+
+use fantoccini::Locator;
+use shardlimit::keys::{KeyId, slot};
+use shardlimit::web::{WebOptions, router};
+use shardlimit::{Algorithm, Cluster, Counter, Lock, Quota, RateLimiter};
+
+use browser::Browser;
+
+/// The browser tests take turns: each counts SCAN calls on the masters and
+/// times pages, which the other's walks would disturb.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Serves `app` on a free loopback port; returns its base URL.
+async fn serve(app: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}")
+}
+
+/// The Limits page nested under `/limits` in an app of the test's own.
+async fn limits_app(cluster: &Cluster, options: WebOptions) -> String {
+    let app = axum::Router::new().nest("/limits", router(cluster, options));
+    format!("{}/limits", serve(app).await)
+}
+
+/// A raw HTTP request to the test server: (status, body).
+async fn http(base: &str, method: &str, path: &str, form: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = base.trim_start_matches("http://");
+    let (host, prefix) = rest.split_once('/').map_or((rest, ""), |(h, p)| (h, p));
+    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
+    let request = format!(
+        "{method} /{prefix}{path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{form}",
+        form.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let status = response[9..12].parse().unwrap();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+async fn texts(b: &Browser, css: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in b.client.find_all(Locator::Css(css)).await.unwrap() {
+        out.push(e.text().await.unwrap());
+    }
+    out
+}
+
+/// Pages from the current limiters page to the end of the walk, collecting
+/// the subjects shown.
+async fn page_to_the_end(b: &Browser) -> Vec<String> {
+    let mut subjects = Vec::new();
+    loop {
+        subjects.extend(texts(b, "table#limiters a.subject").await);
+        match b.client.find(Locator::Css("a#next")).await {
+            Ok(next) => next.click().await.unwrap(),
+            Err(_) => {
+                b.client.find(Locator::Css("#end")).await.unwrap();
+                return subjects;
+            }
+        }
+    }
+}
+
+const XSS: &str = "<script>alert(1)</script>";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overview_filter_follow_reset_and_escape_in_a_browser() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let cluster = common::cluster("web").await;
+    let ns = cluster.namespace().to_owned();
+    let hour = Duration::from_secs(3600);
+    let api = RateLimiter::builder(
+        &cluster,
+        "api",
+        Quota::per_hour(NonZeroU32::new(10).unwrap()),
+    )
+    .algorithm(Algorithm::FixedWindow)
+    .build()
+    .unwrap();
+    for i in 1..=5 {
+        assert!(api.check(format!("user:{i}")).await.unwrap().allowed);
+    }
+    let gcra = RateLimiter::builder(
+        &cluster,
+        "login",
+        Quota::per_hour(NonZeroU32::new(10).unwrap()),
+    )
+    .algorithm(Algorithm::Gcra)
+    .build()
+    .unwrap();
+    assert!(gcra.check(XSS).await.unwrap().allowed);
+    let lock = Lock::builder(&cluster, "job").ttl(hour).build().unwrap();
+    let guard = lock.try_acquire("user:1").await.unwrap().unwrap();
+    let billing = Counter::builder(&cluster, "billing")
+        .idle_ttl(hour)
+        .build()
+        .unwrap();
+    billing.add("user:2", 30).await.unwrap();
+    // A key under the namespace that is not shardlimit's, for the audit.
+    let stranger = format!("{ns}:not-ours");
+    let _: () = common::on_owner(
+        stranger.as_bytes(),
+        redis::cmd("SET")
+            .arg(&stranger)
+            .arg("x")
+            .arg("PX")
+            .arg(600_000),
+    )
+    .await;
+
+    let options = WebOptions::builder()
+        .writes(true)
+        .first_wait(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let base = limits_app(&cluster, options).await;
+    let b = Browser::start().await;
+
+    // Overview: the masters, and the counts per kind and name.
+    b.client.goto(&base).await.unwrap();
+    assert_eq!(b.client.title().await.unwrap(), "Overview · shardlimit");
+    let masters = common::masters().await;
+    assert_eq!(
+        texts(&b, "table#masters tbody tr").await.len(),
+        masters.len()
+    );
+    let counts = texts(&b, "table#counts tbody tr").await;
+    for row in [
+        "fw api 5",
+        "gcra login 1",
+        "lock job 1",
+        "counter billing 1",
+        "Total 8",
+    ] {
+        assert!(
+            counts
+                .iter()
+                .any(|r| r.split_whitespace().collect::<Vec<_>>().join(" ") == row),
+            "{row} in {counts:?}"
+        );
+    }
+    b.screenshot("overview").await;
+
+    // Limiters, filtered by kind and name through the form.
+    b.client.goto(&format!("{base}/limiters")).await.unwrap();
+    b.client
+        .find(Locator::Css("select[name=kind]"))
+        .await
+        .unwrap()
+        .select_by_value("fw")
+        .await
+        .unwrap();
+    b.client
+        .find(Locator::Css("input[name=name]"))
+        .await
+        .unwrap()
+        .send_keys("api")
+        .await
+        .unwrap();
+    b.client
+        .find(Locator::Css("form.filters button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let url = b.client.current_url().await.unwrap();
+    assert!(
+        url.as_str().contains("kind=fw") && url.as_str().contains("name=api"),
+        "{url}"
+    );
+    b.screenshot("limiters").await;
+    let mut subjects = page_to_the_end(&b).await;
+    subjects.sort();
+    assert_eq!(subjects, ["user:1", "user:2", "user:3", "user:4", "user:5"]);
+
+    // Follow a subject: its slot, its master, everything it has.
+    b.client
+        .goto(&format!(
+            "{base}/limiters?kind=fw&name=api&subject=user%3A1"
+        ))
+        .await
+        .unwrap();
+    let mut link = None;
+    while link.is_none() {
+        for a in b.client.find_all(Locator::Css("a.subject")).await.unwrap() {
+            if a.text().await.unwrap() == "user:1" {
+                link = Some(a);
+            }
+        }
+        if link.is_none() {
+            b.client
+                .find(Locator::Css("a#next"))
+                .await
+                .expect("user:1 is listed")
+                .click()
+                .await
+                .unwrap();
+        }
+    }
+    link.unwrap().click().await.unwrap();
+    let key = cluster
+        .keys()
+        .key("user:1", &KeyId::new("fw", "api").unwrap())
+        .unwrap();
+    let the_slot = slot(&key);
+    assert_eq!(
+        b.client
+            .find(Locator::Css("#slot"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+        the_slot.to_string()
+    );
+    assert_eq!(
+        b.client
+            .find(Locator::Css("#node"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+        common::owner(the_slot).await.addr
+    );
+    let rows = texts(&b, "table#primitives tbody tr").await;
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(
+        rows.iter()
+            .any(|r| r.starts_with("fw api") && r.contains("1 used this window")),
+        "{rows:?}"
+    );
+    assert!(
+        rows.iter()
+            .any(|r| r.starts_with("lock job") && r.contains("held, fencing token")),
+        "{rows:?}"
+    );
+    b.screenshot("subject").await;
+
+    // Reset the fixed window, through its confirmation.
+    let reset_fw = b
+        .client
+        .find(Locator::Css(
+            "table#primitives tbody tr:first-child a.reset",
+        ))
+        .await
+        .unwrap();
+    reset_fw.click().await.unwrap();
+    assert!(
+        texts(&b, "ul#keys li")
+            .await
+            .contains(&String::from_utf8(key.clone()).unwrap())
+    );
+    b.screenshot("reset-confirm").await;
+    b.client
+        .find(Locator::Css("form#confirm button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    assert_eq!(
+        b.client
+            .find(Locator::Css("#deleted"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+        "Deleted 1 keys: fw api of subject user:1."
+    );
+    assert_eq!(
+        common::pttl(&key).await,
+        -2,
+        "the limiter is gone from Redis"
+    );
+    b.client
+        .goto(&format!("{base}/subject?subject=user%3A1"))
+        .await
+        .unwrap();
+    let rows = texts(&b, "table#primitives tbody tr").await;
+    assert_eq!(rows.len(), 1, "only the lock is left: {rows:?}");
+
+    // A held lock is refused unless forced, with its own confirmation.
+    b.client
+        .goto(&format!("{base}/reset?subject=user%3A1&kind=lock&name=job"))
+        .await
+        .unwrap();
+    assert!(
+        b.client
+            .find(Locator::Css("#in-use"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+            .contains("lock job is held")
+    );
+    assert!(
+        b.client.find(Locator::Css("form#confirm")).await.is_err(),
+        "no way to delete a held lock without forcing"
+    );
+    b.screenshot("reset-refused").await;
+    b.client
+        .find(Locator::Css("a#force"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    b.client
+        .find(Locator::Css("form#confirm button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    assert!(
+        b.client
+            .find(Locator::Css("#deleted"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+            .starts_with("Deleted 2 keys")
+    );
+    drop(guard);
+
+    // The XSS subject is text: no alert, the markup escaped.
+    b.client
+        .goto(&format!("{base}/limiters?subject=%3Cscript%3E*"))
+        .await
+        .unwrap();
+    let shown = loop {
+        let found = texts(&b, "table#limiters a.subject").await;
+        if !found.is_empty() {
+            break found;
+        }
+        b.client
+            .find(Locator::Css("a#next"))
+            .await
+            .expect("the XSS subject is listed")
+            .click()
+            .await
+            .unwrap();
+    };
+    assert_eq!(shown, [XSS]);
+    assert!(b.client.get_alert_text().await.is_err(), "no script ran");
+    assert!(
+        b.client
+            .source()
+            .await
+            .unwrap()
+            .contains("&lt;script&gt;alert(1)&lt;/script&gt;")
+    );
+    b.screenshot("xss").await;
+    b.client
+        .find(Locator::Css("a.subject"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    assert_eq!(
+        b.client
+            .find(Locator::Css("#subject"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+        XSS
+    );
+    assert!(b.client.get_alert_text().await.is_err(), "no script ran");
+
+    // The audit: the stranger, counted on its master.
+    b.client.goto(&format!("{base}/audit")).await.unwrap();
+    let unknown = texts(&b, "table#unrecognized tbody tr").await;
+    let owner = common::owner(slot(stranger.as_bytes())).await.addr;
+    assert_eq!(unknown, [format!("{stranger} {owner}")]);
+    b.screenshot("audit").await;
+
+    // The JSON API says the same.
+    b.client
+        .goto(&format!("{base}/api/subject?subject=user%3A2"))
+        .await
+        .unwrap();
+    let body = b
+        .client
+        .find(Locator::Css("body"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(json["primitives"][0]["kind"], "counter");
+    assert_eq!(json["primitives"][0]["state"]["value"], 30);
+    b.close().await;
+
+    // No token, a forged token, a token for another action: refused.
+    let (status, _) = http(
+        &base,
+        "POST",
+        "/reset",
+        "subject=user%3A2&kind=counter&name=billing&force=1",
+    )
+    .await;
+    assert_eq!(status, 403);
+    let (status, plan) = http(
+        &base,
+        "GET",
+        "/api/reset?subject=user%3A2&kind=counter&name=billing",
+        "",
+    )
+    .await;
+    assert_eq!(status, 200);
+    let plan: serde_json::Value = serde_json::from_str(&plan).unwrap();
+    let token = plan["token"].as_str().unwrap();
+    assert_eq!(plan["in_use"][0], "counter billing holds 30 (not drained)");
+    let forced = format!("subject=user%3A2&kind=counter&name=billing&force=1&token={token}");
+    let (status, body) = http(&base, "POST", "/api/reset", &forced).await;
+    assert_eq!(
+        (status, body.contains("another action")),
+        (403, true),
+        "{body}"
+    );
+    let plain = format!("subject=user%3A2&kind=counter&name=billing&token={token}");
+    let (status, body) = http(&base, "POST", "/api/reset", &plain).await;
+    assert_eq!(
+        status, 409,
+        "a counter with a value is refused unless forced: {body}"
+    );
+    assert_eq!(billing.get("user:2").await.unwrap(), Some(30));
+
+    // Read-only by default: no confirmation, no POST.
+    let read_only = limits_app(&cluster, WebOptions::default()).await;
+    assert_eq!(
+        http(&read_only, "GET", "/reset?subject=user%3A2", "")
+            .await
+            .0,
+        403
+    );
+    assert_eq!(http(&read_only, "POST", "/reset", &plain).await.0, 403);
+    assert_eq!(http(&read_only, "GET", "/limiters", "").await.0, 200);
+
+    let _: () = common::on_owner(stranger.as_bytes(), redis::cmd("DEL").arg(&stranger)).await;
+    common::assert_every_key_has_ttl(&ns).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_thousand_limiters_page_through_exactly_once() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let cluster = common::cluster("web100k").await;
+    let subjects = bulk::populate(&cluster, 100_000).await;
+    let options = WebOptions::builder()
+        .page_size(NonZeroUsize::new(1000).unwrap())
+        .build()
+        .unwrap();
+    let base = limits_app(&cluster, options).await;
+    let b = Browser::start().await;
+    let report = bulk::page_through(&b, &base).await;
+    bulk::assert_exactly_once(&report.seen, &subjects);
+    let server = report.median_server();
+    eprintln!(
+        "100,000 limiters: {} pages of about 1000 rows, median page {server:?} on the server, {:?} in the browser (request to rendered table), {} SCAN calls per page at most",
+        report.pages,
+        report.median_page(),
+        report.max_scan_calls
+    );
+    assert!(
+        server < Duration::from_millis(500),
+        "median page {server:?} on the server"
+    );
+    b.screenshot("limiters-100k").await;
+    bulk::assert_scan_bound(&b, &base).await;
+    b.close().await;
+    bulk::delete(&cluster, &subjects).await;
+}
