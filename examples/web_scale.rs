@@ -15,7 +15,8 @@
 //! (other clients' SCANs would add to them: run it on a quiet cluster);
 //! prints the median, p90 and maximum; then deletes every key it wrote.
 //! Options: `--page-size N` (default 50, the router's default),
-//! `--scan-count N` (default 100).
+//! `--scan-count N` (default 100), `--subject GLOB` (a subject filter, to
+//! time a sparse one).
 
 use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
@@ -39,6 +40,9 @@ struct Args {
     /// Rows per page.
     #[arg(long, default_value_t = 50)]
     page_size: usize,
+    /// Only subjects matching this glob (a sparse filter: e.g. `s12345*`).
+    #[arg(long)]
+    subject: Option<String>,
     /// COUNT per SCAN call.
     #[arg(long, default_value_t = shardlimit::admin::DEFAULT_SCAN_COUNT)]
     scan_count: u32,
@@ -174,6 +178,10 @@ async fn main() -> AnyResult<()> {
     let outcome = async {
         let (mut times, mut calls, mut rows) = (Vec::new(), Vec::new(), 0usize);
         let mut path = "/limiters?kind=fw&name=scale".to_owned();
+        if let Some(glob) = &args.subject {
+            // Globs here are made of letters, digits, `*` and `?`.
+            path.push_str(&format!("&subject={}", glob.replace('*', "%2A").replace('?', "%3F")));
+        }
         for _ in 0..args.pages {
             let before = scan_calls(&cluster).await?;
             let started = Instant::now();

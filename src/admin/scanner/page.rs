@@ -174,7 +174,8 @@ impl Scanner {
     /// **Bounded**: each master is asked for its share (`rows` over the
     /// masters still being walked) with at most [`PAGE_SCANS_PER_MASTER`]
     /// `SCAN` calls, the first asking for about its share of keys and each
-    /// next one for twice as many, up to [`count`](Self::count). So a page
+    /// next one for what the last one's yield says is still missing (twice
+    /// as many when it found nothing), up to [`count`](Self::count). So a page
     /// costs the same whatever the namespace holds; a sparse filter may
     /// answer with fewer rows (even none) and a `next` cursor. A `SCAN`
     /// call's keys are never split between pages, so a page may hold up to
@@ -306,9 +307,10 @@ impl Scanner {
             };
             match step.await {
                 Ok((next, mut more)) => {
+                    count = next_count(count, more.len(), share.saturating_sub(found.len()))
+                        .min(self.count);
                     found.append(&mut more);
                     cursor.scan = (next != 0).then_some(next);
-                    count = count.saturating_mul(2).min(self.count);
                 }
                 Err(err) => {
                     error = Some(err);
@@ -327,8 +329,33 @@ impl Scanner {
     }
 }
 
+/// The `COUNT` of the next call: what the last one's yield says reaches
+/// what is still `needed` (so a page overshoots its share by little), or
+/// twice the last when it found nothing.
+fn next_count(count: u32, got: usize, needed: usize) -> u32 {
+    if got == 0 {
+        return count.saturating_mul(2);
+    }
+    let needed = u64::try_from(needed).unwrap_or(u64::MAX);
+    let got = u64::try_from(got).unwrap_or(u64::MAX);
+    let next = needed.saturating_mul(u64::from(count)).div_ceil(got);
+    u32::try_from(next).unwrap_or(u32::MAX).max(1)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_next_scan_asks_for_what_is_still_needed() {
+        assert_eq!(next_count(17, 0, 17), 34, "nothing found: twice as far");
+        assert_eq!(next_count(17, 15, 2), 3, "nearly there: a small step");
+        assert_eq!(
+            next_count(100, 1, 50),
+            5000,
+            "a sparse filter: far (capped by the caller)"
+        );
+        assert_eq!(next_count(10, 20, 0), 1);
+    }
+
     use super::*;
 
     #[test]
