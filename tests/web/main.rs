@@ -8,6 +8,7 @@ mod common;
 
 mod browser;
 mod bulk;
+mod cli;
 
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::time::Duration;

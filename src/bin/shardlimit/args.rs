@@ -116,6 +116,9 @@ pub(crate) enum Command {
     Reset(ResetArgs),
     /// Cluster state, masters and replicas, AOF, memory per master.
     Health,
+    /// Serve the Limits page (read-only unless --allow-writes).
+    #[cfg(feature = "web")]
+    Web(crate::web::WebArgs),
 }
 
 /// The arguments of `reset`.

@@ -8,6 +8,7 @@
 //! shardlimit audit [--json]        # exit code 1 when anything is found
 //! shardlimit reset <subject> [--kind K] [--name N] [--dry-run] [--force] [--yes]
 //! shardlimit health
+//! shardlimit web [--listen 127.0.0.1:8080] [--allow-writes]   # feature `web`
 //! ```
 //!
 //! Global: `--nodes` (or `SHARDLIMIT_NODES`, comma-separated
@@ -31,6 +32,8 @@ mod health;
 mod list;
 mod output;
 mod reset;
+#[cfg(feature = "web")]
+mod web;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -79,6 +82,8 @@ async fn run(cli: Cli) -> AnyResult<ExitCode> {
         Command::Audit { json } => audit::audit(scanner, &mut out, json).await,
         Command::Reset(args) => reset::reset(&scanner, &mut out, args).await,
         Command::Health => health::health(&cluster, &mut out).await,
+        #[cfg(feature = "web")]
+        Command::Web(args) => web::run(&cluster, cli.scan_count, args).await,
     }
 }
 
