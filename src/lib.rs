@@ -199,6 +199,10 @@
 //! * [`admin`] — the scanner: every primitive on every master, audit, reset.
 //! * `tower` (feature `tower`) — a `tower::Layer` that rate-limits HTTP
 //!   requests with `429`, `Retry-After` and the IETF `RateLimit` headers.
+//! * `web` (feature `web`) — the Limits page: an axum router of
+//!   server-rendered pages (and JSON) over the scanner — overview, every
+//!   limiter paged across masters, one subject, the audit, a guarded
+//!   reset — read-only by default; `shardlimit web` serves it.
 //! * `metrics`, `outcomes`, `warn` — observability: [`Cluster::stats`]
 //!   always; with feature `metrics`, counters and histograms through the
 //!   `metrics` facade (`describe_metrics`); `debug` spans per operation
