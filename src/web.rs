@@ -51,6 +51,7 @@
 //! ```
 
 mod audit;
+mod base;
 mod csrf;
 mod http;
 mod jobs;

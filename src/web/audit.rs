@@ -14,7 +14,6 @@ use serde_json::{Value, json};
 
 use super::http::{Base, Failure, Format, respond};
 use super::jobs::Snapshot;
-use super::overview::millis;
 use super::params::Refresh;
 use super::state::Shared;
 use super::{json as j, layout, words};
@@ -148,10 +147,10 @@ fn json(s: &Snapshot<AuditReport>, limit: usize) -> Value {
             "without_ttl_keys": keys(&report.immortal),
             "unrecognized_keys": keys(&report.unrecognized),
             "incomplete": report.incomplete,
-            "age_ms": millis(last.age()),
-            "took_ms": millis(last.took),
+            "age_ms": words::millis(last.age()),
+            "took_ms": words::millis(last.took),
         }),
-        Err(e) => json!({ "error": e, "age_ms": millis(last.age()) }),
+        Err(e) => json!({ "error": e, "age_ms": words::millis(last.age()) }),
     });
-    json!({ "audit": audit, "auditing_for_ms": s.running_for.map(millis) })
+    json!({ "audit": audit, "auditing_for_ms": s.running_for.map(words::millis) })
 }

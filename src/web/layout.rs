@@ -6,7 +6,7 @@
 
 use maud::{DOCTYPE, Markup, html};
 
-use super::http::Base;
+use super::base::Base;
 
 /// The stylesheet, served at `/style.css` under the mount prefix. Small on
 /// purpose: system fonts, one table style, one banner.

@@ -13,7 +13,6 @@ use maud::{Markup, html};
 use serde_json::{Value, json};
 
 use super::http::{Base, Failure, Format, respond};
-use super::overview::millis;
 use super::params::{Filters, subject_display, subject_query};
 use super::state::Shared;
 use super::{json as j, layout, words};
@@ -141,7 +140,7 @@ fn json(page: &Page, took: Duration) -> Value {
         "limiters": page.limiters.iter().map(j::limiter).collect::<Vec<_>>(),
         "next": page.next.as_ref().map(ToString::to_string),
         "scan_calls": page.scan_calls,
-        "took_ms": millis(took),
+        "took_ms": words::millis(took),
         "restarted": page.restarted,
         "failed": page.failed.iter().map(|(node, err)| json!({ "node": node, "error": err.to_string() })).collect::<Vec<_>>(),
         "unrecognized": page.unrecognized.iter().map(|(key, node)| json!({ "key": j::key(key), "node": node })).collect::<Vec<_>>(),

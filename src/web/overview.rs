@@ -245,10 +245,10 @@ fn json(o: &Overview) -> Value {
                     .collect();
                 json!({
                     "per_node_kind_name": rows, "total": report.total(), "unrecognized": report.unrecognized,
-                    "incomplete": report.incomplete, "age_ms": millis(last.age()), "took_ms": millis(last.took),
+                    "incomplete": report.incomplete, "age_ms": words::millis(last.age()), "took_ms": words::millis(last.took),
                 })
             }
-            Err(e) => json!({ "error": e, "age_ms": millis(last.age()) }),
+            Err(e) => json!({ "error": e, "age_ms": words::millis(last.age()) }),
         },
         None => Value::Null,
     };
@@ -260,10 +260,6 @@ fn json(o: &Overview) -> Value {
         "lock_problems": o.health.lock_problems(),
         "masters": masters,
         "counts": counts,
-        "counting_for_ms": o.counts.running_for.map(millis),
+        "counting_for_ms": o.counts.running_for.map(words::millis),
     })
-}
-
-pub(super) fn millis(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

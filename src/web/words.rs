@@ -66,6 +66,11 @@ pub(super) fn duration(d: Duration) -> String {
     }
 }
 
+/// Whole milliseconds, for the JSON.
+pub(super) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// Bytes in binary units: `512 B`, `1.5 MiB`.
 pub(super) fn bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];

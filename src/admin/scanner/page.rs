@@ -8,7 +8,7 @@ use futures::future::join_all;
 
 use super::Scanner;
 use super::plan::{Found, Mode, read_page};
-use crate::admin::LimiterInfo;
+use crate::admin::info::LimiterInfo;
 use crate::cluster::{NodeAddr, Shard};
 use crate::error::{Error, Result};
 
