@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use super::csrf::hex;
-use super::words;
+use super::words::{self, Quotas};
 use crate::admin::{LimiterInfo, Usage};
 
 /// A subject: its text when it is UTF-8, else `{"hex": "…"}`.
@@ -15,8 +15,9 @@ pub(super) fn subject(subject: &[u8]) -> Value {
 }
 
 /// One primitive: kind, name, subject, slot, node, TTL in milliseconds
-/// (`null`: no TTL), the typed state and the state in words.
-pub(super) fn limiter(info: &LimiterInfo) -> Value {
+/// (`null`: no TTL), the typed state, the units remaining (when the
+/// quota is known) and the state in words.
+pub(super) fn limiter(info: &LimiterInfo, quotas: &Quotas) -> Value {
     let state = match &info.usage {
         Usage::FixedWindow { used } => json!({ "used": used }),
         Usage::SlidingLog { entries } => json!({ "entries": entries }),
@@ -42,7 +43,8 @@ pub(super) fn limiter(info: &LimiterInfo) -> Value {
         "node": info.node,
         "ttl_ms": info.ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         "state": state,
-        "words": words::state(info),
+        "remaining": words::remaining(info, quotas).map(|(n, _)| n),
+        "words": words::state(info, quotas),
     })
 }
 

@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use super::http::{Base, Failure, Format, respond};
 use super::params::{Filters, subject_display, subject_query};
 use super::state::Shared;
+use super::words::Quotas;
 use super::{json as j, layout, words};
 use crate::admin::{Page, PageCursor};
 use crate::keys::Kind;
@@ -65,12 +66,12 @@ async fn serve(
     let took = started.elapsed();
     Ok(respond(
         format,
-        || html(&base, &filters, &page, took),
-        || json(&page, took),
+        || html(&base, &filters, &page, took, &state.options.quotas),
+        || json(&page, took, &state.options.quotas),
     ))
 }
 
-fn html(base: &Base, filters: &Filters, page: &Page, took: Duration) -> Markup {
+fn html(base: &Base, filters: &Filters, page: &Page, took: Duration, quotas: &Quotas) -> Markup {
     let next = page.next.as_ref().map(ToString::to_string);
     let body = html! {
         h1 { "Limiters" }
@@ -114,7 +115,7 @@ fn html(base: &Base, filters: &Filters, page: &Page, took: Duration) -> Markup {
                         td.num { (info.slot) }
                         td.mono { (info.node) }
                         td.num { @match info.ttl { Some(t) => (words::duration(t)), None => span.nottl { "none" } } }
-                        td { (words::state(info)) }
+                        td { (words::state(info, quotas)) }
                     }
                 }
             }
@@ -135,9 +136,9 @@ fn html(base: &Base, filters: &Filters, page: &Page, took: Duration) -> Markup {
     layout::page(base, "Limiters", None, body)
 }
 
-fn json(page: &Page, took: Duration) -> Value {
+fn json(page: &Page, took: Duration, quotas: &Quotas) -> Value {
     json!({
-        "limiters": page.limiters.iter().map(j::limiter).collect::<Vec<_>>(),
+        "limiters": page.limiters.iter().map(|i| j::limiter(i, quotas)).collect::<Vec<_>>(),
         "next": page.next.as_ref().map(ToString::to_string),
         "scan_calls": page.scan_calls,
         "took_ms": words::millis(took),

@@ -1,8 +1,10 @@
 //! `WebOptions`: what the Limits page may do and how much each page costs.
 
+use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
+use crate::Quota;
 use crate::admin::DEFAULT_SCAN_COUNT;
 use crate::error::{Error, Result};
 
@@ -31,6 +33,7 @@ pub struct WebOptions {
     pub(super) first_wait: Duration,
     pub(super) confirm_ttl: Duration,
     pub(super) audit_list_limit: usize,
+    pub(super) quotas: BTreeMap<String, Quota>,
 }
 
 impl Default for WebOptions {
@@ -43,6 +46,7 @@ impl Default for WebOptions {
             first_wait: Duration::from_millis(500),
             confirm_ttl: Duration::from_secs(600),
             audit_list_limit: 200,
+            quotas: BTreeMap::new(),
         }
     }
 }
@@ -145,6 +149,27 @@ impl WebOptionsBuilder {
     /// 200.
     pub fn audit_list_limit(mut self, keys: usize) -> Self {
         self.options.audit_list_limit = keys;
+        self
+    }
+
+    /// The quota of your rate limiters named `name` (any algorithm), so
+    /// that their rows say how many units remain: the keys hold only what
+    /// was used. Default: none known, and rows say what is used. For a
+    /// sliding log the count is a lower bound (expired entries are trimmed
+    /// by the next check); for a sliding window counter no remaining count
+    /// is shown (it depends on the position in the window).
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use shardlimit::{Quota, web::WebOptions};
+    ///
+    /// let options = WebOptions::builder()
+    ///     .quota("api", Quota::per_minute(NonZeroU32::new(100).unwrap()))
+    ///     .build()?;
+    /// # Ok::<(), shardlimit::Error>(())
+    /// ```
+    pub fn quota(mut self, name: impl Into<String>, quota: Quota) -> Self {
+        self.options.quotas.insert(name.into(), quota);
         self
     }
 

@@ -18,6 +18,7 @@ use super::csrf::Action;
 use super::http::{Base, Failure, Format};
 use super::params::{ResetQuery, percent, subject_display, subject_field, subject_query};
 use super::state::Shared;
+use super::words::Quotas;
 use super::{json as j, layout, words};
 use crate::admin::ResetPlan;
 use crate::error::Error;
@@ -122,14 +123,14 @@ async fn confirm(
         return Ok(axum::Json(json!({
             "subject": j::subject(&subject),
             "keys": plan.keys().iter().map(|k| j::key(k)).collect::<Vec<_>>(),
-            "primitives": plan.primitives().iter().map(j::limiter).collect::<Vec<_>>(),
+            "primitives": plan.primitives().iter().map(|i| j::limiter(i, &state.options.quotas)).collect::<Vec<_>>(),
             "in_use": plan.in_use().iter().map(ToString::to_string).collect::<Vec<_>>(),
             "force": q.force(),
             "token": token,
         }))
         .into_response());
     }
-    Ok(confirm_html(&base, &subject, &q, &plan, &token).into_response())
+    Ok(confirm_html(&base, &subject, &q, &plan, &token, &state.options.quotas).into_response())
 }
 
 fn confirm_html(
@@ -138,6 +139,7 @@ fn confirm_html(
     q: &ResetQuery,
     plan: &ResetPlan,
     token: &str,
+    quotas: &Quotas,
 ) -> Markup {
     let blocked = !plan.in_use().is_empty() && !q.force();
     let (field, value) = subject_field(subject);
@@ -155,7 +157,7 @@ fn confirm_html(
             h2 { "Would delete " (plan.keys().len()) " keys" }
             ul.mono #keys { @for key in plan.keys() { li { (String::from_utf8_lossy(key)) } } }
             h2 { "Their state now" }
-            ul { @for info in plan.primitives() { li { (info.kind) " " (info.name) ": " (words::state(info)) } } }
+            ul { @for info in plan.primitives() { li { (info.kind) " " (info.name) ": " (words::state(info, quotas)) } } }
             @if !plan.in_use().is_empty() {
                 div.banner.warn #in-use {
                     strong { "In use:" }

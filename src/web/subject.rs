@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use super::http::{Base, Failure, Format, respond};
 use super::params::{SubjectQuery, percent, subject_display, subject_query};
 use super::state::Shared;
+use super::words::Quotas;
 use super::{json as j, layout, words};
 use crate::admin::LimiterInfo;
 use crate::keys::{KeyId, slot};
@@ -72,7 +73,12 @@ async fn serve(
         primitives,
         writes: state.options.writes,
     };
-    Ok(respond(format, || html(&base, &view), || json(&view)))
+    let quotas = &state.options.quotas;
+    Ok(respond(
+        format,
+        || html(&base, &view, quotas),
+        || json(&view, quotas),
+    ))
 }
 
 fn reset_link(base: &Base, subject: &[u8], kind_name: Option<(&str, &str)>) -> String {
@@ -87,7 +93,7 @@ fn reset_link(base: &Base, subject: &[u8], kind_name: Option<(&str, &str)>) -> S
     base.to(&url)
 }
 
-fn html(base: &Base, v: &SubjectView) -> Markup {
+fn html(base: &Base, v: &SubjectView, quotas: &Quotas) -> Markup {
     let shown = subject_display(&v.subject);
     let body = html! {
         h1 { "Subject " code #subject { (shown) } }
@@ -110,7 +116,7 @@ fn html(base: &Base, v: &SubjectView) -> Markup {
                             td { (info.kind) }
                             td { (info.name) }
                             td.num { @match info.ttl { Some(t) => (words::duration(t)), None => span.nottl { "none" } } }
-                            td { (words::state(info)) }
+                            td { (words::state(info, quotas)) }
                             td.mono { @for key in &info.keys { (String::from_utf8_lossy(key)) br; } }
                             @if v.writes {
                                 td { a.reset href=(reset_link(base, &v.subject, Some((&info.kind, &info.name)))) { "Reset…" } }
@@ -129,11 +135,11 @@ fn html(base: &Base, v: &SubjectView) -> Markup {
     layout::page(base, &format!("Subject {shown}"), None, body)
 }
 
-fn json(v: &SubjectView) -> Value {
+fn json(v: &SubjectView, quotas: &Quotas) -> Value {
     json!({
         "subject": j::subject(&v.subject),
         "slot": v.slot,
         "node": v.node,
-        "primitives": v.primitives.iter().map(j::limiter).collect::<Vec<_>>(),
+        "primitives": v.primitives.iter().map(|i| j::limiter(i, quotas)).collect::<Vec<_>>(),
     })
 }

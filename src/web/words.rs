@@ -1,8 +1,43 @@
 //! A primitive's state in words, the way a person on call reads it.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::Quota;
 use crate::admin::{LimiterInfo, Usage};
+use crate::keys::Kind;
+
+/// Known quotas by rate limiter name ([`WebOptionsBuilder::quota`](super::WebOptionsBuilder::quota)).
+pub(super) type Quotas = BTreeMap<String, Quota>;
+
+/// Units a rate limiter has left, when its quota is known: `(remaining,
+/// exact)`; `exact` is false for a sliding log, whose count is a lower
+/// bound.
+pub(super) fn remaining(info: &LimiterInfo, quotas: &Quotas) -> Option<(u64, bool)> {
+    let quota = quotas.get(&info.name)?;
+    let limit = u64::from(quota.limit().get());
+    match (&info.usage, Kind::parse(&info.kind)?) {
+        (Usage::FixedWindow { used }, Kind::FixedWindow) => {
+            Some((limit.saturating_sub(*used), true))
+        }
+        (Usage::SlidingLog { entries }, Kind::SlidingLog) => {
+            Some((limit.saturating_sub(*entries), false))
+        }
+        // The key expires at the theoretical arrival time, so its TTL is
+        // how far ahead of now it is: remaining = (tolerance - ttl) /
+        // interval, at most the burst (gcra.lua's formula, in integers).
+        (Usage::Gcra { .. }, Kind::Gcra) => {
+            let burst = u128::from(quota.burst().get());
+            let period = quota.period().as_micros();
+            let ahead = info.ttl?.as_micros();
+            let tolerance = burst * period / u128::from(quota.limit().get());
+            let left =
+                tolerance.saturating_sub(ahead) * u128::from(quota.limit().get()) / period.max(1);
+            u64::try_from(left.min(burst)).ok().map(|n| (n, true))
+        }
+        _ => None,
+    }
+}
 
 /// What the primitive is doing now, e.g. `7 used this window, resets in
 /// 12 s` or `held, fencing token 42, frees itself in 29 s`.
@@ -10,9 +45,18 @@ use crate::admin::{LimiterInfo, Usage};
 /// The TTL is the main key's: for a fixed window, when the window ends;
 /// for GCRA, when the bucket is full again; for a lock, when it frees
 /// itself unless extended; for a lease set and a counter, how long they
-/// stay if nothing touches them. The scanner knows no quota, so "used" is
-/// said rather than "remaining".
-pub(super) fn state(info: &LimiterInfo) -> String {
+/// stay if nothing touches them. The keys hold no quota: "remaining" is
+/// said only for the rate limiters whose quota the router was given.
+pub(super) fn state(info: &LimiterInfo, quotas: &Quotas) -> String {
+    let described = used(info);
+    match remaining(info, quotas) {
+        Some((n, true)) => format!("{n} remaining; {described}"),
+        Some((n, false)) => format!("at least {n} remaining; {described}"),
+        None => described,
+    }
+}
+
+fn used(info: &LimiterInfo) -> String {
     let ttl = info.ttl.map(duration);
     let within = |what: &str| match &ttl {
         Some(t) => format!(", {what} in {t}"),
@@ -106,13 +150,52 @@ mod tests {
     }
 
     #[test]
+    fn remaining_needs_the_quota() {
+        use std::num::NonZeroU32;
+        let mut quotas = Quotas::new();
+        let fw = LimiterInfo {
+            kind: "fw".into(),
+            name: "api".into(),
+            ..info(Usage::FixedWindow { used: 7 }, Some(12_300))
+        };
+        assert_eq!(remaining(&fw, &quotas), None);
+        quotas.insert(
+            "api".into(),
+            Quota::per_minute(NonZeroU32::new(10).unwrap()),
+        );
+        assert_eq!(
+            state(&fw, &quotas),
+            "3 remaining; 7 used this window, resets in 12.3 s"
+        );
+        // 10 a minute: one unit per 6 s. A TAT 13 s ahead: 2 units used
+        // (and part of a third), so floor((60 - 13) / 6) = 7 remain.
+        let gcra = LimiterInfo {
+            kind: "gcra".into(),
+            name: "api".into(),
+            ..info(
+                Usage::Gcra {
+                    theoretical_arrival_us: 0,
+                },
+                Some(13_000),
+            )
+        };
+        assert_eq!(remaining(&gcra, &quotas), Some((7, true)));
+        let slog = LimiterInfo {
+            kind: "slog".into(),
+            name: "api".into(),
+            ..info(Usage::SlidingLog { entries: 4 }, Some(1_000))
+        };
+        assert_eq!(remaining(&slog, &quotas), Some((6, false)));
+    }
+
+    #[test]
     fn states_read_as_sentences() {
         assert_eq!(
-            state(&info(Usage::FixedWindow { used: 7 }, Some(12_300))),
+            used(&info(Usage::FixedWindow { used: 7 }, Some(12_300))),
             "7 used this window, resets in 12.3 s"
         );
         assert_eq!(
-            state(&info(
+            used(&info(
                 Usage::Lock {
                     held: true,
                     fencing_token: Some(42)
@@ -122,11 +205,11 @@ mod tests {
             "held, fencing token 42, frees itself in 29.0 s"
         );
         assert_eq!(
-            state(&info(Usage::Lease { holders: 2 }, Some(61_000))),
+            used(&info(Usage::Lease { holders: 2 }, Some(61_000))),
             "2 permit(s) in use, idle set expires in 1 min 1 s"
         );
         assert_eq!(
-            state(&info(Usage::Counter { value: 30 }, None)),
+            used(&info(Usage::Counter { value: 30 }, None)),
             "value 30, never expires (no TTL)"
         );
     }

@@ -132,6 +132,7 @@ async fn overview_filter_follow_reset_and_escape_in_a_browser() {
 
     let options = WebOptions::builder()
         .writes(true)
+        .quota("api", Quota::per_hour(NonZeroU32::new(10).unwrap()))
         .first_wait(Duration::from_secs(30))
         .build()
         .unwrap();
@@ -250,7 +251,7 @@ async fn overview_filter_follow_reset_and_escape_in_a_browser() {
     assert_eq!(rows.len(), 2, "{rows:?}");
     assert!(
         rows.iter()
-            .any(|r| r.starts_with("fw api") && r.contains("1 used this window")),
+            .any(|r| r.starts_with("fw api") && r.contains("9 remaining; 1 used this window")),
         "{rows:?}"
     );
     assert!(
