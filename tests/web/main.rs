@@ -67,6 +67,37 @@ async fn texts(b: &Browser, css: &str) -> Vec<String> {
     out
 }
 
+/// Waits for `css` to appear: the page a click navigated to has loaded.
+async fn settle(b: &Browser, css: &str) {
+    b.client
+        .wait()
+        .at_most(Duration::from_secs(20))
+        .for_element(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css} did not appear: {e}"));
+}
+
+/// Follows the link `css` by loading its address: `goto` returns once the
+/// new page has loaded, so nothing reads the old one by mistake (a click
+/// may return before the navigation it starts).
+async fn follow(b: &Browser, css: &str) {
+    let link = b
+        .client
+        .find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("no {css}: {e}"));
+    let href = link
+        .attr("href")
+        .await
+        .unwrap()
+        .expect("a link has an href");
+    let here = b.client.current_url().await.unwrap();
+    b.client
+        .goto(here.join(&href).unwrap().as_str())
+        .await
+        .unwrap();
+}
+
 /// Pages from the current limiters page to the end of the walk, collecting
 /// the subjects shown.
 async fn page_to_the_end(b: &Browser) -> Vec<String> {
@@ -74,7 +105,7 @@ async fn page_to_the_end(b: &Browser) -> Vec<String> {
     loop {
         subjects.extend(texts(b, "table#limiters a.subject").await);
         match b.client.find(Locator::Css("a#next")).await {
-            Ok(next) => next.click().await.unwrap(),
+            Ok(_) => follow(b, "a#next").await,
             Err(_) => {
                 b.client.find(Locator::Css("#end")).await.unwrap();
                 return subjects;
@@ -187,6 +218,24 @@ async fn overview_filter_follow_reset_and_escape_in_a_browser() {
         .click()
         .await
         .unwrap();
+    // The form's GET builds the URL; wait for it, then load it whole.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !b
+        .client
+        .current_url()
+        .await
+        .unwrap()
+        .as_str()
+        .contains("kind=fw")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the filter form did not submit"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let filtered = b.client.current_url().await.unwrap();
+    b.client.goto(filtered.as_str()).await.unwrap();
     let url = b.client.current_url().await.unwrap();
     assert!(
         url.as_str().contains("kind=fw") && url.as_str().contains("name=api"),
@@ -212,16 +261,11 @@ async fn overview_filter_follow_reset_and_escape_in_a_browser() {
             }
         }
         if link.is_none() {
-            b.client
-                .find(Locator::Css("a#next"))
-                .await
-                .expect("user:1 is listed")
-                .click()
-                .await
-                .unwrap();
+            follow(&b, "a#next").await;
         }
     }
     link.unwrap().click().await.unwrap();
+    settle(&b, "#slot").await;
     let key = cluster
         .keys()
         .key("user:1", &KeyId::new("fw", "api").unwrap())
@@ -270,6 +314,7 @@ async fn overview_filter_follow_reset_and_escape_in_a_browser() {
         .await
         .unwrap();
     reset_fw.click().await.unwrap();
+    settle(&b, "ul#keys").await;
     assert!(
         texts(&b, "ul#keys li")
             .await
@@ -283,6 +328,7 @@ async fn overview_filter_follow_reset_and_escape_in_a_browser() {
         .click()
         .await
         .unwrap();
+    settle(&b, "#deleted").await;
     assert_eq!(
         b.client
             .find(Locator::Css("#deleted"))
@@ -332,6 +378,7 @@ async fn overview_filter_follow_reset_and_escape_in_a_browser() {
         .click()
         .await
         .unwrap();
+    settle(&b, "form#confirm button").await;
     b.client
         .find(Locator::Css("form#confirm button"))
         .await
@@ -339,6 +386,7 @@ async fn overview_filter_follow_reset_and_escape_in_a_browser() {
         .click()
         .await
         .unwrap();
+    settle(&b, "#deleted").await;
     assert!(
         b.client
             .find(Locator::Css("#deleted"))
@@ -361,13 +409,7 @@ async fn overview_filter_follow_reset_and_escape_in_a_browser() {
         if !found.is_empty() {
             break found;
         }
-        b.client
-            .find(Locator::Css("a#next"))
-            .await
-            .expect("the XSS subject is listed")
-            .click()
-            .await
-            .unwrap();
+        follow(&b, "a#next").await;
     };
     assert_eq!(shown, [XSS]);
     assert!(b.client.get_alert_text().await.is_err(), "no script ran");
@@ -386,6 +428,7 @@ async fn overview_filter_follow_reset_and_escape_in_a_browser() {
         .click()
         .await
         .unwrap();
+    settle(&b, "#subject").await;
     assert_eq!(
         b.client
             .find(Locator::Css("#subject"))
