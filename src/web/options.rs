@@ -9,6 +9,10 @@ use crate::admin::DEFAULT_SCAN_COUNT;
 use crate::error::{Error, Result};
 
 /// The largest page the limiters view serves (rows asked for per page).
+///
+/// ```
+/// assert_eq!(shardlimit::web::MAX_PAGE_SIZE, 1000);
+/// ```
 pub const MAX_PAGE_SIZE: usize = 1000;
 
 /// Settings of [`router`](super::router), made with [`WebOptions::builder`].
@@ -96,6 +100,12 @@ impl WebOptionsBuilder {
     /// confirmation page). Default **false**: every page is read-only and a
     /// POST is refused with `403`. Put your own authentication in front of
     /// the router before turning this on (see [`router`](super::router)).
+    ///
+    /// ```
+    /// let options = shardlimit::web::WebOptions::builder().writes(true).build()?;
+    /// assert!(options.writes());
+    /// # Ok::<(), shardlimit::Error>(())
+    /// ```
     pub fn writes(mut self, writes: bool) -> Self {
         self.options.writes = writes;
         self
@@ -106,6 +116,13 @@ impl WebOptionsBuilder {
     /// (its SCAN budget ran out on a sparse filter) or a few more (a SCAN
     /// call's keys are never split between pages); see
     /// [`Scanner::page`](crate::admin::Scanner::page).
+    ///
+    /// ```
+    /// use std::num::NonZeroUsize;
+    /// let rows = NonZeroUsize::new(200).unwrap();
+    /// shardlimit::web::WebOptions::builder().page_size(rows).build()?;
+    /// # Ok::<(), shardlimit::Error>(())
+    /// ```
     pub fn page_size(mut self, rows: NonZeroUsize) -> Self {
         self.options.page_size = rows;
         self
@@ -114,6 +131,11 @@ impl WebOptionsBuilder {
     /// `COUNT` of each SCAN call, at most (see
     /// [`Scanner::count`](crate::admin::Scanner::count)). Default
     /// [`DEFAULT_SCAN_COUNT`] (100).
+    ///
+    /// ```
+    /// shardlimit::web::WebOptions::builder().scan_count(50).build()?;
+    /// # Ok::<(), shardlimit::Error>(())
+    /// ```
     pub fn scan_count(mut self, count: u32) -> Self {
         self.options.scan_count = count;
         self
@@ -125,6 +147,12 @@ impl WebOptionsBuilder {
     /// namespace — seconds at millions of keys — so no page waits for one
     /// longer than [`first_wait`](Self::first_wait): it shows the last
     /// finished result and its age. At most one walk of each runs at a time.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// shardlimit::web::WebOptions::builder().count_refresh(Duration::from_secs(600)).build()?;
+    /// # Ok::<(), shardlimit::Error>(())
+    /// ```
     pub fn count_refresh(mut self, age: Duration) -> Self {
         self.options.count_refresh = age;
         self
@@ -133,6 +161,12 @@ impl WebOptionsBuilder {
     /// How long the overview and audit pages wait for a walk they started
     /// before rendering without it ("counting…"). Default 500 ms: a small
     /// namespace shows its counts on the first view.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// shardlimit::web::WebOptions::builder().first_wait(Duration::from_secs(2)).build()?;
+    /// # Ok::<(), shardlimit::Error>(())
+    /// ```
     pub fn first_wait(mut self, wait: Duration) -> Self {
         self.options.first_wait = wait;
         self
@@ -140,6 +174,12 @@ impl WebOptionsBuilder {
 
     /// How long a reset's confirmation (its CSRF token) stays valid.
     /// Default 10 minutes.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// shardlimit::web::WebOptions::builder().confirm_ttl(Duration::from_secs(120)).build()?;
+    /// # Ok::<(), shardlimit::Error>(())
+    /// ```
     pub fn confirm_ttl(mut self, ttl: Duration) -> Self {
         self.options.confirm_ttl = ttl;
         self
@@ -147,6 +187,11 @@ impl WebOptionsBuilder {
 
     /// Keys listed per problem on the audit page (all are counted). Default
     /// 200.
+    ///
+    /// ```
+    /// shardlimit::web::WebOptions::builder().audit_list_limit(1000).build()?;
+    /// # Ok::<(), shardlimit::Error>(())
+    /// ```
     pub fn audit_list_limit(mut self, keys: usize) -> Self {
         self.options.audit_list_limit = keys;
         self
@@ -177,6 +222,12 @@ impl WebOptionsBuilder {
     ///
     /// Errors with [`Error::Config`] for a page size above
     /// [`MAX_PAGE_SIZE`], a zero SCAN count or a zero confirmation time.
+    ///
+    /// ```
+    /// let err = shardlimit::web::WebOptions::builder().scan_count(0).build().unwrap_err();
+    /// assert!(err.to_string().contains("scan_count"));
+    /// # Ok::<(), shardlimit::Error>(())
+    /// ```
     pub fn build(self) -> Result<WebOptions> {
         let o = &self.options;
         if o.page_size.get() > MAX_PAGE_SIZE {

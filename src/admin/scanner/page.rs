@@ -16,6 +16,10 @@ use crate::error::{Error, Result};
 /// [`page`](Scanner::page): a page over any number of keys costs at most
 /// `PAGE_SCANS_PER_MASTER × masters` SCAN calls (and as many state-reading
 /// pipelines), each visiting at most [`count`](Scanner::count) buckets.
+///
+/// ```
+/// assert_eq!(shardlimit::admin::PAGE_SCANS_PER_MASTER, 8);
+/// ```
 pub const PAGE_SCANS_PER_MASTER: u32 = 8;
 
 /// Where a paged walk stands: a `SCAN` cursor per master, tied to the
@@ -50,6 +54,17 @@ struct ShardCursor {
 }
 
 /// One page of primitives from [`Scanner::page`].
+///
+/// ```no_run
+/// # async fn demo(scanner: shardlimit::admin::Scanner) -> shardlimit::Result<()> {
+/// use shardlimit::admin::PageCursor;
+/// let page = scanner.page(&PageCursor::start(), 100).await?;
+/// println!("{} primitives for {} SCAN calls", page.limiters.len(), page.scan_calls);
+/// for (node, err) in &page.failed {
+///     eprintln!("{node} failed this page and is retried on the next: {err}");
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct Page {
@@ -77,6 +92,10 @@ pub struct Page {
 
 impl PageCursor {
     /// The start of a walk.
+    ///
+    /// ```
+    /// assert_eq!(shardlimit::admin::PageCursor::start().to_string(), "1");
+    /// ```
     pub fn start() -> Self {
         PageCursor::default()
     }
