@@ -18,8 +18,9 @@ use super::jobs::Snapshot;
 use super::params::{Refresh, percent};
 use super::state::Shared;
 use super::{layout, words};
+use crate::Health;
 use crate::admin::CountReport;
-use crate::{Health, Topology};
+use crate::cluster::Topology;
 
 /// Everything the overview shows.
 struct Overview {
