@@ -58,6 +58,10 @@ impl Browser {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)
+            // Its own process group, which Chromium joins: dropping the
+            // Browser ends both, even when a failing test never closes
+            // the session (killing chromedriver alone orphans Chromium).
+            .process_group(0)
             .spawn()
             .unwrap_or_else(|e| panic!("could not start {}: {e}", driver.display()));
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -103,7 +107,20 @@ impl Browser {
 
     /// Ends the session (Chromium quits; chromedriver is killed on drop).
     pub async fn close(self) {
-        let _ = self.client.close().await;
+        let _ = self.client.clone().close().await;
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if let Some(pid) = self._driver.id() {
+            // The whole group: chromedriver and the Chromium it started.
+            let _ = std::process::Command::new("kill")
+                .arg("-KILL")
+                .arg("--")
+                .arg(format!("-{pid}"))
+                .status();
+        }
     }
 }
 
