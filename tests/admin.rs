@@ -33,6 +33,19 @@ async fn collect(scanner: &Scanner) -> (Vec<LimiterInfo>, Vec<Vec<u8>>) {
     (limiters, unrecognized)
 }
 
+/// A handle for the admin tests, with a 2 s command timeout instead of the
+/// 250 ms default: these tests write thousands of keys in pipelines in
+/// parallel, and on the shared 2-core machine a single call behind such a
+/// pipeline has taken over 250 ms (a `Timeout` unwrapped in CI). No test
+/// here is about timeouts.
+async fn admin_cluster(prefix: &str) -> shardlimit::Cluster {
+    common::builder(prefix)
+        .command_timeout(std::time::Duration::from_secs(2))
+        .build()
+        .await
+        .expect("the test cluster is not reachable; start it with cluster-compose/up.sh")
+}
+
 fn id(info: &LimiterInfo) -> Id {
     (info.kind.clone(), info.name.clone(), info.subject.clone())
 }
@@ -132,7 +145,7 @@ async fn populate(cluster: &Cluster, n: usize) -> BTreeSet<Id> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finds_exactly_every_primitive_spread_over_every_master() {
-    let cluster = common::cluster("scan30k").await;
+    let cluster = admin_cluster("scan30k").await;
     let expected = populate(&cluster, 30_000).await;
     assert_eq!(expected.len(), 30_000);
 
@@ -214,7 +227,7 @@ async fn finds_exactly_every_primitive_spread_over_every_master() {
 
 #[tokio::test]
 async fn filters_return_exactly_the_matching_primitives() {
-    let cluster = common::cluster("filters").await;
+    let cluster = admin_cluster("filters").await;
     let all = limiters(&cluster);
     let other = RateLimiter::builder(
         &cluster,
@@ -271,7 +284,7 @@ async fn filters_return_exactly_the_matching_primitives() {
 
 #[tokio::test]
 async fn audit_flags_immortal_and_unrecognised_keys() {
-    let cluster = common::cluster("audit").await;
+    let cluster = admin_cluster("audit").await;
     for l in limiters(&cluster) {
         let _ = l.check("fine").await.unwrap();
     }
@@ -317,7 +330,7 @@ async fn audit_flags_immortal_and_unrecognised_keys() {
 
 #[tokio::test]
 async fn reset_removes_exactly_one_subjects_keys() {
-    let cluster = common::cluster("adminreset").await;
+    let cluster = admin_cluster("adminreset").await;
     let all = limiters(&cluster);
     // A second subject in the same slot, to prove the reset looks at
     // subjects, not slots.
@@ -351,7 +364,7 @@ async fn reset_removes_exactly_one_subjects_keys() {
 
 #[tokio::test]
 async fn a_wrong_type_key_is_reported_unrecognised_and_the_walk_goes_on() {
-    let cluster = common::cluster("wrongtype").await;
+    let cluster = admin_cluster("wrongtype").await;
     let expected = populate(&cluster, 70).await;
     // Keys shaped like ours whose type the state reads cannot read: GET on
     // a list (fixed window), ZCARD on a string (lease), HMGET on a set
@@ -390,7 +403,7 @@ async fn a_wrong_type_key_is_reported_unrecognised_and_the_walk_goes_on() {
 
 #[tokio::test]
 async fn show_and_reset_page_through_a_slot_with_many_keys() {
-    let cluster = common::cluster("slotpage").await;
+    let cluster = admin_cluster("slotpage").await;
     let all = limiters(&cluster);
     let target = "crowded";
     // Seven neighbours in the target's slot: 32 keys there, listed 5 at a
@@ -416,7 +429,7 @@ async fn show_and_reset_page_through_a_slot_with_many_keys() {
 
 #[tokio::test]
 async fn reset_refuses_what_is_in_use_unless_forced_and_plans_exactly_its_keys() {
-    let cluster = common::cluster("adminreset-safe").await;
+    let cluster = admin_cluster("adminreset-safe").await;
     let o = others(&cluster);
     let guard = o.lock.try_acquire("busy").await.unwrap().unwrap();
     let permit = o.lease.try_acquire("busy").await.unwrap().unwrap();
