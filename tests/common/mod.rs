@@ -120,11 +120,41 @@ pub async fn owner(slot: u16) -> Master {
         .unwrap_or_else(|| panic!("no master owns slot {slot}"))
 }
 
+/// A direct connection to every master. Right after a failover the seed
+/// asked may still name the dead master in `CLUSTER SLOTS` (a fault test
+/// saw `Connection refused` here): ask again, for up to 15 s, until every
+/// master it names answers.
+async fn master_connections() -> Vec<redis::aio::MultiplexedConnection> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let mut conns = Vec::new();
+        let mut refused = None;
+        for master in masters().await {
+            let client = redis::Client::open(format!("redis://{}", master.addr)).unwrap();
+            match client.get_multiplexed_async_connection().await {
+                Ok(conn) => conns.push(conn),
+                Err(err) => {
+                    refused = Some((master.addr, err));
+                    break;
+                }
+            }
+        }
+        match refused {
+            None => return conns,
+            Some(_) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            Some((addr, err)) => {
+                panic!("master {addr} named in CLUSTER SLOTS refused for 15 s: {err}")
+            }
+        }
+    }
+}
+
 /// Every key under `namespace` on every master, with its PTTL.
 pub async fn keys_with_pttl(namespace: &str) -> Vec<(Vec<u8>, i64)> {
     let mut out = Vec::new();
-    for master in masters().await {
-        let mut conn = node(&master.addr).await;
+    for mut conn in master_connections().await {
         let mut cursor: u64 = 0;
         loop {
             let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
