@@ -14,10 +14,12 @@ mod call;
 mod deployment;
 mod env;
 mod exec;
+mod invalidation;
 mod node;
 mod router;
 mod seeds;
 mod stats;
+mod subscriber;
 mod topology;
 mod transaction;
 
@@ -36,9 +38,11 @@ pub use self::env::{
     SENTINEL_SERVICE_ENV, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, USER_ENV,
 };
 use self::exec::Payload;
+pub(crate) use self::invalidation::{Invalidations, Listener};
 pub use self::node::NodeState;
 use self::router::Router;
 pub use self::stats::Stats;
+use self::subscriber::SubscriberConfig;
 pub use self::topology::{NodeAddr, Shard, Topology};
 pub use self::transaction::{Transaction, TxCommand};
 use crate::error::{Error, Result};
@@ -120,6 +124,9 @@ struct Inner {
     command_timeout: Duration,
     registry: Registry,
     metrics: ClusterMetrics,
+    /// Where deny caches learn of changes made elsewhere.
+    invalidations: Arc<Invalidations>,
+    subscriber: SubscriberConfig,
 }
 
 impl Cluster {
@@ -342,6 +349,34 @@ impl Cluster {
             call::node_request(&target, op, request, self.command_timeout(), &**router).await;
         self.inner.metrics.observe(&op.into(), started, &outcome);
         outcome
+    }
+
+    /// The hub of deny-cache invalidations shared by this handle's clones.
+    pub(crate) fn invalidations(&self) -> &Arc<Invalidations> {
+        &self.inner.invalidations
+    }
+
+    /// Starts following other processes' invalidations (once; needs a
+    /// running tokio runtime, else the next call tries again).
+    pub(crate) fn follow_invalidations(&self) {
+        if !self.inner.invalidations.is_live() {
+            subscriber::start(
+                &self.inner.invalidations,
+                &self.inner.router,
+                &self.inner.subscriber,
+            );
+        }
+    }
+
+    /// How a script on `slot` tells every process's deny caches: the
+    /// command and the channel.
+    pub(crate) fn invalidation_channel(&self, slot: u16) -> (&'static str, String) {
+        let hub = &self.inner.invalidations;
+        if self.is_standalone() {
+            ("PUBLISH", hub.server_channel())
+        } else {
+            ("SPUBLISH", hub.slot_channel(slot))
+        }
     }
 
     async fn run(&self, op: Cow<'static, str>, slot: u16, payload: Payload<'_>) -> Result<Value> {

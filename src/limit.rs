@@ -8,7 +8,13 @@
 //! * [`RateLimiter`] — a definition, built once, checked per subject:
 //!   [`check`](RateLimiter::check), [`check_n`](RateLimiter::check_n),
 //!   [`peek`](RateLimiter::peek), [`reset`](RateLimiter::reset),
-//!   [`until_ready`](RateLimiter::until_ready).
+//!   [`until_ready`](RateLimiter::until_ready); per subject,
+//!   [`block`](RateLimiter::block), [`penalize`](RateLimiter::penalize),
+//!   [`reward`](RateLimiter::reward) and
+//!   [`set_override`](RateLimiter::set_override); live,
+//!   [`set_quota`](RateLimiter::set_quota) and
+//!   [`set_shadow`](RateLimiter::set_shadow); opt-in, a local
+//!   [deny cache](RateLimiterBuilder::deny_cache).
 //! * [`MultiLimiter`] — several limits on one subject, all or nothing, in
 //!   one script.
 //! * [`Decision`] — being limited is a value, not an error.
@@ -24,13 +30,16 @@
 //! Delivery: a check runs **at most once**. If it times out it may have been
 //! counted on the server without the caller knowing; it is never resent.
 
+mod adjust;
 mod algorithm;
 mod decision;
+mod deny_cache;
 mod limiter;
 mod multi;
 mod quota;
 mod script;
 
+pub use adjust::{MAX_BLOCK, MAX_OVERRIDE_TTL, SubjectSettings};
 pub use algorithm::Algorithm;
 pub use decision::{Decision, MultiDecision};
 pub use limiter::{RateLimiter, RateLimiterBuilder};

@@ -65,15 +65,21 @@ pub(crate) enum Outcome {
     Denied,
     Bypassed,
     Error,
+    /// Denied from the local deny cache, without Redis.
+    DeniedCached,
+    /// Shadow mode: Redis denied it, and it was let through.
+    WouldDeny,
 }
 
 impl Outcome {
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    const ALL: [Outcome; 4] = [
+    const ALL: [Outcome; 6] = [
         Outcome::Allowed,
         Outcome::Denied,
         Outcome::Bypassed,
         Outcome::Error,
+        Outcome::DeniedCached,
+        Outcome::WouldDeny,
     ];
 
     pub(crate) const fn as_str(self) -> &'static str {
@@ -82,6 +88,8 @@ impl Outcome {
             Outcome::Denied => "denied",
             Outcome::Bypassed => "bypassed",
             Outcome::Error => "error",
+            Outcome::DeniedCached => "denied_cached",
+            Outcome::WouldDeny => "would_deny",
         }
     }
 }
@@ -90,7 +98,7 @@ impl Outcome {
 /// it is built; also records the outcome on the operation's span.
 pub(crate) struct DecisionMetrics {
     #[cfg(feature = "metrics")]
-    counters: [metrics::Counter; 4],
+    counters: [metrics::Counter; 6],
 }
 
 impl DecisionMetrics {
@@ -364,7 +372,7 @@ mod enabled {
         metrics::describe_counter!(
             DECISIONS,
             Unit::Count,
-            "Outcomes of shardlimit primitives: allowed, denied, bypassed (fail-open), error"
+            "Outcomes of shardlimit primitives: allowed, denied, denied_cached (local deny cache), would_deny (shadow mode), bypassed (fail-open), error"
         );
         metrics::describe_histogram!(
             REDIS_DURATION,

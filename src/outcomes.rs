@@ -21,8 +21,14 @@ pub struct PrimitiveStats {
     pub name: String,
     /// Requests admitted (locks: acquired; counters: operations done).
     pub allowed: u64,
-    /// Requests refused (locks: held elsewhere).
+    /// Requests Redis refused (locks: held elsewhere).
     pub denied: u64,
+    /// Requests refused from the local deny cache, without Redis; not also
+    /// counted in `denied`.
+    pub denied_cached: u64,
+    /// Shadow mode: requests Redis refused and that were let through; not
+    /// also counted in `allowed` or `denied`.
+    pub would_deny: u64,
     /// Requests admitted without Redis under
     /// [`FailurePolicy::FailOpen`](crate::FailurePolicy::FailOpen).
     pub bypassed: u64,
@@ -37,6 +43,8 @@ pub(crate) struct Outcomes {
     name: String,
     allowed: AtomicU64,
     denied: AtomicU64,
+    denied_cached: AtomicU64,
+    would_deny: AtomicU64,
     bypassed: AtomicU64,
     errors: AtomicU64,
     warn: WarnLimiter,
@@ -50,6 +58,8 @@ impl Outcomes {
             name: name.to_owned(),
             allowed: AtomicU64::new(0),
             denied: AtomicU64::new(0),
+            denied_cached: AtomicU64::new(0),
+            would_deny: AtomicU64::new(0),
             bypassed: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             warn: WarnLimiter::new(),
@@ -65,6 +75,26 @@ impl Outcomes {
     pub(crate) fn denied(&self) {
         self.denied.fetch_add(1, Ordering::Relaxed);
         self.metrics.record(Outcome::Denied);
+    }
+
+    pub(crate) fn denied_cached(&self) {
+        self.denied_cached.fetch_add(1, Ordering::Relaxed);
+        self.metrics.record(Outcome::DeniedCached);
+    }
+
+    pub(crate) fn would_deny(&self) {
+        self.would_deny.fetch_add(1, Ordering::Relaxed);
+        self.metrics.record(Outcome::WouldDeny);
+    }
+
+    /// Counts a check's decision: allowed, denied or (shadow mode) would
+    /// deny.
+    pub(crate) fn decided(&self, allowed: bool, would_deny: bool) {
+        match (allowed, would_deny) {
+            (_, true) => self.would_deny(),
+            (true, false) => self.allowed(),
+            (false, false) => self.denied(),
+        }
     }
 
     /// Counts a bypass; [`FailurePolicy::apply`](crate::FailurePolicy)
@@ -100,6 +130,8 @@ impl Outcomes {
             name: self.name.clone(),
             allowed: self.allowed.load(Ordering::Relaxed),
             denied: self.denied.load(Ordering::Relaxed),
+            denied_cached: self.denied_cached.load(Ordering::Relaxed),
+            would_deny: self.would_deny.load(Ordering::Relaxed),
             bypassed: self.bypassed.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
         }
@@ -149,6 +181,7 @@ mod tests {
                     denied: 1,
                     bypassed: 0,
                     errors: 0,
+                    ..PrimitiveStats::default()
                 },
                 PrimitiveStats {
                     kind: "lock".into(),
@@ -157,6 +190,7 @@ mod tests {
                     denied: 0,
                     bypassed: 0,
                     errors: 1,
+                    ..PrimitiveStats::default()
                 },
             ]
         );

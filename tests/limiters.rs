@@ -588,12 +588,22 @@ async fn invocation_is_exactly_what_a_check_sends() {
         .build()
         .unwrap();
     let invocation = l.invocation("s", 2).unwrap();
-    assert_eq!(invocation.keys.keys(), [l.key("s").unwrap()]);
+    // The state key, then the subject's override and block of the limit.
+    let state = l.key("s").unwrap();
+    let part = |p: &str| [state.clone(), format!(":{p}").into_bytes()].concat();
+    assert_eq!(
+        invocation.keys.keys(),
+        [state.clone(), part("quota"), part("block")]
+    );
     // Run it through a bare redis-rs connection: same effect as check_n(2).
     let reply: Vec<i64> = run_bare(invocation.script.code(), &invocation)
         .await
         .unwrap();
-    assert_eq!(&reply[..4], [1, 1, 1, -1], "admitted, remaining 1");
+    assert_eq!(
+        &reply[..7],
+        [1, 1, 1, -1, 3_600_000_000 * 2 / 3, 3, 0],
+        "admitted, remaining 1"
+    );
     assert_eq!(l.peek("s").await.unwrap().remaining, 1);
     assert!(matches!(
         l.invocation("s", 4),
@@ -709,9 +719,9 @@ async fn a_failing_multi_limit_script_writes_nothing() {
     let gcra = limiter(&cluster, Algorithm::Gcra, Quota::per_hour(nz(1)));
     let both = MultiLimiter::new([fw.clone(), gcra.clone()]).unwrap();
     let mut invocation = both.invocation("s", 1).unwrap();
-    // ARGV: cost, mode, then 4 per limit (code, limit, period, burst): a
-    // GCRA period of 10^22 us puts its TAT past 2^63.
-    let period = invocation.args.len() - 2;
+    // ARGV: cost, mode, then 5 per limit (code, limit, period, burst,
+    // shadow): a GCRA period of 10^22 us puts its TAT past 2^63.
+    let period = invocation.args.len() - 3;
     invocation.args[period] = b"10000000000000000000000".to_vec();
     let result = run_bare(invocation.script.code(), &invocation).await;
     for l in [&fw, &gcra] {

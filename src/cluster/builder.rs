@@ -15,7 +15,8 @@ use super::env::{
 use super::node::NodeConfig;
 use super::router::{Router, RouterConfig};
 use super::seeds::{self, Pem, Security};
-use super::{Cluster, Inner};
+use super::subscriber::SubscriberConfig;
+use super::{Cluster, Inner, Invalidations};
 use crate::error::{Error, Result};
 use crate::keys::KeyBuilder;
 use crate::metrics::ClusterMetrics;
@@ -314,6 +315,11 @@ impl ClusterBuilder {
             return Err(config("nodes", "at least one node URL is needed"));
         }
         let seeds = self.security.apply(&self.nodes)?;
+        let subscriber = SubscriberConfig {
+            seeds: seeds.clone(),
+            certificates: self.security.certificates()?,
+            connect_timeout: self.connect_timeout,
+        };
         for (field, value) in [
             ("command_timeout", self.command_timeout),
             ("connect_timeout", self.connect_timeout),
@@ -378,10 +384,12 @@ impl ClusterBuilder {
         Ok(Cluster {
             inner: Arc::new(Inner {
                 router,
+                invalidations: Arc::new(Invalidations::new(keys.namespace())),
                 keys,
                 command_timeout: self.command_timeout,
                 registry: Registry::default(),
                 metrics: ClusterMetrics::default(),
+                subscriber,
             }),
         })
     }

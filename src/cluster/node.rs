@@ -147,6 +147,11 @@ impl Node {
     }
 
     /// `host:port`.
+    /// The client that opens this node's connections.
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
     pub(crate) fn addr(&self) -> &str {
         &self.addr
     }

@@ -163,7 +163,7 @@ impl Security {
         Ok(seeds)
     }
 
-    fn certificates(&self) -> Result<Option<redis::TlsCertificates>> {
+    pub(crate) fn certificates(&self) -> Result<Option<redis::TlsCertificates>> {
         if !self.uses_tls_files() {
             return Ok(None);
         }

@@ -37,6 +37,24 @@ pub struct Decision {
     /// [`FailurePolicy::FailOpen`](crate::FailurePolicy::FailOpen); `allowed`
     /// is then `true`.
     pub bypassed: Option<BypassReason>,
+    /// Answered from the local deny cache, without Redis (see
+    /// [`RateLimiterBuilder::deny_cache`](crate::RateLimiterBuilder::deny_cache)):
+    /// `allowed` is then `false`, and `retry_after` counts down from the
+    /// denial Redis gave.
+    pub cached: bool,
+    /// Shadow mode (see
+    /// [`RateLimiterBuilder::shadow`](crate::RateLimiterBuilder::shadow)):
+    /// Redis denied the request and it was let through; `allowed` is then
+    /// `true`, and `retry_after` is the wait a limiter not in shadow mode
+    /// would have imposed.
+    pub would_deny: bool,
+    /// The subject is blocked ([`RateLimiter::block`](crate::RateLimiter::block))
+    /// for at least `retry_after`.
+    pub blocked: bool,
+    /// The subject's own quota applied
+    /// ([`RateLimiter::set_override`](crate::RateLimiter::set_override));
+    /// `limit` is then the override's capacity.
+    pub overridden: bool,
 }
 
 impl Decision {
@@ -48,6 +66,10 @@ impl Decision {
             retry_after: None,
             reset_after: Duration::ZERO,
             bypassed: Some(reason),
+            cached: false,
+            would_deny: false,
+            blocked: false,
+            overridden: false,
         }
     }
 }
@@ -92,6 +114,18 @@ impl MultiDecision {
     pub fn bypassed(&self) -> Option<BypassReason> {
         self.decisions.first().and_then(|d| d.bypassed)
     }
+
+    /// Whether it was answered from the local deny cache, without Redis.
+    #[must_use]
+    pub fn cached(&self) -> bool {
+        self.decisions.first().is_some_and(|d| d.cached)
+    }
+
+    /// Whether a limit in shadow mode would have denied it.
+    #[must_use]
+    pub fn would_deny(&self) -> bool {
+        self.decisions.iter().any(|d| d.would_deny)
+    }
 }
 
 #[cfg(test)]
@@ -106,6 +140,10 @@ mod tests {
             retry_after: retry_ms.map(Duration::from_millis),
             reset_after: Duration::ZERO,
             bypassed: None,
+            cached: false,
+            would_deny: false,
+            blocked: false,
+            overridden: false,
         }
     }
 

@@ -3,16 +3,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use rand::Rng;
 // tokio's clock, so tests can pause it.
 use tokio::time::Instant;
 
 use super::algorithm::Algorithm;
 use super::decision::Decision;
+use super::deny_cache::DenyCache;
 use super::quota::Quota;
-use super::script::{Invocation, LimitSpec};
-use crate::cluster::{Cluster, Transaction, TxCommand};
-use crate::error::Result;
+use super::script::{Invocation, LimitSpec, check_cost};
+use crate::cluster::Cluster;
+use crate::error::{Error, Result};
 use crate::outcomes::Outcomes;
 use crate::policy::FailurePolicy;
 use crate::primitive::Core;
@@ -47,8 +49,11 @@ pub struct RateLimiter {
 #[derive(Debug)]
 struct Inner {
     core: Core,
-    spec: LimitSpec,
+    /// Swapped whole by [`RateLimiter::set_quota`] and
+    /// [`RateLimiter::set_shadow`]; a check reads it once.
+    spec: ArcSwap<LimitSpec>,
     policy: FailurePolicy,
+    cache: Option<DenyCache<Decision>>,
 }
 
 /// Builds a [`RateLimiter`]; [`build`](Self::build) validates.
@@ -60,6 +65,8 @@ pub struct RateLimiterBuilder {
     quota: Quota,
     algorithm: Algorithm,
     policy: FailurePolicy,
+    shadow: bool,
+    deny_cache: Option<u64>,
 }
 
 impl RateLimiterBuilder {
@@ -76,6 +83,37 @@ impl RateLimiterBuilder {
         self
     }
 
+    /// Shadow mode: every check is computed by Redis and counted (a denial
+    /// as [`would_deny`](crate::PrimitiveStats::would_deny), and on the
+    /// decision as [`Decision::would_deny`]), and nothing is refused:
+    /// `allowed` is always `true`. What a shadow limiter admits is counted
+    /// as usual, so its state is what the limiter would have if it were
+    /// enforced; use it to try a new limit on live traffic. Default off;
+    /// see also [`RateLimiter::set_shadow`].
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.shadow = shadow;
+        self
+    }
+
+    /// Keeps up to `max_entries` subjects' denials in this process and
+    /// answers the same or costlier requests from them, without Redis,
+    /// until the earliest time Redis could admit them (the denial's
+    /// `retry_after`, counted from when the check was sent). Such decisions
+    /// have [`Decision::cached`] set and are counted as
+    /// [`denied_cached`](crate::PrimitiveStats::denied_cached).
+    ///
+    /// It never denies what Redis would admit: see "Deny cache" in the
+    /// crate docs for the argument per algorithm. Resets, unblocks, rewards
+    /// and override changes made anywhere are published on the subject's
+    /// slot and forgotten by every process's cache; a process that misses
+    /// such a message answers from a stale denial at most until its
+    /// `retry_after` ends. Peeks always ask Redis. Default: no cache; a
+    /// limit of 0 is a configuration error.
+    pub fn deny_cache(mut self, max_entries: u64) -> Self {
+        self.deny_cache = Some(max_entries);
+        self
+    }
+
     /// Validates the name (`[A-Za-z0-9_.-]{1,64}`) and the quota for the
     /// algorithm (see [`Quota#bounds`](Quota#bounds): period whole
     /// milliseconds, 1 ms to 366 days; limit up to
@@ -83,12 +121,27 @@ impl RateLimiterBuilder {
     /// days). Sends nothing; a quota out of bounds is an
     /// [`Error::Config`](crate::Error::Config) naming the field.
     pub fn build(self) -> Result<RateLimiter> {
-        let spec = LimitSpec::new(&self.name, self.algorithm, self.quota)?;
+        let spec = LimitSpec::new(&self.name, self.algorithm, self.quota, self.shadow)?;
+        let cache = match self.deny_cache {
+            None => None,
+            Some(0) => {
+                return Err(Error::Config {
+                    field: "deny_cache",
+                    reason: "a deny cache needs room for at least one entry".into(),
+                });
+            }
+            Some(max) => Some(DenyCache::new(
+                &self.cluster,
+                max,
+                vec![(spec.id.kind().to_owned(), spec.id.name().to_owned())],
+            )),
+        };
         Ok(RateLimiter {
             inner: Arc::new(Inner {
                 core: Core::new(self.cluster, spec.id.clone()),
-                spec,
+                spec: ArcSwap::from_pointee(spec),
                 policy: self.policy,
+                cache,
             }),
         })
     }
@@ -103,25 +156,75 @@ impl RateLimiter {
             quota,
             algorithm: Algorithm::default(),
             policy: FailurePolicy::default(),
+            shadow: false,
+            deny_cache: None,
         }
     }
 
     /// The limiter's name.
     #[must_use]
     pub fn name(&self) -> &str {
-        self.inner.spec.id.name()
+        self.inner.core.name()
     }
 
-    /// Its quota.
+    /// Its default quota (a subject's override may replace it; see
+    /// [`set_override`](Self::set_override)).
     #[must_use]
     pub fn quota(&self) -> Quota {
-        self.inner.spec.quota
+        self.inner.spec.load().quota
     }
 
     /// Its algorithm.
     #[must_use]
     pub fn algorithm(&self) -> Algorithm {
-        self.inner.spec.algorithm
+        self.inner.spec.load().algorithm
+    }
+
+    /// Whether it is in shadow mode (see
+    /// [`RateLimiterBuilder::shadow`]).
+    #[must_use]
+    pub fn is_shadow(&self) -> bool {
+        self.inner.spec.load().shadow
+    }
+
+    /// Changes the default quota of this live limiter, for this handle and
+    /// its clones (and the multi-limiters holding them): the next check uses
+    /// it. Validated like [`RateLimiterBuilder::build`]; nothing is sent.
+    /// Other processes keep their own quota until they change it too.
+    ///
+    /// What a subject's state means under the new quota, per algorithm:
+    /// a **fixed window** keeps the units used in the current window and
+    /// compares them with the new limit (a new period starts windows on the
+    /// new grid at once; the old count is dropped at the first window
+    /// boundary of either grid). A **sliding log** keeps its entries; the
+    /// new limit and period apply to them at once. A **sliding window
+    /// counter** keeps its counts if the period is unchanged, and starts
+    /// afresh if not (the counts belong to windows of the old length). A
+    /// **GCRA** keeps its theoretical arrival time: the time already owed is
+    /// owed under the new rate too, so a lower rate takes effect
+    /// immediately and a higher one as soon as the debt is paid. The deny
+    /// cache forgets every subject. A subject with an override keeps it.
+    pub fn set_quota(&self, quota: Quota) -> Result<()> {
+        let spec = self.inner.spec.load();
+        self.inner
+            .spec
+            .store(Arc::new(spec.with(quota, spec.shadow)?));
+        if let Some(cache) = &self.inner.cache {
+            cache.clear();
+        }
+        Ok(())
+    }
+
+    /// Turns shadow mode on or off for this live limiter (see
+    /// [`RateLimiterBuilder::shadow`]).
+    pub fn set_shadow(&self, shadow: bool) {
+        let spec = self.inner.spec.load();
+        if spec.shadow != shadow {
+            // The same quota, already validated once.
+            if let Ok(next) = spec.with(spec.quota, shadow) {
+                self.inner.spec.store(Arc::new(next));
+            }
+        }
     }
 
     /// Its failure policy.
@@ -133,15 +236,20 @@ impl RateLimiter {
     /// The most one request may cost: the limit, or a GCRA's burst.
     #[must_use]
     pub fn capacity(&self) -> u32 {
-        self.inner.spec.capacity
+        self.inner.spec.load().capacity
     }
 
     pub(crate) fn cluster(&self) -> &Cluster {
         self.inner.core.cluster()
     }
 
-    pub(crate) fn spec(&self) -> &LimitSpec {
-        &self.inner.spec
+    pub(crate) fn core(&self) -> &Core {
+        &self.inner.core
+    }
+
+    /// The current spec, read once per operation.
+    pub(crate) fn spec(&self) -> Arc<LimitSpec> {
+        self.inner.spec.load_full()
     }
 
     pub(crate) fn outcomes(&self) -> &Outcomes {
@@ -152,7 +260,7 @@ impl RateLimiter {
     pub fn key(&self, subject: impl AsRef<[u8]>) -> Result<Vec<u8>> {
         self.cluster()
             .keys()
-            .key(subject.as_ref(), &self.inner.spec.id)
+            .key(subject.as_ref(), self.inner.core.id())
     }
 
     /// Checks and, if admitted, consumes one unit for `subject`.
@@ -171,40 +279,66 @@ impl RateLimiter {
     /// [`Error::InvalidCost`](crate::Error::InvalidCost) before sending if `cost` is 0 or above
     /// [`capacity`](Self::capacity).
     #[tracing::instrument(name = "shardlimit.check", level = "debug", skip_all,
-        fields(kind = self.inner.spec.id.kind(), name = self.name(), slot, outcome, subject))]
+        fields(kind = self.inner.core.id().kind(), name = self.name(), slot, outcome, subject))]
     pub async fn check_n(&self, subject: impl AsRef<[u8]>, cost: u32) -> Result<Decision> {
-        let decision = self.decide(subject.as_ref(), cost, true).await?;
-        // A bypass was counted when the policy made it.
-        if decision.bypassed.is_none() {
-            if decision.allowed {
-                self.outcomes().allowed();
-            } else {
-                self.outcomes().denied();
-            }
+        let subject = subject.as_ref();
+        let spec = self.spec();
+        let Some(cache) = &self.inner.cache else {
+            let decision = self.decide(subject, cost, true, &spec).await?;
+            self.count(&decision);
+            return Ok(decision);
+        };
+        if let Err(err) = check_cost(&[&spec], cost) {
+            self.outcomes().error();
+            return Err(err);
         }
+        if let Some(decision) = cache.lookup(subject, spec.fingerprint, cost) {
+            self.outcomes().denied_cached();
+            return Ok(decision);
+        }
+        let ticket = cache.ticket();
+        let decision = self.decide(subject, cost, true, &spec).await?;
+        self.count(&decision);
+        cache.offer(subject, spec.fingerprint, cost, ticket, &decision);
         Ok(decision)
     }
 
+    /// Counts a check's decision (a bypass was counted when the policy made
+    /// it).
+    fn count(&self, decision: &Decision) {
+        if decision.bypassed.is_none() {
+            self.outcomes()
+                .decided(decision.allowed, decision.would_deny);
+        }
+    }
+
     /// What a one-unit request would get now, without consuming anything or
-    /// writing any key. Failures follow the policy like a check (and a bypass
-    /// or error is counted like one); the answer itself is not counted as a
-    /// decision.
+    /// writing any key. Always asks Redis, never the deny cache. Failures
+    /// follow the policy like a check (and a bypass or error is counted like
+    /// one); the answer itself is not counted as a decision.
     pub async fn peek(&self, subject: impl AsRef<[u8]>) -> Result<Decision> {
         self.peek_n(subject, 1).await
     }
 
     /// What a request costing `cost` would get now; consumes nothing.
     pub async fn peek_n(&self, subject: impl AsRef<[u8]>, cost: u32) -> Result<Decision> {
-        self.decide(subject.as_ref(), cost, false).await
+        self.decide(subject.as_ref(), cost, false, &self.spec())
+            .await
     }
 
     /// One script call (`consume = false`: a peek), with the failure policy
     /// applied to a failure.
-    async fn decide(&self, subject: &[u8], cost: u32, consume: bool) -> Result<Decision> {
+    async fn decide(
+        &self,
+        subject: &[u8],
+        cost: u32,
+        consume: bool,
+        spec: &LimitSpec,
+    ) -> Result<Decision> {
         let inner = &*self.inner;
         crate::metrics::span_subject(subject);
-        let specs = [&inner.spec];
-        let script = inner.spec.algorithm.script();
+        let specs = [spec];
+        let script = spec.algorithm.script();
         let checked = match Invocation::new(self.cluster(), script, &specs, subject, cost, consume)
         {
             Ok(call) => call.run(self.cluster(), &specs).await,
@@ -213,18 +347,9 @@ impl RateLimiter {
         match checked {
             Ok((_, mut decisions)) => Ok(decisions.swap_remove(0)),
             Err(err) => inner.policy.apply(err, &[self.outcomes()], |reason| {
-                Decision::bypass(inner.spec.capacity, reason)
+                Decision::bypass(spec.capacity, reason)
             }),
         }
-    }
-
-    /// Forgets `subject`'s usage: deletes its key for this limiter only.
-    /// Never bypassed.
-    pub async fn reset(&self, subject: impl AsRef<[u8]>) -> Result<()> {
-        let keys = self.inner.core.key_set(subject.as_ref(), [])?;
-        let tx = Transaction::new().command(TxCommand::new("DEL").key(0));
-        let _: redis::Value = self.cluster().transaction(&keys, &tx).await?;
-        Ok(())
     }
 
     /// Exactly what [`check_n`](Self::check_n) sends for `subject` and
@@ -232,12 +357,12 @@ impl RateLimiter {
     /// through another client — the bench harness uses it to measure this
     /// crate against bare redis-rs with identical work on the server.
     pub fn invocation(&self, subject: impl AsRef<[u8]>, cost: u32) -> Result<Invocation> {
-        let spec = &self.inner.spec;
+        let spec = self.spec();
         let script = spec.algorithm.script();
         Invocation::new(
             self.cluster(),
             script,
-            &[spec],
+            &[&spec],
             subject.as_ref(),
             cost,
             true,

@@ -4,9 +4,12 @@ use std::time::Duration;
 
 use std::fmt;
 
+use std::sync::Arc;
+
 use super::decision::{Decision, MultiDecision};
+use super::deny_cache::DenyCache;
 use super::limiter::{RateLimiter, deadline_after, wait_for};
-use super::script::{Invocation, max_cost};
+use super::script::{Invocation, LimitSpec, check_cost, fingerprint, max_cost};
 use crate::error::{Error, Result};
 use crate::policy::FailurePolicy;
 use crate::scripts;
@@ -38,6 +41,7 @@ use crate::scripts;
 pub struct MultiLimiter {
     limiters: Vec<RateLimiter>,
     policy: FailurePolicy,
+    cache: Option<Arc<DenyCache<MultiDecision>>>,
 }
 
 impl MultiLimiter {
@@ -78,7 +82,43 @@ impl MultiLimiter {
         } else {
             FailurePolicy::FailClosed
         };
-        Ok(MultiLimiter { limiters, policy })
+        Ok(MultiLimiter {
+            limiters,
+            policy,
+            cache: None,
+        })
+    }
+
+    /// Keeps up to `max_entries` subjects' denials in this process, as
+    /// [`RateLimiterBuilder::deny_cache`](crate::RateLimiterBuilder::deny_cache)
+    /// does for one limiter: a denial is answered again, without Redis,
+    /// until the longest wait of the limits that denied it, for requests of
+    /// the same or a higher cost under the same quotas. A change to any of
+    /// its limits for the subject (reset, unblock, reward, override) makes
+    /// every process forget it. Errors if `max_entries` is 0.
+    pub fn with_deny_cache(mut self, max_entries: u64) -> Result<Self> {
+        if max_entries == 0 {
+            return Err(Error::Config {
+                field: "deny_cache",
+                reason: "a deny cache needs room for at least one entry".into(),
+            });
+        }
+        let limits = self
+            .limiters
+            .iter()
+            .map(|l| {
+                let spec = l.spec();
+                (spec.id.kind().to_owned(), spec.id.name().to_owned())
+            })
+            .collect();
+        let cluster = self.limiters[0].cluster();
+        self.cache = Some(Arc::new(DenyCache::new(cluster, max_entries, limits)));
+        Ok(self)
+    }
+
+    /// The limiters' current specs, read once per operation.
+    fn specs(&self) -> Vec<Arc<LimitSpec>> {
+        self.limiters.iter().map(RateLimiter::spec).collect()
     }
 
     /// The limiters, in order.
@@ -99,8 +139,8 @@ impl MultiLimiter {
     /// ```
     #[must_use]
     pub fn capacity(&self) -> u32 {
-        let specs: Vec<_> = self.limiters.iter().map(RateLimiter::spec).collect();
-        max_cost(&specs)
+        let specs = self.specs();
+        max_cost(&specs.iter().map(|s| &**s).collect::<Vec<_>>())
     }
 
     /// The combined failure policy.
@@ -160,12 +200,12 @@ impl MultiLimiter {
     /// # Ok(()) }
     /// ```
     pub fn invocation(&self, subject: impl AsRef<[u8]>, cost: u32) -> Result<Invocation> {
-        let specs: Vec<_> = self.limiters.iter().map(RateLimiter::spec).collect();
+        let specs = self.specs();
         let cluster = self.limiters[0].cluster();
         Invocation::new(
             cluster,
             &scripts::MULTI_LIMIT,
-            &specs,
+            &specs.iter().map(|s| &**s).collect::<Vec<_>>(),
             subject.as_ref(),
             cost,
             true,
@@ -177,21 +217,57 @@ impl MultiLimiter {
             consume = consume, slot, outcome, subject))]
     async fn run(&self, subject: &[u8], cost: u32, consume: bool) -> Result<MultiDecision> {
         crate::metrics::span_subject(subject);
-        let specs: Vec<_> = self.limiters.iter().map(RateLimiter::spec).collect();
+        let owned = self.specs();
+        let specs: Vec<&LimitSpec> = owned.iter().map(|s| &**s).collect();
+        let cache = self.cache.as_deref().filter(|_| consume);
+        let Some(cache) = cache else {
+            return self.decide(subject, cost, consume, &specs).await;
+        };
+        if let Err(err) = check_cost(&specs, cost) {
+            self.limiters.iter().for_each(|l| l.outcomes().error());
+            return Err(err);
+        }
+        let print = fingerprint(&specs);
+        if let Some(decision) = cache.lookup(subject, print, cost) {
+            for (limiter, d) in self.limiters.iter().zip(&decision.decisions) {
+                if !d.allowed {
+                    limiter.outcomes().denied_cached();
+                }
+            }
+            return Ok(decision);
+        }
+        let ticket = cache.ticket();
+        let decision = self.decide(subject, cost, consume, &specs).await?;
+        cache.offer(subject, print, cost, ticket, &decision);
+        Ok(decision)
+    }
+
+    /// One script call for every limit, counted, with the policy applied
+    /// to a failure.
+    async fn decide(
+        &self,
+        subject: &[u8],
+        cost: u32,
+        consume: bool,
+        specs: &[&LimitSpec],
+    ) -> Result<MultiDecision> {
         let cluster = self.limiters[0].cluster();
         let script = &scripts::MULTI_LIMIT;
-        let checked = match Invocation::new(cluster, script, &specs, subject, cost, consume) {
-            Ok(call) => call.run(cluster, &specs).await,
+        let checked = match Invocation::new(cluster, script, specs, subject, cost, consume) {
+            Ok(call) => call.run(cluster, specs).await,
             Err(err) => Err(err),
         };
         match checked {
             Ok((allowed, decisions)) => {
                 if consume {
                     for (limiter, decision) in self.limiters.iter().zip(&decisions) {
+                        let outcomes = limiter.outcomes();
                         if allowed {
-                            limiter.outcomes().allowed();
+                            outcomes.decided(true, decision.would_deny);
                         } else if !decision.allowed {
-                            limiter.outcomes().denied();
+                            outcomes.denied();
+                        } else if decision.would_deny {
+                            outcomes.would_deny();
                         }
                     }
                 }

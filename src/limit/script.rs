@@ -3,6 +3,7 @@
 //! sends ([`Invocation`], the only encoder of a check's arguments) and how
 //! its reply becomes decisions.
 
+use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use super::algorithm::Algorithm;
@@ -17,30 +18,77 @@ use crate::scripts::Script;
 #[derive(Debug)]
 pub(crate) struct LimitSpec {
     pub(crate) id: KeyId,
+    /// The id of the subject's override of this limit (`<id>:quota`) and of
+    /// its block (`<id>:block`): read by every check, in the same slot.
+    pub(crate) override_id: KeyId,
+    pub(crate) block_id: KeyId,
     pub(crate) algorithm: Algorithm,
     pub(crate) quota: Quota,
     pub(crate) capacity: u32,
-    /// `code, limit, period_us, burst`, formatted once.
-    args: [String; 4],
+    /// Shadow mode: decisions are computed and counted, nothing is refused.
+    pub(crate) shadow: bool,
+    /// Identifies the quota (and name) a denial was computed under: a deny
+    /// cache answers only checks of the same fingerprint.
+    pub(crate) fingerprint: u64,
+    /// `code, limit, period_us, burst, shadow`, formatted once.
+    args: [String; 5],
 }
+
+/// The key part of a subject's override of a limit.
+pub(crate) const OVERRIDE_PART: &str = "quota";
+/// The key part of a subject's block of a limit.
+pub(crate) const BLOCK_PART: &str = "block";
 
 impl LimitSpec {
     /// Validates `quota` for `algorithm` (see [`Quota#bounds`](Quota#bounds)).
-    pub(crate) fn new(name: &str, algorithm: Algorithm, quota: Quota) -> Result<Self> {
+    pub(crate) fn new(
+        name: &str,
+        algorithm: Algorithm,
+        quota: Quota,
+        shadow: bool,
+    ) -> Result<Self> {
         let period = algorithm.validate(&quota)?;
+        let id = KeyId::new(algorithm.kind(), name)?;
+        let args = [
+            algorithm.kind().to_owned(),
+            quota.limit().to_string(),
+            period.to_string(),
+            quota.burst().to_string(),
+            u8::from(shadow).to_string(),
+        ];
+        let mut hasher = std::hash::DefaultHasher::new();
+        (name, &args[..4]).hash(&mut hasher);
         Ok(LimitSpec {
-            id: KeyId::new(algorithm.kind(), name)?,
+            override_id: id.with_part(OVERRIDE_PART)?,
+            block_id: id.with_part(BLOCK_PART)?,
+            id,
             algorithm,
             quota,
             capacity: algorithm.capacity(&quota),
-            args: [
-                algorithm.kind().to_owned(),
-                quota.limit().to_string(),
-                period.to_string(),
-                quota.burst().to_string(),
-            ],
+            shadow,
+            fingerprint: hasher.finish(),
+            args,
         })
     }
+
+    /// The same limit with another quota or shadow setting.
+    pub(crate) fn with(&self, quota: Quota, shadow: bool) -> Result<Self> {
+        LimitSpec::new(self.id.name(), self.algorithm, quota, shadow)
+    }
+
+    /// Its three keys' ids: state, override, block.
+    fn ids(&self) -> [&KeyId; 3] {
+        [&self.id, &self.override_id, &self.block_id]
+    }
+}
+
+/// One fingerprint for several limits checked together.
+pub(crate) fn fingerprint(specs: &[&LimitSpec]) -> u64 {
+    let mut hasher = std::hash::DefaultHasher::new();
+    for spec in specs {
+        spec.fingerprint.hash(&mut hasher);
+    }
+    hasher.finish()
 }
 
 /// The most one check of `specs` may cost: the smallest capacity, and —
@@ -61,7 +109,7 @@ pub(crate) fn max_cost(specs: &[&LimitSpec]) -> u32 {
 }
 
 /// A cost every limit of `specs` can admit at once: 1 to [`max_cost`].
-fn check_cost(specs: &[&LimitSpec], cost: u32) -> Result<()> {
+pub(crate) fn check_cost(specs: &[&LimitSpec], cost: u32) -> Result<()> {
     let max = max_cost(specs);
     if cost == 0 || cost > max {
         return Err(Error::InvalidCost {
@@ -82,8 +130,9 @@ pub struct Invocation {
     pub script: Script,
     /// `KEYS`.
     pub keys: KeySet,
-    /// `ARGV`: `cost, consume, ` then `kind, limit, period_us, burst` per
-    /// limit.
+    /// `ARGV`: `cost, consume, ` then `kind, limit, period_us, burst,
+    /// shadow` per limit. `KEYS` holds three keys per limit: its state, the
+    /// subject's override of it and the subject's block of it.
     pub args: Vec<Vec<u8>>,
 }
 
@@ -102,9 +151,9 @@ impl Invocation {
         check_cost(specs, cost)?;
         let keys = cluster
             .keys()
-            .key_set(subject, specs.iter().map(|s| &s.id))?;
+            .key_set(subject, specs.iter().flat_map(|s| s.ids()))?;
         let mode: &[u8] = if consume { b"1" } else { b"0" };
-        let mut args = Vec::with_capacity(2 + 4 * specs.len());
+        let mut args = Vec::with_capacity(2 + 5 * specs.len());
         args.push(cost.to_string().into_bytes());
         args.push(mode.to_vec());
         args.extend(
@@ -131,8 +180,16 @@ impl Invocation {
     }
 }
 
-/// `[all, then allowed, remaining, retry_after_us, reset_after_us per
-/// limit]` into decisions.
+/// Values per limit in a check's reply.
+const REPLY_FIELDS: usize = 6;
+/// Reply flag: the subject is blocked.
+const FLAG_BLOCKED: i64 = 1;
+/// Reply flag: the subject's override applied.
+const FLAG_OVERRIDDEN: i64 = 2;
+
+/// `[all, then allowed, remaining, retry_after_us, reset_after_us,
+/// capacity, flags per limit]` into decisions. A limit in shadow mode that
+/// denied is reported admitted, with [`Decision::would_deny`] set.
 fn parse_reply(
     script: &Script,
     specs: &[&LimitSpec],
@@ -143,20 +200,28 @@ fn parse_reply(
         detail: format!("{} integers for {} limits", reply.len(), specs.len()),
     };
     let (&all, rest) = reply.split_first().ok_or_else(bad)?;
-    if rest.len() != specs.len() * 4 {
+    if rest.len() != specs.len() * REPLY_FIELDS {
         return Err(bad());
     }
     let micros = |v: i64| u64::try_from(v).ok().map(Duration::from_micros);
+    let count = |v: i64| u32::try_from(v.max(0)).unwrap_or(u32::MAX);
     let decisions = specs
         .iter()
-        .zip(rest.chunks_exact(4))
-        .map(|(spec, f)| Decision {
-            allowed: f[0] == 1,
-            limit: spec.capacity,
-            remaining: u32::try_from(f[1].max(0)).unwrap_or(u32::MAX),
-            retry_after: micros(f[2]),
-            reset_after: micros(f[3]).unwrap_or_default(),
-            bypassed: None,
+        .zip(rest.chunks_exact(REPLY_FIELDS))
+        .map(|(spec, f)| {
+            let admitted = f[0] == 1;
+            Decision {
+                allowed: admitted || spec.shadow,
+                limit: count(f[4]),
+                remaining: count(f[1]),
+                retry_after: micros(f[2]),
+                reset_after: micros(f[3]).unwrap_or_default(),
+                bypassed: None,
+                cached: false,
+                would_deny: !admitted && spec.shadow,
+                blocked: f[5] & FLAG_BLOCKED != 0,
+                overridden: f[5] & FLAG_OVERRIDDEN != 0,
+            }
         })
         .collect();
     Ok((all == 1, decisions))
@@ -173,6 +238,7 @@ mod tests {
             "api",
             Algorithm::Gcra,
             Quota::per_second(NonZeroU32::new(capacity).unwrap()),
+            false,
         )
         .unwrap()
     }
@@ -180,8 +246,15 @@ mod tests {
     #[test]
     fn spec_args_are_what_the_script_reads() {
         let s = spec(10);
-        assert_eq!(s.args, ["gcra", "10", "1000000", "10"]);
+        assert_eq!(s.args, ["gcra", "10", "1000000", "10", "0"]);
         assert_eq!(s.id.kind(), "gcra");
+        assert_eq!(s.override_id.part(), Some("quota"));
+        assert_eq!(s.block_id.part(), Some("block"));
+        // Another quota is another fingerprint; shadow mode is not.
+        assert_ne!(s.fingerprint, spec(11).fingerprint);
+        let shadow = s.with(s.quota, true).unwrap();
+        assert_eq!(shadow.fingerprint, s.fingerprint);
+        assert_eq!(shadow.args[4], "1");
     }
 
     #[test]
@@ -191,6 +264,7 @@ mod tests {
                 "log",
                 Algorithm::SlidingLog,
                 Quota::per_second(NonZeroU32::new(limit).unwrap()),
+                false,
             )
             .unwrap()
         };
@@ -214,14 +288,30 @@ mod tests {
     fn replies_become_decisions() {
         let s = spec(10);
         let script = Script::new("gcra", "");
-        let (all, d) = parse_reply(&script, &[&s], &[0, 0, 3, 250_000, 1_000_000]).unwrap();
+        let (all, d) = parse_reply(&script, &[&s], &[0, 0, 3, 250_000, 1_000_000, 10, 0]).unwrap();
         assert!(!all);
-        assert!(!d[0].allowed);
+        assert!(!d[0].allowed && !d[0].would_deny && !d[0].blocked);
         assert_eq!(d[0].remaining, 3);
         assert_eq!(d[0].retry_after, Some(Duration::from_millis(250)));
         assert_eq!(d[0].reset_after, Duration::from_secs(1));
-        let (all, d) = parse_reply(&script, &[&s], &[1, 1, 9, -1, 100]).unwrap();
+        let (all, d) = parse_reply(&script, &[&s], &[1, 1, 9, -1, 100, 20, 2]).unwrap();
         assert!(all && d[0].allowed && d[0].retry_after.is_none());
-        assert!(parse_reply(&script, &[&s], &[1, 1]).is_err());
+        // The capacity is the reply's: an override's.
+        assert_eq!(d[0].limit, 20);
+        assert!(d[0].overridden && !d[0].blocked);
+        let (_, d) = parse_reply(&script, &[&s], &[0, 0, 0, 5, 0, 10, 3]).unwrap();
+        assert!(d[0].blocked && d[0].overridden);
+        assert!(parse_reply(&script, &[&s], &[1, 1, 9, -1, 100]).is_err());
+    }
+
+    #[test]
+    fn a_shadow_limit_refuses_nothing_but_says_it_would() {
+        let s = spec(10)
+            .with(Quota::per_second(NonZeroU32::new(10).unwrap()), true)
+            .unwrap();
+        let script = Script::new("gcra", "");
+        let (all, d) = parse_reply(&script, &[&s], &[1, 0, 0, 50, 60, 10, 0]).unwrap();
+        assert!(all && d[0].allowed && d[0].would_deny);
+        assert_eq!(d[0].retry_after, Some(Duration::from_micros(50)));
     }
 }

@@ -3,34 +3,67 @@
 local cost = tonumber(ARGV[1])
 local states = {}
 local all_ok = true
-for i = 1, #KEYS do
-  local a = 3 + 4 * (i - 1)
-  local check = ALGOS[ARGV[a]]
+for i = 1, #KEYS / 3 do
+  local a = 3 + SPEC_ARGS * (i - 1)
+  local code = ARGV[a]
+  local check = ALGOS[code]
   if not check then
-    return redis.error_reply('ERR shardlimit: unknown algorithm ' .. tostring(ARGV[a]))
+    return redis.error_reply('ERR shardlimit: unknown algorithm ' .. tostring(code))
   end
-  local s = check(KEYS[i], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]),
-    tonumber(ARGV[a + 3]), cost)
+  local limit, period, burst = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local flags = 0
+  local ol, op, ob = override(KEYS[3 * i - 1])
+  if ol then
+    limit, period, burst, flags = ol, op, ob, 2
+  end
+  local capacity = limit
+  if code == 'gcra' then
+    capacity = burst
+  end
+  local s
+  if cost > capacity then
+    -- Only an override can make the capacity smaller than the cost: what a
+    -- request of the whole capacity would see, but denied for good.
+    s = check(KEYS[3 * i - 2], limit, period, burst, capacity)
+    s.ok, s.retry = false, -1
+  else
+    s = check(KEYS[3 * i - 2], limit, period, burst, cost)
+  end
+  local until_us = blocked_until(KEYS[3 * i])
+  if until_us > NOW_US then
+    -- Blocked: denied until the block ends, or later if the limit itself
+    -- would still deny then (never stays never).
+    local wait = until_us - NOW_US
+    if s.ok then
+      s.retry = wait
+    elseif s.retry >= 0 then
+      s.retry = math.max(s.retry, wait)
+    end
+    s.ok = false
+    flags = flags + 1
+  end
+  s.capacity, s.flags = capacity, flags
+  s.shadow = ARGV[a + 4] == '1'
   states[i] = s
-  all_ok = all_ok and s.ok
+  all_ok = all_ok and (s.ok or s.shadow)
 end
 
 -- Only now, with every decision made and every write formatted, write.
 local consumed = all_ok and CONSUME
-if consumed then
-  for i = 1, #states do
-    for _, command in ipairs(states[i].writes) do
-      redis.call(unpack(command))
-    end
-  end
-end
-
 local reply = { all_ok and 1 or 0 }
 for i = 1, #states do
   local s = states[i]
+  local wrote = consumed and s.ok
+  if wrote then
+    for _, command in ipairs(s.writes) do
+      redis.call(unpack(command))
+    end
+  end
   reply[#reply + 1] = s.ok and 1 or 0
-  reply[#reply + 1] = consumed and s.remaining_after or s.remaining_now
+  reply[#reply + 1] = wrote and s.remaining_after or s.remaining_now
   reply[#reply + 1] = s.ok and -1 or s.retry
-  reply[#reply + 1] = consumed and s.reset_after or s.reset_now
+  reply[#reply + 1] = wrote and s.reset_after or s.reset_now
+  reply[#reply + 1] = s.capacity
+  reply[#reply + 1] = s.flags
 end
 return reply

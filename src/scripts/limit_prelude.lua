@@ -4,23 +4,40 @@
 -- (fixed_window.lua, sliding_log.lua, sliding_window.lua, gcra.lua) and
 -- limit_main.lua, concatenated. All KEYS share the subject's hash slot.
 --
--- KEYS[i]   state key of limit i (i = 1..n), one key per limit
--- ARGV[1]   cost: units this request takes (1 <= cost <= every limit's capacity,
---           checked by the client)
+-- KEYS[3i-2] state key of limit i (i = 1..n)
+-- KEYS[3i-1] limit i's override for this subject: "limit period_us burst",
+--            written by limit_adjust.lua (absent: the quota in ARGV)
+-- KEYS[3i]   limit i's block for this subject: the server time (us) it is
+--            blocked until, written by limit_adjust.lua (absent: not blocked)
+-- ARGV[1]   cost: units this request takes (1 <= cost <= every limit's default
+--           capacity, checked by the client; above an override's capacity the
+--           request is denied, never admissible)
 -- ARGV[2]   1 = consume if every limit admits; 0 = peek (no writes at all)
--- ARGV[3 + 4(i-1) .. 6 + 4(i-1)]  limit i: algorithm code (fw | slog | swc |
+-- ARGV[3 + 5(i-1) .. 7 + 5(i-1)]  limit i: algorithm code (fw | slog | swc |
 --           gcra), limit, period in microseconds, burst (GCRA capacity; the
---           others ignore it)
+--           others ignore it), shadow (1: its denial refuses nothing)
 --
 -- Reply: { all_allowed, then per limit i: allowed, remaining, retry_after_us,
---          reset_after_us }
---   allowed        1 or 0
+--          reset_after_us, capacity, flags }
+--   all_allowed    1 if every limit not in shadow mode admitted the request
+--   allowed        1 or 0: this limit's own verdict (shadow or not)
 --   remaining      units left (after this request if it was consumed)
 --   retry_after_us when this same request could next be admitted; -1 if it
---                  was admitted
+--                  was admitted, or if it never can be (cost above an
+--                  override's capacity)
 --   reset_after_us when the limit is back to full (0 = already full)
--- Nothing is written unless every limit admits and ARGV[2] is 1: a rejected
--- request consumes nothing. Time is the server's (TIME), in microseconds.
+--   capacity       the most one request may cost (the override's, if any)
+--   flags          1 = blocked, 2 = an override applied (added)
+-- A limit's state is written only if the request is admitted (all_allowed),
+-- ARGV[2] is 1 and the limit itself admitted it: a rejected request consumes
+-- nothing, and a shadow limit that would deny it counts nothing. Time is the
+-- server's (TIME), in microseconds.
+--
+-- retry_after_us is the earliest server time the same request could be
+-- admitted if nothing but time changed (no reset, reward, unblock or override
+-- change): every algorithm's admission only gets harder with a higher cost
+-- and with other requests' writes, which is what lets a client cache a
+-- denial until then (src/limit/deny_cache.rs).
 --
 -- Every decision, and every argument of every write, is computed before the
 -- first write: a check that fails (an out-of-range number, a key of the
@@ -31,6 +48,9 @@
 
 local ALGOS = {}
 local CONSUME = ARGV[2] == '1'
+
+-- Fields per limit in ARGV, after cost and mode.
+local SPEC_ARGS = 5
 
 -- 2^53: above it a double no longer holds every integer.
 local MAX_EXACT = 9007199254740992
@@ -59,4 +79,24 @@ local function state(ok, remaining_now, remaining_after, retry, reset_now, reset
     reset_after = math.max(reset_after, 0),
     writes = writes,
   }
+end
+
+-- Limit i's override ("limit period_us burst"), or nil. A value that is not
+-- three integers (not written by shardlimit) raises: nothing is written.
+local function override(key)
+  local o = redis.call('GET', key)
+  if not o then
+    return nil
+  end
+  local l, p, b = string.match(o, '^(%d+) (%d+) (%d+)$')
+  if not l then
+    error({ err = 'ERR shardlimit: malformed override in ' .. key })
+  end
+  return tonumber(l), tonumber(p), tonumber(b)
+end
+
+-- The server time (us) a block key holds the subject blocked until; 0 when
+-- absent.
+local function blocked_until(key)
+  return tonumber(redis.call('GET', key) or 0) or 0
 end

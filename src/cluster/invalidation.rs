@@ -1,0 +1,209 @@
+//! Invalidations of cached denials, across processes: every change that
+//! can make a cached denial wrong (a reset, an unblock, a reward, an
+//! override change) is published by the script that makes it, on a channel
+//! in the subject's own slot (`SPUBLISH`; `PUBLISH` on a standalone server
+//! or Sentinel primary), and every process with a deny cache follows those
+//! channels (see [`subscriber`](super::subscriber)).
+//!
+//! The message is the state key of the limit that changed, so a listener
+//! knows the limiter (kind and name) and the subject. Each master has one
+//! channel per slot it serves, `<namespace>:{<tag>}:deny`, where `<tag>` is
+//! a short string hashing to that slot: a fixed 16384 subscriptions per
+//! process, however many subjects are cached.
+//!
+//! The hub keeps an epoch, bumped by every invalidation and every lost or
+//! regained subscription. A denial may be cached only if the epoch did not
+//! move while its check was in flight, and only while the subscription is
+//! live: an invalidation that raced the check's reply, or that could have
+//! been missed, keeps it out.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{LazyLock, PoisonError, RwLock, Weak};
+
+use crate::keys::{ParsedKey, SLOT_COUNT, slot};
+
+/// Something that caches denials and must forget them.
+pub(crate) trait Listener: Send + Sync {
+    /// The limit `kind`/`name` of `subject` changed.
+    fn invalidate(&self, kind: &str, name: &str, subject: &[u8]);
+    /// Anything may have changed (a subscription was lost).
+    fn invalidate_all(&self);
+}
+
+/// One tag per slot: `TAGS[s]` hashes to slot `s`.
+static TAGS: LazyLock<Vec<String>> = LazyLock::new(|| {
+    let slots = usize::from(SLOT_COUNT);
+    let mut tags = vec![String::new(); slots];
+    let mut missing = slots;
+    let mut n: u64 = 0;
+    // About 170,000 short strings fill every slot (coupon collector).
+    while missing > 0 {
+        let tag = format!("{n:x}");
+        let s = usize::from(slot(tag.as_bytes()));
+        if tags[s].is_empty() {
+            tags[s] = tag;
+            missing -= 1;
+        }
+        n += 1;
+    }
+    tags
+});
+
+/// The process-wide (per [`Cluster`](crate::Cluster) handle and its clones)
+/// hub of invalidations.
+pub(crate) struct Invalidations {
+    namespace: String,
+    epoch: AtomicU64,
+    live: AtomicBool,
+    started: AtomicBool,
+    listeners: RwLock<Vec<Weak<dyn Listener>>>,
+}
+
+impl Invalidations {
+    pub(crate) fn new(namespace: &str) -> Self {
+        Invalidations {
+            namespace: namespace.to_owned(),
+            epoch: AtomicU64::new(0),
+            live: AtomicBool::new(false),
+            started: AtomicBool::new(false),
+            listeners: RwLock::new(Vec::new()),
+        }
+    }
+
+    /// The shard channel of `slot` (cluster deployments).
+    pub(crate) fn slot_channel(&self, slot: u16) -> String {
+        format!("{}:{{{}}}:deny", self.namespace, TAGS[usize::from(slot)])
+    }
+
+    /// The one channel of a standalone server or Sentinel primary.
+    pub(crate) fn server_channel(&self) -> String {
+        format!("{}:deny", self.namespace)
+    }
+
+    /// Bumped by every invalidation and subscription change.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::SeqCst)
+    }
+
+    /// Whether every channel is followed now.
+    pub(crate) fn is_live(&self) -> bool {
+        self.live.load(Ordering::SeqCst)
+    }
+
+    /// True the first time only: the caller starts the subscriber.
+    pub(crate) fn claim_start(&self) -> bool {
+        !self.started.swap(true, Ordering::SeqCst)
+    }
+
+    pub(crate) fn register(&self, listener: Weak<dyn Listener>) {
+        let mut listeners = self
+            .listeners
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        listeners.retain(|l| l.strong_count() > 0);
+        listeners.push(listener);
+    }
+
+    fn each(&self, f: impl Fn(&dyn Listener)) {
+        let listeners = self
+            .listeners
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        for listener in listeners.iter().filter_map(Weak::upgrade) {
+            f(&*listener);
+        }
+    }
+
+    /// `key` (a limit's state key) changed: here, or in another process
+    /// (a published message). Keys of other namespaces are ignored.
+    pub(crate) fn key_changed(&self, key: &[u8]) {
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        let Ok(parsed) = ParsedKey::parse(key) else {
+            return;
+        };
+        if parsed.namespace != self.namespace {
+            return;
+        }
+        self.each(|l| l.invalidate(parsed.kind, parsed.name, &parsed.subject));
+    }
+
+    /// The subscription was lost (or is not complete): messages may be
+    /// missed, so nothing cached stays and nothing new is cached.
+    pub(crate) fn lost(&self) {
+        self.live.store(false, Ordering::SeqCst);
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        self.each(|l| l.invalidate_all());
+    }
+
+    /// Every channel is followed (again).
+    pub(crate) fn gained(&self) {
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        self.live.store(true, Ordering::SeqCst);
+    }
+}
+
+impl std::fmt::Debug for Invalidations {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Invalidations")
+            .field("epoch", &self.epoch())
+            .field("live", &self.is_live())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    #[test]
+    fn every_slot_has_a_channel_in_it() {
+        let hub = Invalidations::new("sl");
+        for s in [0, 1, 5000, 16383] {
+            let channel = hub.slot_channel(s);
+            assert_eq!(slot(channel.as_bytes()), s, "{channel}");
+        }
+        assert!(TAGS.iter().all(|t| t.len() <= 5));
+    }
+
+    #[derive(Default)]
+    struct Seen(Mutex<Vec<String>>);
+
+    impl Listener for Seen {
+        fn invalidate(&self, kind: &str, name: &str, subject: &[u8]) {
+            let subject = String::from_utf8_lossy(subject);
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("{kind}/{name}/{subject}"));
+        }
+        fn invalidate_all(&self) {
+            self.0.lock().unwrap().push("all".into());
+        }
+    }
+
+    #[test]
+    fn changes_reach_listeners_and_move_the_epoch() {
+        let hub = Invalidations::new("sl");
+        let seen = Arc::new(Seen::default());
+        let weak: Weak<dyn Listener> = Arc::downgrade(&seen) as Weak<dyn Listener>;
+        hub.register(weak);
+        assert!(!hub.is_live());
+        hub.gained();
+        assert!(hub.is_live());
+        let before = hub.epoch();
+        hub.key_changed(b"sl:{user%7B1%7D}:gcra:api");
+        hub.key_changed(b"other:{u}:gcra:api");
+        hub.key_changed(b"not a key");
+        assert_eq!(hub.epoch(), before + 3);
+        hub.lost();
+        assert!(!hub.is_live());
+        assert_eq!(*seen.0.lock().unwrap(), ["gcra/api/user{1}", "all"]);
+        drop(seen);
+        // A dropped listener is skipped, then pruned.
+        hub.key_changed(b"sl:{u}:gcra:api");
+        hub.register(Weak::<Seen>::new());
+        assert_eq!(hub.listeners.read().unwrap().len(), 1);
+    }
+}

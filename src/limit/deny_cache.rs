@@ -1,0 +1,268 @@
+//! The local deny cache: denials Redis gave, answered again without Redis
+//! until the earliest time Redis could admit the same request.
+//!
+//! # Why it never denies what Redis would admit
+//!
+//! A check of cost `c` sent at client time `s` is run by the server at some
+//! later time `T`, and a denial carries `r`, the earliest server time `T + r`
+//! at which the same request could be admitted **if nothing but time
+//! changed**. The cache answers a request of cost `c' >= c`, under the same
+//! quota fingerprint, until `s + r <= T + r`. That is sound because, for
+//! every algorithm, (1) admission is monotone in the cost — admitting `c'`
+//! would admit `c` at the same moment; (2) between `T` and `T + r` only
+//! writes that make admission harder can happen without a message: other
+//! checks and penalties only add usage; (3) `r` is the earliest time, not an
+//! estimate that could be late:
+//!
+//! * fixed window: `r` is the end of the window; before it the count cannot
+//!   fall.
+//! * sliding log: `r` is when the oldest entry that must leave the window
+//!   leaves it; entries only leave with time.
+//! * sliding window counter: `r` solves `cur + prev * (1 - elapsed) + c =
+//!   limit` exactly (rounded up to the microsecond; the send-to-run
+//!   latency is far longer than that rounding), or starts the next window
+//!   when this window's count alone denies `c`.
+//! * GCRA: `r` is `TAT + c * interval - tolerance - now`, exact.
+//! * a block: `r` is its end (or later, if the limit denies then too).
+//! * several limits at once: the longest wait of the denying limits; all
+//!   must admit.
+//!
+//! Everything that can make admission easier — [`reset`], [`unblock`],
+//! [`reward`], an override change, a new default quota — either changes the
+//! fingerprint (a new quota) or is published by the script that makes it on
+//! the subject's slot, and every cache following the channels forgets the
+//! subject (see `cluster/invalidation.rs`). A denial is cached only while the
+//! subscription is live and if no invalidation arrived while its check was
+//! in flight, so a message racing the reply cannot be lost. A process that
+//! misses a message anyway (its subscription broke and it has not noticed
+//! yet) answers from a stale entry at most until that entry's `r` ends.
+//!
+//! [`reset`]: crate::RateLimiter::reset
+//! [`unblock`]: crate::RateLimiter::unblock
+//! [`reward`]: crate::RateLimiter::reward
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::decision::{Decision, MultiDecision};
+use crate::cluster::{Cluster, Invalidations, Listener};
+
+/// A decision that can be answered again from the cache.
+pub(crate) trait Cacheable: Clone + Send + Sync + 'static {
+    /// When the same request could be admitted, if it was denied by Redis
+    /// (not bypassed, not in shadow mode) and can be admitted at all.
+    fn denied_for(&self) -> Option<Duration>;
+    /// The decision answered `elapsed` after this one, `left` before the
+    /// entry ends.
+    fn replay(&self, elapsed: Duration, left: Duration) -> Self;
+}
+
+fn replay_one(d: &Decision, elapsed: Duration, left: Duration) -> Decision {
+    let mut d = d.clone();
+    d.cached = true;
+    if d.retry_after.is_some() {
+        d.retry_after = Some(left);
+    }
+    d.reset_after = d.reset_after.saturating_sub(elapsed);
+    d
+}
+
+impl Cacheable for Decision {
+    fn denied_for(&self) -> Option<Duration> {
+        match self {
+            Decision {
+                allowed: false,
+                bypassed: None,
+                retry_after: Some(wait),
+                ..
+            } => Some(*wait),
+            _ => None,
+        }
+    }
+
+    fn replay(&self, elapsed: Duration, left: Duration) -> Self {
+        replay_one(self, elapsed, left)
+    }
+}
+
+impl Cacheable for MultiDecision {
+    fn denied_for(&self) -> Option<Duration> {
+        let never = self
+            .decisions
+            .iter()
+            .any(|d| !d.allowed && d.retry_after.is_none());
+        if self.allowed || never || self.bypassed().is_some() {
+            return None;
+        }
+        self.retry_after()
+    }
+
+    fn replay(&self, elapsed: Duration, left: Duration) -> Self {
+        MultiDecision {
+            allowed: false,
+            decisions: self
+                .decisions
+                .iter()
+                .map(|d| {
+                    if d.allowed {
+                        let mut d = d.clone();
+                        d.cached = true;
+                        d
+                    } else {
+                        // A denying limit's own wait is at most the whole's.
+                        let own = d.retry_after.map_or(left, |w| w.saturating_sub(elapsed));
+                        replay_one(d, elapsed, own.min(left))
+                    }
+                })
+                .collect(),
+        }
+    }
+}
+
+struct Entry<D> {
+    fingerprint: u64,
+    cost: u32,
+    sent: Instant,
+    until: Instant,
+    decision: D,
+}
+
+/// Expires each entry when its denial ends.
+struct UntilDenialEnds;
+
+impl<D: Send + Sync + 'static> moka::Expiry<Box<[u8]>, Arc<Entry<D>>> for UntilDenialEnds {
+    fn expire_after_create(
+        &self,
+        _key: &Box<[u8]>,
+        entry: &Arc<Entry<D>>,
+        created_at: Instant,
+    ) -> Option<Duration> {
+        Some(entry.until.saturating_duration_since(created_at))
+    }
+}
+
+/// The entries, by subject, of one limiter or multi-limiter.
+struct Entries<D> {
+    cache: moka::sync::Cache<Box<[u8]>, Arc<Entry<D>>>,
+    /// The limits (kind, name) whose changes invalidate an entry.
+    limits: Vec<(String, String)>,
+}
+
+impl<D: Cacheable> Listener for Entries<D> {
+    fn invalidate(&self, kind: &str, name: &str, subject: &[u8]) {
+        if self.limits.iter().any(|(k, n)| k == kind && n == name) {
+            self.cache.invalidate(subject);
+        }
+    }
+
+    fn invalidate_all(&self) {
+        self.cache.invalidate_all();
+    }
+}
+
+/// A check in flight: when it was sent and the invalidation epoch then.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ticket {
+    sent: Instant,
+    epoch: u64,
+}
+
+/// A bounded cache of denials (see the module docs).
+pub(crate) struct DenyCache<D> {
+    entries: Arc<Entries<D>>,
+    hub: Arc<Invalidations>,
+    cluster: Cluster,
+}
+
+impl<D: Cacheable> DenyCache<D> {
+    /// A cache of at most `max_entries` subjects for the limits `limits`
+    /// (kind, name), following `cluster`'s invalidations.
+    pub(crate) fn new(cluster: &Cluster, max_entries: u64, limits: Vec<(String, String)>) -> Self {
+        let cache = moka::sync::Cache::builder()
+            .max_capacity(max_entries)
+            .expire_after(UntilDenialEnds)
+            .build();
+        let entries = Arc::new(Entries { cache, limits });
+        let hub = cluster.invalidations().clone();
+        let listener: Arc<dyn Listener> = entries.clone();
+        hub.register(Arc::downgrade(&listener));
+        DenyCache {
+            entries,
+            hub,
+            cluster: cluster.clone(),
+        }
+    }
+
+    /// The cached denial of `subject` for a request of `cost` under
+    /// `fingerprint`, if one holds now.
+    pub(crate) fn lookup(&self, subject: &[u8], fingerprint: u64, cost: u32) -> Option<D> {
+        self.cluster.follow_invalidations();
+        let entry = self.entries.cache.get(subject)?;
+        let now = Instant::now();
+        if entry.fingerprint != fingerprint || cost < entry.cost || now >= entry.until {
+            return None;
+        }
+        Some(
+            entry
+                .decision
+                .replay(now.duration_since(entry.sent), entry.until - now),
+        )
+    }
+
+    /// Taken just before a check is sent.
+    pub(crate) fn ticket(&self) -> Ticket {
+        Ticket {
+            epoch: self.hub.epoch(),
+            sent: Instant::now(),
+        }
+    }
+
+    /// Caches `decision` if it is a denial that may be cached: Redis denied
+    /// it (no bypass, no shadow), it can be admitted some day, the
+    /// subscription is live and nothing was invalidated while it was in
+    /// flight.
+    pub(crate) fn offer(
+        &self,
+        subject: &[u8],
+        fingerprint: u64,
+        cost: u32,
+        ticket: Ticket,
+        decision: &D,
+    ) {
+        let Some(wait) = decision.denied_for() else {
+            return;
+        };
+        if !self.hub.is_live() || self.hub.epoch() != ticket.epoch || wait.is_zero() {
+            return;
+        }
+        let Some(until) = ticket.sent.checked_add(wait) else {
+            return;
+        };
+        let entry = Arc::new(Entry {
+            fingerprint,
+            cost,
+            sent: ticket.sent,
+            until,
+            decision: decision.clone(),
+        });
+        self.entries.cache.insert(subject.into(), entry);
+        // An invalidation between the check above and the insert would
+        // have found nothing to remove: look again, and take it back.
+        if self.hub.epoch() != ticket.epoch {
+            self.entries.cache.invalidate(subject);
+        }
+    }
+
+    /// Forgets everything (the quota changed).
+    pub(crate) fn clear(&self) {
+        self.entries.cache.invalidate_all();
+    }
+}
+
+impl<D> std::fmt::Debug for DenyCache<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DenyCache")
+            .field("max_entries", &self.entries.cache.policy().max_capacity())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,163 @@
+-- A change to one limit of one subject, other than a check: reset, block,
+-- unblock, penalize, reward, override, clear the override, or just read.
+-- Follows clock.lua and limit_prelude.lua (for state(), int(), override()
+-- and blocked_until()). All KEYS share the subject's hash slot.
+--
+-- KEYS[1]  the limit's state key for the subject
+-- KEYS[2]  the subject's override of the limit ("limit period_us burst")
+-- KEYS[3]  the subject's block of the limit (server time blocked until, us)
+-- ARGV[1]  op: reset | block | unblock | penalize | reward | override |
+--          unoverride | read
+-- ARGV[2]  block: duration (us); penalize, reward: units; override: TTL (ms);
+--          otherwise ignored (all checked by the client)
+-- ARGV[3..6]  algorithm code, limit, period (us), burst: the limiter's default
+--          quota (penalize and reward apply the override instead, if any);
+--          for override, the new quota
+-- ARGV[7]  PUBLISH or SPUBLISH: how to tell the deny caches of every process
+--          that this subject's denials may no longer hold ('' = nobody)
+-- ARGV[8]  the channel (in KEYS' slot, for SPUBLISH)
+-- ARGV[9]  the message: KEYS[1]
+--
+-- Reply: { override ("limit period_us burst" or ""), override_ttl_ms (-2:
+--          none), blocked_for_us (0: not blocked) }, as they are after the op.
+--
+-- Penalize counts units as an admitted request would, without checking,
+-- never past an empty quota; reward gives units back, never past a full one.
+-- Every key written has a TTL: a block until it ends, an override for
+-- ARGV[2], state as a check writes it.
+
+local ADJUST = {}
+
+ADJUST.fw = function(key, limit, period, _burst, delta)
+  local window_end = (math.floor(NOW_US / period) + 1) * period
+  local used = tonumber(redis.call('GET', key) or 0)
+  if used > 0 and redis.call('PEXPIRETIME', key) < window_end / 1000 then
+    used = 0
+  end
+  local new = math.min(math.max(used + delta, 0), limit)
+  if new == 0 then
+    return { { 'DEL', key } }
+  end
+  return { { 'SET', key, int(new), 'PXAT', int(window_end / 1000) } }
+end
+
+ADJUST.swc = function(key, limit, period, _burst, delta)
+  local w = math.floor(NOW_US / period)
+  local stored = redis.call('HMGET', key, 'w', 'c', 'p')
+  local sw = tonumber(stored[1])
+  local cur, prev = 0, 0
+  if sw == w then
+    cur, prev = tonumber(stored[2]) or 0, tonumber(stored[3]) or 0
+  elseif sw == w - 1 then
+    prev = tonumber(stored[2]) or 0
+  end
+  if delta >= 0 then
+    cur = math.min(cur + delta, limit)
+  else
+    -- Give back this window's units first, then the previous window's.
+    local back = math.min(cur, -delta)
+    cur = cur - back
+    prev = math.max(prev - (-delta - back), 0)
+  end
+  if cur == 0 and prev == 0 then
+    return { { 'DEL', key } }
+  end
+  return {
+    { 'HSET', key, 'w', int(w), 'c', int(cur), 'p', int(prev) },
+    { 'PEXPIREAT', key, int((w + 2) * period / 1000) },
+  }
+end
+
+ADJUST.gcra = function(key, limit, period, burst, delta)
+  local interval = period / limit
+  local tat = math.max(tonumber(redis.call('GET', key) or 0), NOW_US)
+  local new_tat
+  if delta >= 0 then
+    new_tat = math.min(tat + delta * interval, math.max(tat, NOW_US + interval * burst))
+  else
+    new_tat = math.max(tat + delta * interval, NOW_US)
+  end
+  if new_tat <= NOW_US then
+    return { { 'DEL', key } }
+  end
+  local stored = math.ceil(new_tat)
+  return { { 'SET', key, int(stored), 'PXAT', int(math.ceil(stored / 1000)) } }
+end
+
+ADJUST.slog = function(key, limit, period, _burst, delta)
+  local horizon = NOW_US - period
+  local writes = { { 'ZREMRANGEBYSCORE', key, '-inf', int(horizon) } }
+  if delta < 0 then
+    -- The newest entries go first; an emptied set is deleted by Redis.
+    writes[2] = { 'ZPOPMAX', key, int(-delta) }
+    return writes
+  end
+  local used = redis.call('ZCOUNT', key, '(' .. int(horizon), '+inf')
+  local add = math.min(delta, limit - used)
+  if add <= 0 then
+    return {}
+  end
+  local newest = -1
+  if used > 0 then
+    newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+  end
+  local stamp = math.max(NOW_US, newest + 1)
+  local s = int(stamp)
+  local zadd = { 'ZADD', key }
+  for i = 1, add do
+    zadd[#zadd + 1] = s
+    zadd[#zadd + 1] = s .. ':' .. i
+  end
+  writes[2] = zadd
+  writes[3] = { 'PEXPIREAT', key, int(math.ceil((stamp + period) / 1000)) }
+  return writes
+end
+
+local op = ARGV[1]
+local amount = tonumber(ARGV[2])
+local code, limit, period, burst = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+if not ADJUST[code] then
+  return redis.error_reply('ERR shardlimit: unknown algorithm ' .. tostring(code))
+end
+
+local writes
+if op == 'reset' then
+  writes = { { 'DEL', KEYS[1] } }
+elseif op == 'block' then
+  local until_us = NOW_US + amount
+  writes = { { 'SET', KEYS[3], int(until_us), 'PXAT', int(math.ceil(until_us / 1000)) } }
+elseif op == 'unblock' then
+  writes = { { 'DEL', KEYS[3] } }
+elseif op == 'penalize' or op == 'reward' then
+  local ol, op_, ob = override(KEYS[2])
+  if ol then
+    limit, period, burst = ol, op_, ob
+  end
+  local delta = amount
+  if op == 'reward' then
+    delta = -amount
+  end
+  writes = ADJUST[code](KEYS[1], limit, period, burst, delta)
+elseif op == 'override' then
+  writes = { { 'SET', KEYS[2], int(limit) .. ' ' .. int(period) .. ' ' .. int(burst), 'PX', int(amount) } }
+elseif op == 'unoverride' then
+  writes = { { 'DEL', KEYS[2] } }
+elseif op == 'read' then
+  writes = {}
+else
+  return redis.error_reply('ERR shardlimit: unknown op ' .. tostring(op))
+end
+
+for _, command in ipairs(writes) do
+  redis.call(unpack(command))
+end
+if #writes > 0 and (ARGV[7] == 'SPUBLISH' or ARGV[7] == 'PUBLISH') then
+  redis.call(ARGV[7], ARGV[8], ARGV[9])
+end
+
+local current = redis.call('GET', KEYS[2]) or ''
+local ttl = -2
+if current ~= '' then
+  ttl = redis.call('PTTL', KEYS[2])
+end
+return { current, ttl, math.max(blocked_until(KEYS[3]) - NOW_US, 0) }
