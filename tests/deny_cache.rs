@@ -1,0 +1,268 @@
+//! The local deny cache against the six-node cluster: every cached denial
+//! re-checked against Redis (0 disagreements), costs, multi-limits, counts,
+//! and changes made in another process lifting cached denials here.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use shardlimit::{Algorithm, Cluster, MultiLimiter, Quota, RateLimiter};
+
+fn nz(n: u32) -> NonZeroU32 {
+    NonZeroU32::new(n).unwrap()
+}
+
+fn cached_limiter(
+    cluster: &Cluster,
+    name: &str,
+    algorithm: Algorithm,
+    quota: Quota,
+) -> RateLimiter {
+    RateLimiter::builder(cluster, name, quota)
+        .algorithm(algorithm)
+        .deny_cache(10_000)
+        .build()
+        .unwrap()
+}
+
+/// Checks `subject` until a denial comes from the cache (the subscription
+/// to other processes' invalidations goes live in the background first).
+async fn until_cached(l: &RateLimiter, subject: &str, cost: u32) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let d = l.check_n(subject, cost).await.unwrap();
+        if d.cached {
+            assert!(!d.allowed);
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no denial was ever cached: {d:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn stats(cluster: &Cluster, kind: &str, name: &str) -> shardlimit::cluster::PrimitiveStats {
+    cluster
+        .stats()
+        .primitives
+        .into_iter()
+        .find(|p| p.kind == kind && p.name == name)
+        .unwrap()
+}
+
+/// The proof obligation, tested: a mixed workload over every
+/// algorithm (hot and cold subjects, costs 1 to 3, eight tasks), where every
+/// denial answered from the cache is at once asked of Redis with a peek of
+/// the same cost. Redis admitting it while the cached entry still held —
+/// the peek's reply arrived before the entry's end — is a disagreement.
+#[tokio::test]
+async fn every_cached_denial_agrees_with_redis() {
+    let cluster = common::cluster("deny-agree").await;
+    let limiters: Vec<RateLimiter> = Algorithm::ALL
+        .into_iter()
+        .map(|a| cached_limiter(&cluster, "mixed", a, Quota::per_second(nz(5))))
+        .collect();
+    until_cached(&limiters[0], "warmup", 5).await;
+    let checked = Arc::new(AtomicU64::new(0));
+    let disagreements = Arc::new(AtomicU64::new(0));
+    let stop = Instant::now() + Duration::from_secs(4);
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let limiters = limiters.clone();
+        let (checked, disagreements) = (checked.clone(), disagreements.clone());
+        tasks.push(tokio::spawn(async move {
+            let l = &limiters[t % limiters.len()];
+            while Instant::now() < stop {
+                let (subject, cost) = {
+                    let mut rng = rand::rng();
+                    // Two hot subjects take most of the traffic.
+                    let n: u32 = if rng.random_bool(0.8) {
+                        rng.random_range(0..2)
+                    } else {
+                        rng.random_range(2..20)
+                    };
+                    (format!("user:{n}"), rng.random_range(1..=3))
+                };
+                let d = l.check_n(&subject, cost).await.unwrap();
+                if !d.cached {
+                    continue;
+                }
+                let until = Instant::now() + d.retry_after.unwrap();
+                let redis = l.peek_n(&subject, cost).await.unwrap();
+                if Instant::now() >= until {
+                    continue; // the entry ended meanwhile: nothing to compare
+                }
+                checked.fetch_add(1, Ordering::Relaxed);
+                if redis.allowed {
+                    disagreements.fetch_add(1, Ordering::Relaxed);
+                    eprintln!(
+                        "{}: cached denial of {subject} cost {cost}, Redis admits: {redis:?}",
+                        l.algorithm()
+                    );
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let checked = checked.load(Ordering::Relaxed);
+    assert!(
+        checked >= 200,
+        "only {checked} cached denials were re-checked"
+    );
+    assert_eq!(disagreements.load(Ordering::Relaxed), 0, "of {checked}");
+    for a in Algorithm::ALL {
+        let s = stats(&cluster, a.kind(), "mixed");
+        assert!(s.denied_cached > 0, "{a}: {s:?}");
+    }
+    eprintln!("re-checked {checked} cached denials against Redis: 0 disagreements");
+}
+
+#[tokio::test]
+async fn only_a_cost_at_least_the_denied_one_is_answered_from_the_cache() {
+    let cluster = common::cluster("deny-cost").await;
+    let l = cached_limiter(&cluster, "cost", Algorithm::Gcra, Quota::per_hour(nz(10)));
+    assert!(l.check_n("s", 8).await.unwrap().allowed);
+    until_cached(&l, "s", 5).await;
+    // Cheaper: asked of Redis, which admits it.
+    let d = l.check_n("s", 2).await.unwrap();
+    assert!(d.allowed && !d.cached, "{d:?}");
+    let d = l.check_n("s", 7).await.unwrap();
+    assert!(d.cached && !d.allowed, "{d:?}");
+    // retry_after counts down from the denial Redis gave.
+    assert!(d.retry_after.unwrap() <= Duration::from_secs(3 * 360));
+    let s = stats(&cluster, "gcra", "cost");
+    assert!(s.denied_cached >= 2 && s.allowed == 2, "{s:?}");
+}
+
+#[tokio::test]
+async fn a_cached_denial_takes_the_load_off_redis() {
+    let cluster = common::cluster("deny-load").await;
+    let l = cached_limiter(
+        &cluster,
+        "hot",
+        Algorithm::SlidingLog,
+        Quota::per_hour(nz(1)),
+    );
+    assert!(l.check("attacker").await.unwrap().allowed);
+    until_cached(&l, "attacker", 1).await;
+    let before = stats(&cluster, "slog", "hot");
+    for _ in 0..1000 {
+        let d = l.check("attacker").await.unwrap();
+        assert!(d.cached && !d.allowed);
+    }
+    let after = stats(&cluster, "slog", "hot");
+    assert_eq!(after.denied_cached - before.denied_cached, 1000);
+    assert_eq!(after.denied, before.denied, "no denial asked Redis");
+}
+
+#[tokio::test]
+async fn a_multi_limiter_caches_its_denials_too() {
+    let cluster = common::cluster("deny-multi").await;
+    let fast = RateLimiter::builder(&cluster, "m-1s", Quota::per_hour(nz(100)))
+        .build()
+        .unwrap();
+    let slow = RateLimiter::builder(&cluster, "m-1h", Quota::per_hour(nz(1)))
+        .algorithm(Algorithm::FixedWindow)
+        .build()
+        .unwrap();
+    let both = MultiLimiter::new([fast.clone(), slow.clone()])
+        .unwrap()
+        .with_deny_cache(100)
+        .unwrap();
+    assert!(both.check("s").await.unwrap().allowed);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let d = both.check("s").await.unwrap();
+        assert!(!d.allowed);
+        if d.cached() {
+            assert!(d.decisions[0].allowed && !d.decisions[1].allowed);
+            break;
+        }
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A reset of either limit here lifts it at once.
+    slow.reset("s").await.unwrap();
+    let d = both.check("s").await.unwrap();
+    assert!(d.allowed && !d.cached(), "{d:?}");
+    assert_eq!(fast.peek("s").await.unwrap().remaining, 98);
+}
+
+/// What a process that did not make a change sees: the change is published
+/// on the subject's slot and this process's cache forgets the subject, long
+/// before the cached denial (an hour) would end.
+#[tokio::test]
+async fn changes_in_another_process_lift_a_cached_denial_here() {
+    let cluster = common::cluster("deny-remote").await;
+    for (op, algorithm) in [
+        ("reset", Algorithm::Gcra),
+        ("reward", Algorithm::FixedWindow),
+        ("override", Algorithm::SlidingLog),
+        ("unblock", Algorithm::SlidingWindow),
+    ] {
+        let name = format!("remote-{op}");
+        let l = cached_limiter(&cluster, &name, algorithm, Quota::per_hour(nz(1)));
+        let subject = format!("user:{op}");
+        if op == "unblock" {
+            l.block(&subject, Duration::from_secs(3600)).await.unwrap();
+        } else {
+            assert!(l.check(&subject).await.unwrap().allowed);
+        }
+        until_cached(&l, &subject, 1).await;
+        common::child_process(
+            "child_adjusts_a_subject",
+            &[
+                ("NS", cluster.namespace()),
+                ("OP", op),
+                ("ALGO", algorithm.kind()),
+                ("NAME", &name),
+                ("SUBJECT", &subject),
+            ],
+        )
+        .await;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let d = l.check(&subject).await.unwrap();
+            if d.allowed {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{op}: still denied 5 s after another process's change: {d:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
+/// Run by the test above in a second process.
+#[tokio::test]
+#[ignore = "a helper run in a child process"]
+async fn child_adjusts_a_subject() {
+    common::run_child_adjustment().await;
+}
+
+#[tokio::test]
+async fn a_zero_sized_cache_is_refused() {
+    let cluster = common::cluster("deny-zero").await;
+    let built = RateLimiter::builder(&cluster, "z", Quota::per_hour(nz(1)))
+        .deny_cache(0)
+        .build();
+    assert!(matches!(
+        built,
+        Err(shardlimit::Error::Config {
+            field: "deny_cache",
+            ..
+        })
+    ));
+}
