@@ -92,7 +92,7 @@ async fn a_block_made_in_another_process_is_seen_here() {
     let cluster = common::cluster("block2").await;
     let l = limiter(&cluster, Algorithm::SlidingWindow, Quota::per_hour(nz(100)));
     assert!(l.check("ip:7").await.unwrap().allowed);
-    common::child_process(
+    common::child::child_process(
         "child_adjusts_a_subject",
         &[
             ("NS", cluster.namespace()),
@@ -113,7 +113,7 @@ async fn a_block_made_in_another_process_is_seen_here() {
 #[tokio::test]
 #[ignore = "a helper run in a child process"]
 async fn child_adjusts_a_subject() {
-    common::run_child_adjustment().await;
+    common::child::run_child_adjustment().await;
 }
 
 #[tokio::test]

@@ -218,7 +218,7 @@ async fn changes_in_another_process_lift_a_cached_denial_here() {
             assert!(l.check(&subject).await.unwrap().allowed);
         }
         until_cached(&l, &subject, 1).await;
-        common::child_process(
+        common::child::child_process(
             "child_adjusts_a_subject",
             &[
                 ("NS", cluster.namespace()),
@@ -249,7 +249,7 @@ async fn changes_in_another_process_lift_a_cached_denial_here() {
 #[tokio::test]
 #[ignore = "a helper run in a child process"]
 async fn child_adjusts_a_subject() {
-    common::run_child_adjustment().await;
+    common::child::run_child_adjustment().await;
 }
 
 #[tokio::test]

@@ -3,15 +3,13 @@
 //! "every key has a TTL" check.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
-mod child;
+pub mod child;
 
 use std::collections::BTreeMap;
 
 use rand::Rng;
 use redis::Value;
 use shardlimit::{Cluster, ClusterBuilder};
-
-pub use child::{child_process, run_child_adjustment};
 
 /// Seed node URLs, from `SHARDLIMIT_NODES` or the six local ports.
 pub fn node_urls() -> Vec<String> {
