@@ -89,6 +89,7 @@ async fn follow_cluster(
         builder = builder.certs(certificates.clone());
     }
     let client = builder.build()?;
+    let started = std::time::Instant::now();
     let connection = tokio::time::timeout(config.connect_timeout, client.get_async_connection())
         .await
         .map_err(|_| timed_out("connecting the invalidation subscriber"))??;

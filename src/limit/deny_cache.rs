@@ -153,6 +153,9 @@ impl<D: Cacheable> DenyCache<D> {
         let hub = cluster.invalidations().clone();
         let listener: Arc<dyn Listener> = entries.clone();
         hub.register(Arc::downgrade(&listener));
+        // Subscribing takes a moment (a command per slot): start now, if a
+        // runtime is running, rather than at the first check.
+        cluster.follow_invalidations();
         DenyCache {
             entries,
             hub,
