@@ -108,6 +108,11 @@ async fn follow_cluster(
     subscribed
         .into_iter()
         .collect::<redis::RedisResult<Vec<()>>>()?;
+    tracing::debug!(
+        channels = SLOT_COUNT,
+        took = ?started.elapsed(),
+        "shardlimit: deny-cache invalidations followed"
+    );
     match hub.upgrade() {
         Some(hub) => hub.gained(),
         None => return Ok(()),
