@@ -2,10 +2,10 @@
 //! once while the node is down), the deadline, and what a failure tells the
 //! node's health.
 //!
-//! Below both the router (which asks nodes for the topology through it) and
-//! `exec` (which sends slot-pinned operations through it); it tells the
-//! routing layer about a node going down through [`Refresh`], so it needs
-//! nothing from either.
+//! Below the router (which asks nodes for the topology through it), `exec`
+//! (which sends slot-pinned operations through it) and `batch` (which sends
+//! a pipeline per node through it); it tells the routing layer about a node
+//! going down through [`Refresh`], so it needs nothing from them.
 
 use std::borrow::Cow;
 use std::future::Future;

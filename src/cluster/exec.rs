@@ -32,6 +32,10 @@
 //!   migrated; following `ASK` now would create keys on the target that still
 //!   exist on the source, so back off until the migration moves them (the
 //!   same rule Redis applies to multi-key commands and scripts).
+//!
+//! A batch (`batch`) makes the first attempt of many scripts itself, one
+//! pipeline per node, and hands each reply that proves a script did not run
+//! to [`drive`], which goes on from there by these same rules.
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -42,7 +46,7 @@ use tokio::time::Instant;
 
 mod payload;
 
-pub(crate) use self::payload::Payload;
+pub(crate) use self::payload::{Payload, evalsha};
 use super::call::{connect, exchange};
 use super::router::Router;
 use crate::error::{Error, Result, not_executed_yet};
