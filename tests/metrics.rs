@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use shardlimit::admin::Scanner;
+use shardlimit::cluster::Script;
+use shardlimit::keys::KeyId;
 use shardlimit::{Cluster, FailurePolicy, Lock, MultiLimiter, Quota, RateLimiter};
 use tracing::Subscriber;
 use tracing::field::{Field, Visit};
@@ -249,6 +251,20 @@ async fn a_recorder_sees_every_decision_of_a_known_sequence() {
     })
     .await;
 
+    // A batch counts each of its calls as `eval` counts one.
+    let batch = Script::new(
+        "m-batch",
+        "if ARGV[1] == 'bad' then return redis.error_reply('ERR bad') end return 1",
+    );
+    let id = KeyId::new("batch", "m").unwrap();
+    let sets: Vec<_> = (0..6)
+        .map(|i| cluster.keys().key_set(format!("user:{i}"), [&id]).unwrap())
+        .collect();
+    let args = ["ok", "ok", "bad", "ok", "ok", "ok"];
+    let replies: Vec<shardlimit::Result<i64>> =
+        cluster.eval_many(&batch, sets.iter().zip(args)).await;
+    assert_eq!(replies.iter().filter(|r| r.is_err()).count(), 1);
+
     // The admin scanner reports its progress per master.
     let report = Scanner::new(&cluster).count_limiters().await.unwrap();
     let m = Metrics::take();
@@ -288,6 +304,17 @@ async fn a_recorder_sees_every_decision_of_a_known_sequence() {
             &[("op", "lock_acquire")]
         ) >= 2
     );
+
+    for (status, calls) in [("ok", 5), ("error", 1)] {
+        assert_eq!(
+            m.histogram_count(
+                "shardlimit_redis_duration_seconds",
+                &[("op", "m-batch"), ("status", status)]
+            ),
+            calls,
+            "{status}"
+        );
+    }
 
     // Scanner: keys seen per master, and every master's walk done.
     let masters = common::masters().await;
