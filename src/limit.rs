@@ -90,6 +90,7 @@
 
 mod adjust;
 mod algorithm;
+mod batch;
 mod decision;
 mod deny_cache;
 mod limiter;

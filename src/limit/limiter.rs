@@ -304,9 +304,14 @@ impl RateLimiter {
         Ok(decision)
     }
 
+    /// Its deny cache, if it has one.
+    pub(crate) fn deny_cache(&self) -> Option<&DenyCache<Decision>> {
+        self.inner.cache.as_ref()
+    }
+
     /// Counts a check's decision (a bypass was counted when the policy made
     /// it).
-    fn count(&self, decision: &Decision) {
+    pub(crate) fn count(&self, decision: &Decision) {
         if decision.bypassed.is_none() {
             self.outcomes()
                 .decided(decision.allowed, decision.would_deny);
