@@ -20,6 +20,9 @@
 
 mod batches;
 
+#[path = "lifting/mod.rs"]
+mod lifting;
+
 use std::num::NonZeroU32;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -588,4 +591,18 @@ async fn the_cli_lists_through_the_sentinels() {
     assert_eq!(rows.len(), 1, "{stdout}");
     assert_eq!(rows[0]["name"], "api");
     assert_eq!(rows[0]["subject"], "user:cli");
+}
+
+#[tokio::test]
+#[ignore = "needs the Sentinel setup: cluster-compose/up.sh --sentinel"]
+async fn a_reset_through_another_handle_lifts_a_cached_denial() {
+    let here = sentinel("lift").await;
+    let there = Cluster::builder(sentinels())
+        .deployment(Deployment::Sentinel)
+        .sentinel_service(service())
+        .namespace(here.namespace())
+        .build()
+        .await
+        .unwrap();
+    lifting::a_reset_elsewhere_lifts_a_cached_denial(&here, &there).await;
 }

@@ -22,6 +22,9 @@ use std::time::Duration;
 
 use rand::Rng;
 use serde_json::Value;
+#[path = "lifting/mod.rs"]
+mod lifting;
+
 use shardlimit::admin::Scanner;
 use shardlimit::{
     Algorithm, Cluster, ConcurrencyLimiter, Counter, Deployment, Error, Lock, MultiLimiter, Quota,
@@ -550,4 +553,16 @@ async fn a_redirect_from_a_standalone_server_is_an_error_not_followed() {
         cluster.nodes()
     );
     assert_eq!(cluster.stats().topology_refreshes, 1);
+}
+
+#[tokio::test]
+#[ignore = "needs the standalone server: cluster-compose/up.sh --standalone"]
+async fn a_reset_through_another_handle_lifts_a_cached_denial() {
+    let here = standalone("lift").await;
+    let there = Cluster::builder([url()])
+        .namespace(here.namespace())
+        .build()
+        .await
+        .unwrap();
+    lifting::a_reset_elsewhere_lifts_a_cached_denial(&here, &there).await;
 }
