@@ -136,8 +136,16 @@ impl Metrics {
         })
     }
 
-    fn decisions(&self, kind: &str, limiter: &str) -> [u64; 4] {
-        ["allowed", "denied", "bypassed", "error"].map(|outcome| {
+    fn decisions(&self, kind: &str, limiter: &str) -> [u64; 6] {
+        [
+            "allowed",
+            "denied",
+            "bypassed",
+            "error",
+            "denied_cached",
+            "would_deny",
+        ]
+        .map(|outcome| {
             self.counter(
                 "shardlimit_decisions_total",
                 &[("kind", kind), ("name", limiter), ("outcome", outcome)],
@@ -205,6 +213,29 @@ async fn a_recorder_sees_every_decision_of_a_known_sequence() {
     for _ in 0..3 {
         let _ = multi.check("user:1").await.unwrap();
     }
+    // Shadow mode: 1 admitted, 2 would have been denied.
+    let trial = RateLimiter::builder(&cluster, "m-shadow", Quota::per_minute(nz(1)))
+        .shadow(true)
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        assert!(trial.check("user:1").await.unwrap().allowed);
+    }
+    // The deny cache: 1 admitted, denied by Redis until the cache follows
+    // invalidations, then 5 denied from the cache.
+    let cached = RateLimiter::builder(&cluster, "m-cached", Quota::per_hour(nz(1)))
+        .deny_cache(10)
+        .build()
+        .unwrap();
+    assert!(cached.check("user:1").await.unwrap().allowed);
+    let mut by_redis = 0;
+    while !cached.check("user:1").await.unwrap().cached {
+        by_redis += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for _ in 0..4 {
+        assert!(cached.check("user:1").await.unwrap().cached);
+    }
     // A lock acquired, then lost behind its holder's back.
     let lock = Lock::builder(&cluster, "m-job").build().unwrap();
     let guard = lock.try_acquire("export").await.unwrap().unwrap();
@@ -270,15 +301,19 @@ async fn a_recorder_sees_every_decision_of_a_known_sequence() {
     let m = Metrics::take();
 
     // Decisions: the same numbers as Cluster::stats.
-    assert_eq!(m.decisions("gcra", "m-api"), [3, 2, 0, 0]);
-    assert_eq!(m.decisions("gcra", "m-tight"), [2, 1, 0, 0]);
-    assert_eq!(m.decisions("gcra", "m-loose"), [2, 0, 0, 0]);
-    assert_eq!(m.decisions("lock", "m-job"), [1, 1, 0, 0]);
-    assert_eq!(m.decisions("gcra", "m-open"), [0, 0, 2, 0]);
-    assert_eq!(m.decisions("gcra", "m-closed"), [0, 0, 0, 1]);
+    assert_eq!(m.decisions("gcra", "m-api"), [3, 2, 0, 0, 0, 0]);
+    assert_eq!(m.decisions("gcra", "m-tight"), [2, 1, 0, 0, 0, 0]);
+    assert_eq!(m.decisions("gcra", "m-loose"), [2, 0, 0, 0, 0, 0]);
+    assert_eq!(m.decisions("lock", "m-job"), [1, 1, 0, 0, 0, 0]);
+    assert_eq!(m.decisions("gcra", "m-open"), [0, 0, 2, 0, 0, 0]);
+    assert_eq!(m.decisions("gcra", "m-closed"), [0, 0, 0, 1, 0, 0]);
+    assert_eq!(m.decisions("gcra", "m-shadow"), [1, 0, 0, 0, 0, 2]);
+    assert_eq!(m.decisions("gcra", "m-cached"), [1, by_redis, 0, 0, 5, 0]);
     let stats = cluster.stats();
     let s = stats.get("gcra", "m-api").unwrap();
     assert_eq!([s.allowed, s.denied, s.bypassed, s.errors], [3, 2, 0, 0]);
+    let s = stats.get("gcra", "m-cached").unwrap();
+    assert_eq!([s.allowed, s.denied, s.denied_cached], [1, by_redis, 5]);
     assert_eq!(
         m.counter("shardlimit_lock_losses_total", &[("name", "m-job")]),
         1
