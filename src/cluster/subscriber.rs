@@ -52,6 +52,9 @@ pub(crate) fn start(hub: &Arc<Invalidations>, router: &Arc<Router>, config: &Sub
     }
     let (hub, router, config) = (Arc::downgrade(hub), Arc::downgrade(router), config.clone());
     runtime.spawn(async move {
+        // A subscription that keeps failing (a missing ACL permission, say)
+        // leaves the deny caches off: said, at most every few seconds.
+        let warn = crate::warn::WarnLimiter::new();
         loop {
             let standalone = match router.upgrade() {
                 Some(router) => router.is_standalone(),
@@ -67,7 +70,14 @@ pub(crate) fn start(hub: &Arc<Invalidations>, router: &Arc<Router>, config: &Sub
                 None => return,
             }
             if let Err(err) = ended {
-                tracing::debug!(error = %err, "shardlimit: deny-cache invalidations lost; retrying");
+                if let Some(failures) = warn.should_warn() {
+                    tracing::warn!(
+                        error = %err,
+                        failures_since_last_warning = failures,
+                        "shardlimit: deny caches cannot follow invalidations, so they cache \
+                         nothing until they can; retrying"
+                    );
+                }
             }
             tokio::time::sleep(RETRY_AFTER).await;
         }
