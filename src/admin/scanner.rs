@@ -3,6 +3,8 @@
 mod filter;
 mod page;
 mod plan;
+mod reply;
+mod settings;
 mod subject;
 mod walk;
 
@@ -101,7 +103,11 @@ pub enum ScanEvent {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CountReport {
-    /// `(node, kind, name)` → number of primitives (keys without a part).
+    /// `(node, kind, name)` → number of primitives: keys without a part,
+    /// and a part key only when it stands for a primitive whose main key
+    /// is gone (a free lock's fence; a rate limiter's override for a
+    /// subject with no state, or its block with neither). A rate limiter's
+    /// override and block are never counted beside its state.
     pub counts: BTreeMap<(String, String, String), u64>,
     /// Keys the parser does not recognise.
     pub unrecognized: u64,
@@ -211,7 +217,8 @@ impl Scanner {
         .filter_map(|event| async move { event })
     }
 
-    /// Primitives per master, kind and name (keys are parsed, not read).
+    /// Primitives per master, kind and name (keys are parsed, not read;
+    /// a part key costs one `EXISTS` of the keys that stand before it).
     pub async fn count_limiters(&self) -> Result<CountReport> {
         let mut rx = self.walk(Mode::Count);
         let mut report = CountReport::default();
