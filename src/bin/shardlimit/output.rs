@@ -82,7 +82,7 @@ pub(crate) fn row(out: &mut impl Write, table: bool, info: &LimiterInfo) -> std:
 
 /// The state, then a rate limiter's block and override for the subject:
 /// `used 2; blocked for 9m59s; override 5/1h, ttl 29d23h59m`.
-fn state(info: &LimiterInfo) -> String {
+pub(crate) fn state(info: &LimiterInfo) -> String {
     let mut text = info.usage.describe();
     let settings = &info.settings;
     if let Some(left) = settings.blocked_for {
