@@ -575,8 +575,17 @@ async fn overrides_and_blocks_show_with_their_limiter_and_are_not_counted() {
         redis::cmd("SET").arg(&junk).arg("lots").arg("EX").arg(60),
     )
     .await;
-    let (found, unrecognized) = collect(&Scanner::new(&cluster).kind("fw")).await;
-    assert_eq!(unrecognized, [junk]);
+    // So is one of another type (its GET answers WRONGTYPE), for a subject
+    // with no state: nothing else to show.
+    let hash = format!("{ns}:{{hashed}}:fw:api:quota").into_bytes();
+    let _: () = common::on_owner(&hash, redis::cmd("HSET").arg(&hash).arg("f").arg(1)).await;
+    let _: () = common::on_owner(&hash, redis::cmd("EXPIRE").arg(&hash).arg(60)).await;
+    let (found, mut unrecognized) = collect(&Scanner::new(&cluster).kind("fw")).await;
+    unrecognized.sort();
+    let mut expected = vec![junk, hash];
+    expected.sort();
+    assert_eq!(unrecognized, expected);
+    assert_eq!(found.len(), 3, "{found:?}");
     let fw = found.iter().find(|i| i.subject == b"both").unwrap();
     assert_eq!(fw.settings.override_quota, None);
     assert!(fw.settings.blocked_for.is_some());

@@ -3,6 +3,7 @@
 mod filter;
 mod page;
 mod plan;
+mod read;
 mod reply;
 mod settings;
 mod subject;
@@ -33,7 +34,9 @@ pub const DEFAULT_SCAN_COUNT: u32 = 100;
 ///
 /// * **Non-transactional by design**: each master is walked with `SCAN`
 ///   (never `KEYS`, never MULTI), and the state of each page's keys is read
-///   in one pipeline; nothing blocks a node for longer than one `SCAN` call.
+///   in one pipeline (and a rate limiter's override and block, when its
+///   state key's `EXISTS` found one, in a second); nothing blocks a node for
+///   longer than one `SCAN` call.
 /// * **At-least-once**: masters are walked concurrently. If a master fails or
 ///   changes role mid-scan, its slots' new owner is looked up in a fresh
 ///   topology and walked **from the start** (SCAN cursors do not carry over

@@ -1,16 +1,15 @@
-//! The page plan: what to read for each key of a `SCAN` page, in one
-//! pipeline, and how to decode the replies into primitives.
+//! The key plan: what to read for each key of a `SCAN` page, and how to
+//! decode the replies into primitives (the pipelines are
+//! [`read_page`](super::read::read_page)'s).
 
 use std::time::Duration;
 
 use redis::Value;
 
-use super::filter::Filter;
 use super::reply::{int, text, ttl, unsigned};
 use super::settings::{self, LimiterKeys, Role};
 use crate::admin::info::{LimiterInfo, Usage};
-use crate::cluster::{Cluster, NodeAddr};
-use crate::error::{Error, Result};
+use crate::cluster::NodeAddr;
 use crate::keys::{Kind, ParsedKey, slot};
 
 /// What a walk does with each page of keys.
@@ -32,101 +31,11 @@ pub(crate) enum Found {
     Immortal(Vec<u8>),
 }
 
-/// Parses one page of keys and reads what `mode` needs, in one pipeline.
-pub(crate) async fn read_page(
-    cluster: &Cluster,
-    filter: &Filter,
-    mode: Mode,
-    node: &NodeAddr,
-    keys: Vec<Vec<u8>>,
-) -> Result<Vec<Found>> {
-    let namespace = cluster.namespace();
-    let mut found = Vec::new();
-    let mut reads: Vec<(Vec<u8>, Plan)> = Vec::new();
-    for key in keys {
-        let plan = match ParsedKey::parse(&key) {
-            Ok(parsed) if parsed.namespace == namespace => {
-                if mode == Mode::Audit {
-                    Plan::Audit
-                } else if !filter.matches(&parsed) {
-                    continue;
-                } else if mode == Mode::Count {
-                    match Plan::read(&key, &parsed) {
-                        // A part counts only when its main key is gone
-                        // (a free lock's fence; a rate limiter's override,
-                        // and its block when the override is gone too):
-                        // one EXISTS to find out.
-                        Plan::Part {
-                            kind, name, main, ..
-                        } => Plan::CountPart {
-                            kind,
-                            name,
-                            before: vec![main],
-                        },
-                        Plan::Setting {
-                            kind, name, before, ..
-                        } => Plan::CountPart { kind, name, before },
-                        _ => {
-                            found.push(Found::Counted {
-                                kind: parsed.kind.to_owned(),
-                                name: parsed.name.to_owned(),
-                            });
-                            continue;
-                        }
-                    }
-                } else {
-                    Plan::read(&key, &parsed)
-                }
-            }
-            _ if mode == Mode::Audit => Plan::AuditUnrecognized,
-            _ => {
-                found.push(Found::Unrecognized(key));
-                continue;
-            }
-        };
-        reads.push((key, plan));
-    }
-    if reads.is_empty() {
-        return Ok(found);
-    }
-    let mut pipe = redis::pipe();
-    for (key, plan) in &reads {
-        plan.queue(&mut pipe, key);
-    }
-    let replies = cluster.node_pipeline("scan reads", node, pipe).await?;
-    let mut replies = replies.into_iter();
-    'keys: for (key, plan) in reads {
-        let mine: Vec<Value> = replies.by_ref().take(plan.commands()).collect();
-        for (i, reply) in mine.iter().enumerate() {
-            match reply {
-                // A key named like ours but holding another type: not
-                // ours. One stranger must not hide the rest of the node.
-                // (A rate limiter's settings reads judge their own keys.)
-                Value::ServerError(err) if is_wrong_type(err) && i < plan.own_commands() => {
-                    found.push(Found::Unrecognized(key));
-                    continue 'keys;
-                }
-                Value::ServerError(err) if is_wrong_type(err) => {}
-                // A MOVED here means the node is no longer a master.
-                Value::ServerError(err) => {
-                    return Err(Error::Redis {
-                        op: "scan reads".into(),
-                        slot: Some(slot(&key)),
-                        source: err.clone().into(),
-                    });
-                }
-                _ => {}
-            }
-        }
-        plan.interpret(key, node, &mine, &mut found);
-    }
-    Ok(found)
-}
-
 /// What to read for one key, and how to read the replies.
-enum Plan {
+pub(super) enum Plan {
     /// A primitive's main key: PTTL, then the state reads for its kind;
-    /// for a rate limiter, then its settings reads.
+    /// for a rate limiter, then EXISTS of its override and block keys (and
+    /// their reads in a second pipeline when one exists).
     Main {
         kind: String,
         name: String,
@@ -166,7 +75,7 @@ enum Plan {
 }
 
 #[derive(Clone, Copy)]
-enum StateReads {
+pub(super) enum StateReads {
     Get(fn(Option<i64>) -> Usage),
     Card(fn(u64) -> Usage),
     Window,
@@ -175,7 +84,7 @@ enum StateReads {
 }
 
 impl Plan {
-    fn read(key: &[u8], parsed: &ParsedKey<'_>) -> Plan {
+    pub(super) fn read(key: &[u8], parsed: &ParsedKey<'_>) -> Plan {
         let (kind, name, subject) = (
             parsed.kind.to_owned(),
             parsed.name.to_owned(),
@@ -235,20 +144,34 @@ impl Plan {
     }
 
     /// Replies this plan reads.
-    fn commands(&self) -> usize {
+    pub(super) fn commands(&self) -> usize {
         let settings = match self {
             Plan::Main {
                 settings: Some(_), ..
-            }
-            | Plan::Setting { .. } => LimiterKeys::READS,
+            } => 1,
+            Plan::Setting { .. } => LimiterKeys::READS,
             _ => 0,
         };
         self.own_commands() + settings
     }
 
+    /// The override and block keys to read in the second pipeline: a rate
+    /// limiter's whose state key's `EXISTS` of them found one.
+    pub(super) fn settings_to_read(&self, replies: &[Value]) -> Option<&LimiterKeys> {
+        match self {
+            Plan::Main {
+                settings: Some(settings),
+                ..
+            } => int(replies.get(2))
+                .is_some_and(|n| n > 0)
+                .then_some(settings),
+            _ => None,
+        }
+    }
+
     /// Replies about the scanned key itself (a `WRONGTYPE` among them means
     /// it is not ours); a rate limiter's settings reads follow them.
-    fn own_commands(&self) -> usize {
+    pub(super) fn own_commands(&self) -> usize {
         match self {
             Plan::Main { .. } => 2,
             Plan::Part { .. } => 3,
@@ -259,7 +182,7 @@ impl Plan {
         }
     }
 
-    fn queue(&self, pipe: &mut redis::Pipeline, key: &[u8]) {
+    pub(super) fn queue(&self, pipe: &mut redis::Pipeline, key: &[u8]) {
         match self {
             Plan::Audit | Plan::AuditUnrecognized => {
                 pipe.cmd("PTTL").arg(key);
@@ -293,14 +216,22 @@ impl Plan {
                     StateReads::Type => pipe.cmd("TYPE").arg(key),
                 };
                 if let Some(settings) = settings {
-                    settings.queue(pipe);
+                    pipe.cmd("EXISTS").arg(&settings.quota).arg(&settings.block);
                 }
             }
         }
     }
 
-    /// Decodes this plan's `replies` into what it found, if anything.
-    fn interpret(self, key: Vec<u8>, node: &NodeAddr, replies: &[Value], found: &mut Vec<Found>) {
+    /// Decodes this plan's `replies` (and a rate limiter's `settings`
+    /// reads from the second pipeline) into what it found, if anything.
+    pub(super) fn interpret(
+        self,
+        key: Vec<u8>,
+        node: &NodeAddr,
+        replies: &[Value],
+        settings_read: Option<&[Value]>,
+        found: &mut Vec<Found>,
+    ) {
         let id = |kind, name, subject| Id {
             kind,
             name,
@@ -391,9 +322,9 @@ impl Plan {
                 if matches!(reads, StateReads::Lock) {
                     keys.push(fence_of(&key));
                 }
-                let subject_settings = match settings {
-                    Some(settings) => {
-                        let read = settings.decode(replies.get(2..).unwrap_or_default());
+                let subject_settings = match settings.zip(settings_read) {
+                    Some((settings, replies)) => {
+                        let read = settings.decode(replies);
                         found.extend(read.malformed.map(Found::Unrecognized));
                         keys.extend(read.present);
                         read.settings
@@ -435,12 +366,6 @@ impl Id {
             keys,
         })
     }
-}
-
-/// `WRONGTYPE`: redis-rs has no error kind for it, so its code decides
-/// (the code, not the message text, is the protocol's contract).
-fn is_wrong_type(err: &redis::ServerError) -> bool {
-    err.code() == "WRONGTYPE"
 }
 
 /// The sliding window counter's `c` and `p` fields: the counts of the
