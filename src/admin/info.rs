@@ -34,8 +34,9 @@ pub struct LimiterInfo {
     /// never as primitives of their own. All `None` for other kinds and for
     /// subjects with neither.
     pub settings: SubjectSettings,
-    /// The keys read for it that exist (the main key first, then a rate
-    /// limiter's override and block keys).
+    /// The keys read for it: the main key (unless it is gone and a part key
+    /// stands for the primitive), then a rate limiter's override and block
+    /// keys, those that exist.
     pub keys: Vec<Vec<u8>>,
 }
 
