@@ -489,3 +489,105 @@ async fn reset_refuses_what_is_in_use_unless_forced_and_plans_exactly_its_keys()
     assert_eq!(plan.execute(&scanner, true).await.unwrap(), 2);
     assert!(common::keys_with_pttl(ns).await.is_empty());
 }
+
+/// A rate limiter's override and block are shown with its entry — also for a
+/// subject that has no state yet — never as primitives of their own, and
+/// never counted beside the limiter.
+#[tokio::test]
+async fn overrides_and_blocks_show_with_their_limiter_and_are_not_counted() {
+    let cluster = admin_cluster("admin-settings").await;
+    let ns = cluster.namespace().to_owned();
+    let (day, block) = (Duration::from_secs(86_400), Duration::from_secs(600));
+    let five = Quota::per_hour(NonZeroU32::new(5).unwrap());
+    for limiter in limiters(&cluster) {
+        assert!(limiter.check("both").await.unwrap().allowed);
+        limiter.set_override("both", five, day).await.unwrap();
+        limiter.block("both", block).await.unwrap();
+        limiter
+            .set_override("override-only", five, day)
+            .await
+            .unwrap();
+        limiter.block("block-only", block).await.unwrap();
+    }
+    assert_eq!(common::keys_with_pttl(&ns).await.len(), 4 * (3 + 1 + 1));
+
+    let (found, unrecognized) = collect(&Scanner::new(&cluster)).await;
+    assert!(unrecognized.is_empty(), "{unrecognized:?}");
+    assert_eq!(found.len(), 4 * 3, "one entry per limiter and subject");
+    let near = |d: Option<Duration>, full: Duration| {
+        d.is_some_and(|d| d <= full && d > full - Duration::from_secs(60))
+    };
+    for info in &found {
+        let (s, what) = (&info.settings, format!("{info:?}"));
+        let state = info.keys[0].clone();
+        match info.subject_lossy().as_str() {
+            "both" => {
+                assert!(!matches!(info.usage, Usage::Unused), "{what}");
+                assert_eq!(s.override_quota, Some(five), "{what}");
+                assert!(
+                    near(s.override_ttl, day) && near(s.blocked_for, block),
+                    "{what}"
+                );
+                let mut parts = state.clone();
+                parts.extend_from_slice(b":quota");
+                assert_eq!(info.keys[1], parts, "{what}");
+                assert_eq!(info.keys.len(), 3, "{what}");
+            }
+            "override-only" => {
+                assert_eq!(info.usage, Usage::Unused, "{what}");
+                assert_eq!(s.override_quota, Some(five), "{what}");
+                assert!(near(s.override_ttl, day) && near(info.ttl, day), "{what}");
+                assert_eq!(s.blocked_for, None, "{what}");
+                assert!(state.ends_with(b":quota") && info.keys.len() == 1, "{what}");
+            }
+            "block-only" => {
+                assert_eq!(info.usage, Usage::Unused, "{what}");
+                assert_eq!((s.override_quota, s.override_ttl), (None, None), "{what}");
+                assert!(
+                    near(s.blocked_for, block) && near(info.ttl, block),
+                    "{what}"
+                );
+                assert!(state.ends_with(b":block") && info.keys.len() == 1, "{what}");
+            }
+            other => panic!("unexpected subject {other}"),
+        }
+    }
+
+    let counts = Scanner::new(&cluster).count_limiters().await.unwrap();
+    assert_eq!(counts.total(), 12, "{counts:?}");
+    assert_eq!(counts.unrecognized, 0);
+    assert!(Scanner::new(&cluster).audit().await.unwrap().is_clean());
+    let shown = Scanner::new(&cluster).subject("both").await.unwrap();
+    assert_eq!(shown.len(), 4);
+    assert!(
+        shown
+            .iter()
+            .all(|i| i.settings.override_quota == Some(five))
+    );
+    let (gcra, _) = collect(&Scanner::new(&cluster).kind("gcra")).await;
+    assert_eq!(gcra.len(), 3);
+
+    // An override the check script would refuse is flagged; the limiter
+    // still shows, without it.
+    let junk = format!("{ns}:{{both}}:fw:api:quota").into_bytes();
+    let _: () = common::on_owner(
+        &junk,
+        redis::cmd("SET").arg(&junk).arg("lots").arg("EX").arg(60),
+    )
+    .await;
+    // So is one of another type (its GET answers WRONGTYPE), for a subject
+    // with no state: nothing else to show.
+    let hash = format!("{ns}:{{hashed}}:fw:api:quota").into_bytes();
+    let _: () = common::on_owner(&hash, redis::cmd("HSET").arg(&hash).arg("f").arg(1)).await;
+    let _: () = common::on_owner(&hash, redis::cmd("EXPIRE").arg(&hash).arg(60)).await;
+    let (found, mut unrecognized) = collect(&Scanner::new(&cluster).kind("fw")).await;
+    unrecognized.sort();
+    let mut expected = vec![junk, hash];
+    expected.sort();
+    assert_eq!(unrecognized, expected);
+    assert_eq!(found.len(), 3, "{found:?}");
+    let fw = found.iter().find(|i| i.subject == b"both").unwrap();
+    assert_eq!(fw.settings.override_quota, None);
+    assert!(fw.settings.blocked_for.is_some());
+    common::assert_every_key_has_ttl(&ns).await;
+}

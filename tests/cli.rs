@@ -1,5 +1,5 @@
 //! The `shardlimit` binary against the six-node cluster: `list --json`,
-//! `count`, `show`, `audit` (exit codes) and `reset`.
+//! `count`, `show`, `audit` (exit codes), `reset` and `override`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -198,4 +198,232 @@ async fn reset_dry_runs_and_refuses_held_locks_live_permits_and_counts_unless_fo
     assert!(common::keys_with_pttl(&ns).await.is_empty());
     assert!(!guard.release().await.unwrap());
     assert!(!permit.release().await.unwrap());
+}
+
+fn json_line(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = stdout(out);
+    assert_eq!(text.lines().count(), 1, "{text}");
+    serde_json::from_str(&text).unwrap()
+}
+
+/// An override set with the CLI is what the library's checks apply, in
+/// every algorithm: 1 a day by default, 5 for the subject (days, so no
+/// fixed window ends during the test but once in 86,400 runs). `get` and
+/// `clear` build their limiter with a made-up default quota; the state
+/// they leave is byte for byte what the checks wrote.
+#[tokio::test]
+async fn override_set_get_clear_round_trip_and_checks_apply_it() {
+    let cluster = common::cluster("cli-override").await;
+    let ns = cluster.namespace().to_owned();
+    let one_a_day = Quota::with_period(NonZeroU32::MIN, std::time::Duration::from_secs(86_400));
+    let day_ms = 86_400_000;
+    for algorithm in Algorithm::ALL {
+        let kind = algorithm.kind();
+        let limiter = format!("{kind}:api");
+        let api = RateLimiter::builder(&cluster, "api", one_a_day)
+            .algorithm(algorithm)
+            .build()
+            .unwrap();
+
+        let set = json_line(&cli(
+            &ns,
+            &[
+                "override", "set", "user:7", &limiter, "5/1d", "--ttl", "1d", "--json",
+            ],
+        ));
+        assert_eq!(set["subject"], "user:7");
+        assert_eq!(
+            (&set["limiter"], &set["kind"], &set["name"]),
+            (
+                &Value::from(limiter.clone()),
+                &Value::from(kind),
+                &Value::from("api")
+            )
+        );
+        let o = &set["override"];
+        assert_eq!(
+            (&o["quota"], &o["limit"], &o["burst"]),
+            (&Value::from("5/1d"), &Value::from(5), &Value::from(5))
+        );
+        assert_eq!(o["period_ms"], 86_400_000);
+        let ttl = o["ttl_ms"].as_u64().unwrap();
+        assert!(ttl <= day_ms && ttl > day_ms - 60_000, "{set}");
+        assert_eq!(set["blocked_for_ms"], Value::Null);
+
+        for i in 0..5 {
+            let d = api.check("user:7").await.unwrap();
+            assert!(d.allowed && d.overridden, "{kind} check {i}: {d:?}");
+            assert_eq!(d.limit, 5);
+        }
+        assert!(!api.check("user:7").await.unwrap().allowed, "{kind}: a 6th");
+
+        // get and clear write nothing of the state, whatever quota they
+        // were built with.
+        let state = api.key("user:7").unwrap();
+        let before = common::dump(&state).await;
+        assert!(before.is_some(), "{kind}");
+        let got = json_line(&cli(
+            &ns,
+            &["override", "get", "user:7", &limiter, "--json"],
+        ));
+        assert_eq!(got["override"]["quota"], "5/1d");
+        let text = stdout(&cli(&ns, &["override", "get", "user:7", &limiter]));
+        assert!(
+            text.starts_with(&format!(
+                "override of {limiter} for \"user:7\": 5/1d, ttl 23h5"
+            )),
+            "{text}"
+        );
+        let cleared = json_line(&cli(
+            &ns,
+            &["override", "clear", "user:7", &limiter, "--json"],
+        ));
+        assert_eq!(cleared["override"], Value::Null);
+        assert_eq!(
+            common::dump(&state).await,
+            before,
+            "{kind}: state rewritten"
+        );
+        let d = api.check("user:7").await.unwrap();
+        assert!(
+            !d.allowed && !d.overridden,
+            "{kind}: the default applies again: {d:?}"
+        );
+        assert_eq!(d.limit, 1);
+        let text = stdout(&cli(&ns, &["override", "clear", "user:7", &limiter]));
+        assert_eq!(
+            text,
+            format!("no override of {limiter} for \"user:7\": its default quota applies\n")
+        );
+    }
+
+    // A GCRA burst round-trips; a block is shown; list shows the override
+    // with its limiter and count does not count it.
+    let out = cli(
+        &ns,
+        &[
+            "override",
+            "set",
+            "user:8",
+            "gcra:api",
+            "10/1s:burst=20",
+            "--ttl",
+            "1h30m",
+        ],
+    );
+    assert_eq!(
+        stdout(&out),
+        "override of gcra:api for \"user:8\": 10/1s:burst=20, ttl 1h30m\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let gcra = RateLimiter::builder(&cluster, "api", one_a_day)
+        .build()
+        .unwrap();
+    gcra.block("user:8", std::time::Duration::from_secs(600))
+        .await
+        .unwrap();
+    let text = stdout(&cli(&ns, &["override", "get", "user:8", "gcra:api"]));
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with("override of gcra:api for \"user:8\": 10/1s:burst=20, ttl 1h29m"),
+        "{text}"
+    );
+    assert!(
+        lines[1].starts_with("\"user:8\" is blocked by gcra:api for 9m5"),
+        "{text}"
+    );
+    let rows: Vec<Value> = stdout(&cli(&ns, &["list", "--json", "--subject", "user:8"]))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["state"]["unused"], true);
+    assert_eq!(rows[0]["override"]["quota"], "10/1s:burst=20");
+    assert!(rows[0]["blocked_for_ms"].as_u64().unwrap() > 590_000);
+    let out = cli(&ns, &["show", "user:8"]);
+    assert!(
+        stdout(&out).contains("unused (full quota); blocked for 9m5"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stdout(&cli(&ns, &["count"]))
+            .lines()
+            .any(|l| l == "total\t5")
+    );
+    common::assert_every_key_has_ttl(&ns).await;
+}
+
+/// What the command line can check is refused before it connects: the
+/// same commands against a port nobody listens on fail on the input, not
+/// the connection. The quota's bounds for the algorithm are the library's,
+/// checked when the limiter is built: nothing is written.
+#[tokio::test]
+async fn override_refuses_bad_input_before_anything_is_sent() {
+    for (args, says) in [
+        (
+            &["set", "u", "leaky:api", "5/1h"][..],
+            "unknown rate limiter kind \"leaky\": one of fw, slog, swc, gcra",
+        ),
+        (&["get", "u", "api"], "expected <kind>:<name>"),
+        (
+            &["clear", "u", "gcra:sp ace"],
+            "invalid value 'gcra:sp ace'",
+        ),
+        (
+            &["set", "u", "gcra:api", "5/1x"],
+            "period \"1x\": unknown unit \"x\"",
+        ),
+        (
+            &["set", "u", "gcra:api", "five/1h"],
+            "limit \"five\" is not a whole number",
+        ),
+        (
+            &["set", "u", "gcra:api", "5/1h:burst"],
+            "unknown option \"burst\"",
+        ),
+        (
+            &["set", "u", "gcra:api", "5/1h", "--ttl", "367d"],
+            "an override lives at most 366d (set it again to renew it), not 367d",
+        ),
+        (
+            &["set", "u", "gcra:api", "5/1h", "--ttl", "0s"],
+            "no time at all",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_shardlimit"))
+            .args(["--nodes", "redis://127.0.0.1:1", "override"])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!err.contains("connect"), "{args:?}: {err}");
+    }
+
+    let cluster = common::cluster("cli-override-bad").await;
+    let ns = cluster.namespace().to_owned();
+    for (args, says) in [
+        (
+            &["set", "u", "fw:api", "5/1h:burst=9"][..],
+            "quota.burst: a burst only applies to GCRA",
+        ),
+        (
+            &["set", "u", "slog:api", "500/1h"],
+            "quota.limit: 500 is over the sliding log maximum of 128",
+        ),
+    ] {
+        let out = cli(&ns, &[&["override"][..], args].concat());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    assert!(common::keys_with_pttl(&ns).await.is_empty());
 }

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::limit::SubjectSettings;
+
 /// One primitive (rate limiter, lock, lease, counter, …) of one subject, as
 /// found on the cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,11 +21,22 @@ pub struct LimiterInfo {
     /// The master it was read from (`host:port`).
     pub node: String,
     /// Time to live of its main key; `None` when the key has **no TTL**
-    /// (which [`Scanner::audit`](super::Scanner::audit) reports).
+    /// (which [`Scanner::audit`](super::Scanner::audit) reports). When the
+    /// main key is gone and a part key stands for the primitive, that key's:
+    /// a free lock's fence, or a rate limiter's override (else its block)
+    /// for a subject with no state ([`Usage::Unused`]).
     pub ttl: Option<Duration>,
     /// Its current state.
     pub usage: Usage,
-    /// The keys read for it (the main key first).
+    /// For a rate limiter (`fw`, `slog`, `swc`, `gcra`): the subject's own
+    /// override of the quota, with its TTL, and its block — read from the
+    /// limiter's `quota` and `block` part keys, which are reported here and
+    /// never as primitives of their own. All `None` for other kinds and for
+    /// subjects with neither.
+    pub settings: SubjectSettings,
+    /// The keys read for it: the main key (unless it is gone and a part key
+    /// stands for the primitive), then a rate limiter's override and block
+    /// keys, those that exist.
     pub keys: Vec<Vec<u8>>,
 }
 
@@ -80,6 +93,11 @@ pub enum Usage {
         /// Its value.
         value: i64,
     },
+    /// A rate limiter with no state for the subject (never checked, or its
+    /// state expired): the whole quota is available. Reported for a subject
+    /// that has only an override or a block (see
+    /// [`LimiterInfo::settings`]).
+    Unused,
     /// A kind the scanner does not know: its Redis type.
     Other {
         /// `string`, `hash`, `zset`, …
@@ -98,6 +116,7 @@ impl Usage {
                 format!("current {current}, previous {previous}")
             }
             Usage::Gcra { .. } => "refilling (full when the key expires)".to_owned(),
+            Usage::Unused => "unused (full quota)".to_owned(),
             Usage::Lease { holders } => format!("{holders} holders"),
             Usage::Lock {
                 held,

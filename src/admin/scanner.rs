@@ -3,6 +3,9 @@
 mod filter;
 mod page;
 mod plan;
+mod read;
+mod reply;
+mod settings;
 mod subject;
 mod walk;
 
@@ -31,7 +34,9 @@ pub const DEFAULT_SCAN_COUNT: u32 = 100;
 ///
 /// * **Non-transactional by design**: each master is walked with `SCAN`
 ///   (never `KEYS`, never MULTI), and the state of each page's keys is read
-///   in one pipeline; nothing blocks a node for longer than one `SCAN` call.
+///   in one pipeline (and a rate limiter's override and block, when its
+///   state key's `EXISTS` found one, in a second); nothing blocks a node for
+///   longer than one `SCAN` call.
 /// * **At-least-once**: masters are walked concurrently. If a master fails or
 ///   changes role mid-scan, its slots' new owner is looked up in a fresh
 ///   topology and walked **from the start** (SCAN cursors do not carry over
@@ -101,7 +106,11 @@ pub enum ScanEvent {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CountReport {
-    /// `(node, kind, name)` → number of primitives (keys without a part).
+    /// `(node, kind, name)` → number of primitives: keys without a part,
+    /// and a part key only when it stands for a primitive whose main key
+    /// is gone (a free lock's fence; a rate limiter's override for a
+    /// subject with no state, or its block with neither). A rate limiter's
+    /// override and block are never counted beside its state.
     pub counts: BTreeMap<(String, String, String), u64>,
     /// Keys the parser does not recognise.
     pub unrecognized: u64,
@@ -211,7 +220,8 @@ impl Scanner {
         .filter_map(|event| async move { event })
     }
 
-    /// Primitives per master, kind and name (keys are parsed, not read).
+    /// Primitives per master, kind and name (keys are parsed, not read;
+    /// a part key costs one `EXISTS` of the keys that stand before it).
     pub async fn count_limiters(&self) -> Result<CountReport> {
         let mut rx = self.walk(Mode::Count);
         let mut report = CountReport::default();

@@ -15,8 +15,9 @@ pub(super) fn subject(subject: &[u8]) -> Value {
 }
 
 /// One primitive: kind, name, subject, slot, node, TTL in milliseconds
-/// (`null`: no TTL), the typed state, the units remaining (when the
-/// quota is known) and the state in words.
+/// (`null`: no TTL), the typed state, a rate limiter's override and block
+/// for the subject (`null`: none), the units remaining (when the quota is
+/// known) and the state in words.
 pub(super) fn limiter(info: &LimiterInfo, quotas: &Quotas) -> Value {
     let state = match &info.usage {
         Usage::FixedWindow { used } => json!({ "used": used }),
@@ -33,8 +34,18 @@ pub(super) fn limiter(info: &LimiterInfo, quotas: &Quotas) -> Value {
             fencing_token,
         } => json!({ "held": held, "fencing_token": fencing_token }),
         Usage::Counter { value } => json!({ "value": value }),
+        Usage::Unused => json!({ "unused": true }),
         Usage::Other { redis_type } => json!({ "redis_type": redis_type }),
     };
+    let settings = &info.settings;
+    let overridden = settings.override_quota.map(|quota| {
+        json!({
+            "limit": quota.limit().get(),
+            "period_ms": words::millis(quota.period()),
+            "burst": quota.burst().get(),
+            "ttl_ms": settings.override_ttl.map(words::millis),
+        })
+    });
     json!({
         "kind": info.kind,
         "name": info.name,
@@ -43,6 +54,8 @@ pub(super) fn limiter(info: &LimiterInfo, quotas: &Quotas) -> Value {
         "node": info.node,
         "ttl_ms": info.ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         "state": state,
+        "override": overridden,
+        "blocked_for_ms": settings.blocked_for.map(words::millis),
         "remaining": words::remaining(info, quotas).map(|(n, _)| n),
         "words": words::state(info, quotas),
     })

@@ -3,7 +3,8 @@
 //!
 //! Cost: one page of [`Scanner::page`](crate::admin::Scanner::page) — at
 //! most `PAGE_SCANS_PER_MASTER` `SCAN` calls and as many state pipelines
-//! per master — whatever the namespace holds.
+//! per master (each followed by a second when it found an override or a
+//! block) — whatever the namespace holds.
 
 use std::time::{Duration, Instant};
 

@@ -4,8 +4,10 @@
 //! Cost: `CLUSTER SLOTS`, `CLUSTER COUNTKEYSINSLOT` and `GETKEYSINSLOT` on
 //! the subject's slot (or a `SCAN` for its key prefix when the slot is
 //! crowded; see [`Scanner::subject`](crate::admin::Scanner::subject)) and
-//! one state pipeline. Blocks and overrides have no key kind yet, so there
-//! is nothing of theirs to show.
+//! one state pipeline (two when the subject has a rate limiter's override
+//! or block). A rate limiter's override and block for the subject
+//! are shown with it (its `quota` and `block` part keys are listed among
+//! its keys), also when the subject has no state yet.
 
 use axum::extract::{Query, State};
 use axum::response::Response;

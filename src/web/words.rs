@@ -10,13 +10,20 @@ use crate::keys::Kind;
 /// Known quotas by rate limiter name ([`WebOptionsBuilder::quota`](super::WebOptionsBuilder::quota)).
 pub(super) type Quotas = BTreeMap<String, Quota>;
 
-/// Units a rate limiter has left, when its quota is known: `(remaining,
-/// exact)`; `exact` is false for a sliding log, whose count is a lower
-/// bound.
+/// Units a rate limiter has left, when its quota is known (the subject's
+/// override, else the one the router was given): `(remaining, exact)`;
+/// `exact` is false for a sliding log, whose count is a lower bound. A
+/// block is not counted here: [`state`] says it first.
 pub(super) fn remaining(info: &LimiterInfo, quotas: &Quotas) -> Option<(u64, bool)> {
-    let quota = quotas.get(&info.name)?;
+    let quota = info
+        .settings
+        .override_quota
+        .as_ref()
+        .or_else(|| quotas.get(&info.name))?;
     let limit = u64::from(quota.limit().get());
     match (&info.usage, Kind::parse(&info.kind)?) {
+        (Usage::Unused, Kind::Gcra) => Some((u64::from(quota.burst().get()), true)),
+        (Usage::Unused, _) => Some((limit, true)),
         (Usage::FixedWindow { used }, Kind::FixedWindow) => {
             Some((limit.saturating_sub(*used), true))
         }
@@ -40,7 +47,9 @@ pub(super) fn remaining(info: &LimiterInfo, quotas: &Quotas) -> Option<(u64, boo
 }
 
 /// What the primitive is doing now, e.g. `7 used this window, resets in
-/// 12 s` or `held, fencing token 42, frees itself in 29 s`.
+/// 12 s` or `held, fencing token 42, frees itself in 29 s`; for a rate
+/// limiter, then the subject's block and override, e.g. `blocked for
+/// 59.0 s; override 5 per 1 h 0 min for 29 d 23 h`.
 ///
 /// The TTL is the main key's: for a fixed window, when the window ends;
 /// for GCRA, when the bucket is full again; for a lock, when it frees
@@ -49,11 +58,31 @@ pub(super) fn remaining(info: &LimiterInfo, quotas: &Quotas) -> Option<(u64, boo
 /// said only for the rate limiters whose quota the router was given.
 pub(super) fn state(info: &LimiterInfo, quotas: &Quotas) -> String {
     let described = used(info);
-    match remaining(info, quotas) {
+    let mut text = match remaining(info, quotas) {
         Some((n, true)) => format!("{n} remaining; {described}"),
         Some((n, false)) => format!("at least {n} remaining; {described}"),
         None => described,
+    };
+    let settings = &info.settings;
+    if let Some(left) = settings.blocked_for {
+        text.push_str(&format!("; blocked for {}", duration(left)));
     }
+    if let Some(quota) = settings.override_quota {
+        text.push_str(&format!("; override {}", per(quota)));
+        if let Some(ttl) = settings.override_ttl {
+            text.push_str(&format!(" for {}", duration(ttl)));
+        }
+    }
+    text
+}
+
+/// A quota in words: `5 per 1 h 0 min`, `10 per 1.0 s, burst 25`.
+fn per(quota: Quota) -> String {
+    let mut text = format!("{} per {}", quota.limit(), duration(quota.period()));
+    if quota.burst() != quota.limit() {
+        text.push_str(&format!(", burst {}", quota.burst()));
+    }
+    text
 }
 
 fn used(info: &LimiterInfo) -> String {
@@ -92,6 +121,8 @@ fn used(info: &LimiterInfo) -> String {
             format!("{holders} permit(s) in use{}", within("idle set expires"))
         }
         Usage::Counter { value } => format!("value {value}{}", within("idle counter expires")),
+        // The TTL is the override's or the block's, said by `state`.
+        Usage::Unused => "unused: no state, the whole quota is available".to_owned(),
         other => format!("{}{}", other.describe(), within("expires")),
     }
 }
@@ -145,6 +176,11 @@ mod tests {
             node: "127.0.0.1:7000".into(),
             ttl: ttl.map(Duration::from_millis),
             usage,
+            settings: crate::limit::SubjectSettings {
+                override_quota: None,
+                override_ttl: None,
+                blocked_for: None,
+            },
             keys: Vec::new(),
         }
     }
@@ -186,6 +222,35 @@ mod tests {
             ..info(Usage::SlidingLog { entries: 4 }, Some(1_000))
         };
         assert_eq!(remaining(&slog, &quotas), Some((6, false)));
+    }
+
+    #[test]
+    fn an_override_and_a_block_are_said_and_the_override_counts() {
+        use std::num::NonZeroU32;
+        let mut fw = LimiterInfo {
+            kind: "fw".into(),
+            name: "api".into(),
+            ..info(Usage::FixedWindow { used: 2 }, Some(1_000))
+        };
+        fw.settings.override_quota = Some(Quota::per_hour(NonZeroU32::new(5).unwrap()));
+        fw.settings.override_ttl = Some(Duration::from_secs(86_400));
+        fw.settings.blocked_for = Some(Duration::from_secs(59));
+        // No quota given to the router: the override's is known.
+        assert_eq!(
+            state(&fw, &Quotas::new()),
+            "3 remaining; 2 used this window, resets in 1.0 s; blocked for 59.0 s; \
+             override 5 per 1 h 0 min for 1 d 0 h"
+        );
+        let unused = LimiterInfo {
+            usage: Usage::Unused,
+            ..fw
+        };
+        assert_eq!(remaining(&unused, &Quotas::new()), Some((5, true)));
+        assert!(
+            state(&unused, &Quotas::new()).starts_with("5 remaining; unused: no state"),
+            "{}",
+            state(&unused, &Quotas::new())
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod common;
 mod browser;
 mod bulk;
 mod cli;
+mod settings;
 
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::time::Duration;

@@ -7,7 +7,8 @@ use std::str::FromStr;
 use futures::future::join_all;
 
 use super::Scanner;
-use super::plan::{Found, Mode, read_page};
+use super::plan::{Found, Mode};
+use super::read::read_page;
 use crate::admin::info::LimiterInfo;
 use crate::cluster::{NodeAddr, Shard};
 use crate::error::{Error, Result};
@@ -15,7 +16,9 @@ use crate::error::{Error, Result};
 /// At most this many `SCAN` calls per master for one
 /// [`page`](Scanner::page): a page over any number of keys costs at most
 /// `PAGE_SCANS_PER_MASTER × masters` SCAN calls (and as many state-reading
-/// pipelines), each visiting at most [`count`](Scanner::count) buckets.
+/// pipelines, with a second one after each that found a rate limiter's
+/// override or block), each visiting at most [`count`](Scanner::count)
+/// buckets.
 ///
 /// ```
 /// assert_eq!(shardlimit::admin::PAGE_SCANS_PER_MASTER, 8);

@@ -1,15 +1,16 @@
-//! The page plan: what to read for each key of a `SCAN` page, in one
-//! pipeline, and how to decode the replies into primitives.
+//! The key plan: what to read for each key of a `SCAN` page, and how to
+//! decode the replies into primitives (the pipelines are
+//! [`read_page`](super::read::read_page)'s).
 
 use std::time::Duration;
 
 use redis::Value;
 
-use super::filter::Filter;
+use super::reply::{int, text, ttl, unsigned};
+use super::settings::{self, LimiterKeys, Role};
 use crate::admin::info::{LimiterInfo, Usage};
-use crate::cluster::{Cluster, NodeAddr};
-use crate::error::{Error, Result};
-use crate::keys::{KeyId, Kind, ParsedKey, slot};
+use crate::cluster::NodeAddr;
+use crate::keys::{Kind, ParsedKey, slot};
 
 /// What a walk does with each page of keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,96 +31,17 @@ pub(crate) enum Found {
     Immortal(Vec<u8>),
 }
 
-/// Parses one page of keys and reads what `mode` needs, in one pipeline.
-pub(crate) async fn read_page(
-    cluster: &Cluster,
-    filter: &Filter,
-    mode: Mode,
-    node: &NodeAddr,
-    keys: Vec<Vec<u8>>,
-) -> Result<Vec<Found>> {
-    let namespace = cluster.namespace();
-    let mut found = Vec::new();
-    let mut reads: Vec<(Vec<u8>, Plan)> = Vec::new();
-    for key in keys {
-        let plan = match ParsedKey::parse(&key) {
-            Ok(parsed) if parsed.namespace == namespace => {
-                if mode == Mode::Audit {
-                    Plan::Audit
-                } else if !filter.matches(&parsed) {
-                    continue;
-                } else if mode == Mode::Count {
-                    match Plan::read(&parsed) {
-                        // A part counts only when its main key is gone
-                        // (a free lock's fence): one EXISTS to find out.
-                        Plan::Part {
-                            kind, name, main, ..
-                        } => Plan::CountPart { kind, name, main },
-                        _ => {
-                            found.push(Found::Counted {
-                                kind: parsed.kind.to_owned(),
-                                name: parsed.name.to_owned(),
-                            });
-                            continue;
-                        }
-                    }
-                } else {
-                    Plan::read(&parsed)
-                }
-            }
-            _ if mode == Mode::Audit => Plan::AuditUnrecognized,
-            _ => {
-                found.push(Found::Unrecognized(key));
-                continue;
-            }
-        };
-        reads.push((key, plan));
-    }
-    if reads.is_empty() {
-        return Ok(found);
-    }
-    let mut pipe = redis::pipe();
-    for (key, plan) in &reads {
-        plan.queue(&mut pipe, key);
-    }
-    let replies = cluster.node_pipeline("scan reads", node, pipe).await?;
-    let mut replies = replies.into_iter();
-    'keys: for (key, plan) in reads {
-        let mine: Vec<Value> = replies.by_ref().take(plan.commands()).collect();
-        for reply in &mine {
-            match reply {
-                // A key named like ours but holding another type: not
-                // ours. One stranger must not hide the rest of the node.
-                Value::ServerError(err) if is_wrong_type(err) => {
-                    found.push(Found::Unrecognized(key));
-                    continue 'keys;
-                }
-                // A MOVED here means the node is no longer a master.
-                Value::ServerError(err) => {
-                    return Err(Error::Redis {
-                        op: "scan reads".into(),
-                        slot: Some(slot(&key)),
-                        source: err.clone().into(),
-                    });
-                }
-                _ => {}
-            }
-        }
-        if let Some(f) = plan.interpret(key, node, &mine) {
-            found.push(f);
-        }
-    }
-    Ok(found)
-}
-
 /// What to read for one key, and how to read the replies.
-enum Plan {
-    /// A primitive's main key: PTTL, then the state reads for its kind.
+pub(super) enum Plan {
+    /// A primitive's main key: PTTL, then the state reads for its kind;
+    /// for a rate limiter, then EXISTS of its override and block keys (and
+    /// their reads in a second pipeline when one exists).
     Main {
         kind: String,
         name: String,
         subject: Vec<u8>,
         reads: StateReads,
+        settings: Option<LimiterKeys>,
     },
     /// A part key (e.g. a lock's fence): reported only when its main key is
     /// gone, else the main key's report covers it. EXISTS main, PTTL, GET.
@@ -129,11 +51,21 @@ enum Plan {
         subject: Vec<u8>,
         main: Vec<u8>,
     },
-    /// Counting a part key: EXISTS main.
+    /// A rate limiter's override or block key: reported, as the limiter
+    /// with its settings, only when the keys that stand before it are gone
+    /// (see [`LimiterKeys::before`]). EXISTS those, then the settings reads.
+    Setting {
+        kind: String,
+        name: String,
+        subject: Vec<u8>,
+        before: Vec<Vec<u8>>,
+        keys: LimiterKeys,
+    },
+    /// Counting a part key: EXISTS of the keys that stand before it.
     CountPart {
         kind: String,
         name: String,
-        main: Vec<u8>,
+        before: Vec<Vec<u8>>,
     },
     /// Audit: PTTL.
     Audit,
@@ -143,7 +75,7 @@ enum Plan {
 }
 
 #[derive(Clone, Copy)]
-enum StateReads {
+pub(super) enum StateReads {
     Get(fn(Option<i64>) -> Usage),
     Card(fn(u64) -> Usage),
     Window,
@@ -152,23 +84,33 @@ enum StateReads {
 }
 
 impl Plan {
-    fn read(parsed: &ParsedKey<'_>) -> Plan {
+    pub(super) fn read(key: &[u8], parsed: &ParsedKey<'_>) -> Plan {
         let (kind, name, subject) = (
             parsed.kind.to_owned(),
             parsed.name.to_owned(),
             parsed.subject.to_vec(),
         );
-        if parsed.part.is_some() {
-            let main_id = KeyId::new(parsed.kind, parsed.name);
-            let main = main_id
-                .ok()
-                .and_then(|id| {
-                    crate::keys::KeyBuilder::new(parsed.namespace)
-                        .ok()?
-                        .key(&subject, &id)
-                        .ok()
-                })
-                .unwrap_or_default();
+        let settings = match LimiterKeys::of(key, parsed) {
+            Some((keys, Role::State)) => Some(keys),
+            Some((keys, role)) => {
+                return Plan::Setting {
+                    kind,
+                    name,
+                    subject,
+                    before: keys.before(role),
+                    keys,
+                };
+            }
+            None => None,
+        };
+        if let Some(part) = parsed.part {
+            // The parser split the key at its colons: the main key is this
+            // key without `:<part>`.
+            let main = key
+                .strip_suffix(part.as_bytes())
+                .and_then(|k| k.strip_suffix(b":"))
+                .unwrap_or_default()
+                .to_vec();
             return Plan::Part {
                 kind,
                 name,
@@ -197,24 +139,56 @@ impl Plan {
             name,
             subject,
             reads,
+            settings,
         }
     }
 
-    fn commands(&self) -> usize {
+    /// Replies this plan reads.
+    pub(super) fn commands(&self) -> usize {
+        let settings = match self {
+            Plan::Main {
+                settings: Some(_), ..
+            } => 1,
+            Plan::Setting { .. } => LimiterKeys::READS,
+            _ => 0,
+        };
+        self.own_commands() + settings
+    }
+
+    /// The override and block keys to read in the second pipeline: a rate
+    /// limiter's whose state key's `EXISTS` of them found one.
+    pub(super) fn settings_to_read(&self, replies: &[Value]) -> Option<&LimiterKeys> {
+        match self {
+            Plan::Main {
+                settings: Some(settings),
+                ..
+            } => int(replies.get(2))
+                .is_some_and(|n| n > 0)
+                .then_some(settings),
+            _ => None,
+        }
+    }
+
+    /// Replies about the scanned key itself (a `WRONGTYPE` among them means
+    /// it is not ours); a rate limiter's settings reads follow them.
+    pub(super) fn own_commands(&self) -> usize {
         match self {
             Plan::Main { .. } => 2,
             Plan::Part { .. } => 3,
-            Plan::Audit | Plan::AuditUnrecognized | Plan::CountPart { .. } => 1,
+            Plan::Setting { .. }
+            | Plan::Audit
+            | Plan::AuditUnrecognized
+            | Plan::CountPart { .. } => 1,
         }
     }
 
-    fn queue(&self, pipe: &mut redis::Pipeline, key: &[u8]) {
+    pub(super) fn queue(&self, pipe: &mut redis::Pipeline, key: &[u8]) {
         match self {
             Plan::Audit | Plan::AuditUnrecognized => {
                 pipe.cmd("PTTL").arg(key);
             }
-            Plan::CountPart { main, .. } => {
-                pipe.cmd("EXISTS").arg(main);
+            Plan::CountPart { before, .. } => {
+                pipe.cmd("EXISTS").arg(before);
             }
             Plan::Part { kind, main, .. } => {
                 pipe.cmd("EXISTS").arg(main).cmd("PTTL").arg(key);
@@ -226,7 +200,13 @@ impl Plan {
                     pipe.cmd("TYPE").arg(key);
                 }
             }
-            Plan::Main { reads, .. } => {
+            Plan::Setting { before, keys, .. } => {
+                pipe.cmd("EXISTS").arg(before);
+                keys.queue(pipe);
+            }
+            Plan::Main {
+                reads, settings, ..
+            } => {
                 pipe.cmd("PTTL").arg(key);
                 match reads {
                     StateReads::Get(_) => pipe.cmd("GET").arg(key),
@@ -235,19 +215,41 @@ impl Plan {
                     StateReads::Lock => pipe.cmd("GET").arg(fence_of(key)),
                     StateReads::Type => pipe.cmd("TYPE").arg(key),
                 };
+                if let Some(settings) = settings {
+                    pipe.cmd("EXISTS").arg(&settings.quota).arg(&settings.block);
+                }
             }
         }
     }
 
-    fn interpret(self, key: Vec<u8>, node: &NodeAddr, replies: &[Value]) -> Option<Found> {
+    /// Decodes this plan's `replies` (and a rate limiter's `settings`
+    /// reads from the second pipeline) into what it found, if anything.
+    pub(super) fn interpret(
+        self,
+        key: Vec<u8>,
+        node: &NodeAddr,
+        replies: &[Value],
+        settings_read: Option<&[Value]>,
+        found: &mut Vec<Found>,
+    ) {
+        let id = |kind, name, subject| Id {
+            kind,
+            name,
+            subject,
+            slot: slot(&key),
+            node: node.to_string(),
+        };
         match self {
-            Plan::Audit => match int(replies.first()) {
-                Some(-1) => Some(Found::Immortal(key)),
-                _ => None,
-            },
-            Plan::AuditUnrecognized => Some(Found::Unrecognized(key)),
+            Plan::Audit => {
+                if int(replies.first()) == Some(-1) {
+                    found.push(Found::Immortal(key));
+                }
+            }
+            Plan::AuditUnrecognized => found.push(Found::Unrecognized(key)),
             Plan::CountPart { kind, name, .. } => {
-                (int(replies.first()) == Some(0)).then_some(Found::Counted { kind, name })
+                if int(replies.first()) == Some(0) {
+                    found.push(Found::Counted { kind, name });
+                }
             }
             Plan::Part {
                 kind,
@@ -256,9 +258,11 @@ impl Plan {
                 ..
             } => {
                 if int(replies.first()) == Some(1) {
-                    return None; // reported with its main key
+                    return; // reported with its main key
                 }
-                let ttl = ttl(int(replies.get(1)))?;
+                let Some(ttl) = ttl(int(replies.get(1))) else {
+                    return;
+                };
                 let usage = match Kind::parse(&kind) {
                     Some(Kind::Lock) => Usage::Lock {
                         held: false,
@@ -268,24 +272,40 @@ impl Plan {
                         redis_type: text(replies.get(2)).unwrap_or_default(),
                     },
                 };
-                Some(info(
-                    kind,
-                    name,
-                    subject,
-                    &key,
-                    node,
-                    ttl,
-                    usage,
-                    vec![key.clone()],
-                ))
+                let keys = vec![key.clone()];
+                found.push(id(kind, name, subject).info(ttl, usage, settings::none(), keys));
+            }
+            Plan::Setting {
+                kind,
+                name,
+                subject,
+                keys,
+                ..
+            } => {
+                if int(replies.first()) != Some(0) {
+                    return; // reported with the key that stands before it
+                }
+                let read = keys.decode(replies.get(1..).unwrap_or_default());
+                found.extend(read.malformed.map(Found::Unrecognized));
+                if !read.present.is_empty() {
+                    found.push(id(kind, name, subject).info(
+                        read.ttl,
+                        Usage::Unused,
+                        read.settings,
+                        read.present,
+                    ));
+                }
             }
             Plan::Main {
                 kind,
                 name,
                 subject,
                 reads,
+                settings,
             } => {
-                let ttl = ttl(int(replies.first()))?;
+                let Some(ttl) = ttl(int(replies.first())) else {
+                    return;
+                };
                 let usage = match reads {
                     StateReads::Get(f) => f(int(replies.get(1))),
                     StateReads::Card(f) => f(unsigned(int(replies.get(1)))),
@@ -302,48 +322,49 @@ impl Plan {
                 if matches!(reads, StateReads::Lock) {
                     keys.push(fence_of(&key));
                 }
-                Some(info(kind, name, subject, &key, node, ttl, usage, keys))
+                let subject_settings = match settings.zip(settings_read) {
+                    Some((settings, replies)) => {
+                        let read = settings.decode(replies);
+                        found.extend(read.malformed.map(Found::Unrecognized));
+                        keys.extend(read.present);
+                        read.settings
+                    }
+                    None => settings::none(),
+                };
+                found.push(id(kind, name, subject).info(ttl, usage, subject_settings, keys));
             }
         }
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn info(
+/// Which primitive of which subject, and where it was read.
+struct Id {
     kind: String,
     name: String,
     subject: Vec<u8>,
-    key: &[u8],
-    node: &NodeAddr,
-    ttl: Option<Duration>,
-    usage: Usage,
-    keys: Vec<Vec<u8>>,
-) -> Found {
-    Found::Limiter(LimiterInfo {
-        kind,
-        name,
-        subject,
-        slot: slot(key),
-        node: node.to_string(),
-        ttl,
-        usage,
-        keys,
-    })
+    slot: u16,
+    node: String,
 }
 
-/// `WRONGTYPE`: redis-rs has no error kind for it, so its code decides
-/// (the code, not the message text, is the protocol's contract).
-fn is_wrong_type(err: &redis::ServerError) -> bool {
-    err.code() == "WRONGTYPE"
-}
-
-/// `PTTL` → `Some(ttl)` (`None` inside when the key has no TTL), or `None`
-/// when the key is gone.
-fn ttl(pttl: Option<i64>) -> Option<Option<Duration>> {
-    match pttl {
-        Some(-1) => Some(None),
-        Some(ms) if ms >= 0 => Some(Some(Duration::from_millis(u64::try_from(ms).ok()?))),
-        _ => None,
+impl Id {
+    fn info(
+        self,
+        ttl: Option<Duration>,
+        usage: Usage,
+        settings: crate::limit::SubjectSettings,
+        keys: Vec<Vec<u8>>,
+    ) -> Found {
+        Found::Limiter(LimiterInfo {
+            kind: self.kind,
+            name: self.name,
+            subject: self.subject,
+            slot: self.slot,
+            node: self.node,
+            ttl,
+            usage,
+            settings,
+            keys,
+        })
     }
 }
 
@@ -366,39 +387,4 @@ fn fence_of(key: &[u8]) -> Vec<u8> {
     let mut fence = key.to_vec();
     fence.extend_from_slice(b":fence");
     fence
-}
-
-fn int(value: Option<&Value>) -> Option<i64> {
-    match value? {
-        Value::Int(n) => Some(*n),
-        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
-        Value::SimpleString(s) => s.parse().ok(),
-        _ => None,
-    }
-}
-
-fn text(value: Option<&Value>) -> Option<String> {
-    match value? {
-        Value::SimpleString(s) => Some(s.clone()),
-        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        Value::Okay => Some("OK".into()),
-        _ => None,
-    }
-}
-
-fn unsigned(v: Option<i64>) -> u64 {
-    v.and_then(|v| u64::try_from(v).ok()).unwrap_or(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ttls() {
-        assert_eq!(ttl(Some(-1)), Some(None));
-        assert_eq!(ttl(Some(-2)), None);
-        assert_eq!(ttl(Some(1500)), Some(Some(Duration::from_millis(1500))));
-        assert_eq!(ttl(None), None);
-    }
 }

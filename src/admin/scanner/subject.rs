@@ -2,7 +2,8 @@
 
 use super::Scanner;
 use super::filter::{Filter, glob_escape};
-use super::plan::{Found, Mode, read_page};
+use super::plan::{Found, Mode};
+use super::read::read_page;
 use crate::admin::info::LimiterInfo;
 use crate::cluster::NodeAddr;
 use crate::error::{Error, Result};

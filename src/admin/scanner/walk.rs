@@ -6,7 +6,8 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::Scanner;
-use super::plan::{Found, Mode, read_page};
+use super::plan::{Found, Mode};
+use super::read::read_page;
 use crate::admin::info::Progress;
 use crate::cluster::NodeAddr;
 use crate::error::{Error, Result};

@@ -114,6 +114,13 @@ pub(crate) enum Command {
     /// counter has a value, unless --force. Asks for confirmation when stdin
     /// is a terminal, unless --yes.
     Reset(ResetArgs),
+    /// A subject's own quota for one rate limiter: set, get or clear it.
+    ///
+    /// The limiter is <kind>:<name> (kind fw, slog, swc or gcra), e.g.
+    /// gcra:api; a quota is <limit>/<period>[:burst=<n>], e.g. 100/1m or
+    /// 10/1s:burst=20; a duration is e.g. 30d, 1h30m, 90s or 1500ms.
+    #[command(subcommand)]
+    Override(crate::overrides::OverrideCommand),
     /// Cluster state, masters and replicas, AOF, memory per master.
     Health,
     /// Serve the Limits page (read-only unless --allow-writes).

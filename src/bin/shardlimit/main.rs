@@ -7,6 +7,9 @@
 //! shardlimit count [--json]
 //! shardlimit audit [--json]        # exit code 1 when anything is found
 //! shardlimit reset <subject> [--kind K] [--name N] [--dry-run] [--force] [--yes]
+//! shardlimit override set <subject> <kind>:<name> <limit>/<period>[:burst=N] [--ttl 30d] [--json]
+//! shardlimit override get <subject> <kind>:<name> [--json]
+//! shardlimit override clear <subject> <kind>:<name> [--json]
 //! shardlimit health
 //! shardlimit web [--listen 127.0.0.1:8080] [--allow-writes]   # feature `web`
 //! ```
@@ -31,7 +34,9 @@ mod count;
 mod health;
 mod list;
 mod output;
+mod overrides;
 mod reset;
+mod syntax;
 #[cfg(feature = "web")]
 mod web;
 
@@ -81,6 +86,7 @@ async fn run(cli: Cli) -> AnyResult<ExitCode> {
         Command::Count { json } => count::count(scanner, &mut out, json).await,
         Command::Audit { json } => audit::audit(scanner, &mut out, json).await,
         Command::Reset(args) => reset::reset(&scanner, &mut out, args).await,
+        Command::Override(command) => overrides::run(&cluster, &mut out, command).await,
         Command::Health => health::health(&cluster, &mut out).await,
         #[cfg(feature = "web")]
         Command::Web(args) => web::run(&cluster, cli.scan_count, args).await,

@@ -7,6 +7,9 @@ use std::sync::Arc;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 use shardlimit::admin::{LimiterInfo, Progress, Scanner, Usage};
+use shardlimit::limit::SubjectSettings;
+
+use super::syntax::{format_duration, format_quota};
 
 /// What a command returns: any error is printed with its causes.
 pub(crate) type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
@@ -61,7 +64,7 @@ pub(crate) fn row(out: &mut impl Write, table: bool, info: &LimiterInfo) -> std:
         None => "NONE".to_owned(),
     };
     let subject = info.subject_lossy();
-    let state = info.usage.describe();
+    let state = state(info);
     if table {
         writeln!(
             out,
@@ -74,6 +77,38 @@ pub(crate) fn row(out: &mut impl Write, table: bool, info: &LimiterInfo) -> std:
             "{}\t{}\t{}\t{}\t{}\t{}\t{}",
             info.kind, info.name, subject, info.slot, info.node, ttl, state
         )
+    }
+}
+
+/// The state, then a rate limiter's block and override for the subject:
+/// `used 2; blocked for 9m59s; override 5/1h, ttl 29d23h59m`.
+pub(crate) fn state(info: &LimiterInfo) -> String {
+    let mut text = info.usage.describe();
+    let settings = &info.settings;
+    if let Some(left) = settings.blocked_for {
+        text.push_str(&format!("; blocked for {}", format_duration(left)));
+    }
+    if let Some(quota) = &settings.override_quota {
+        text.push_str(&format!("; override {}", format_quota(quota)));
+        if let Some(ttl) = settings.override_ttl {
+            text.push_str(&format!(", ttl {}", format_duration(ttl)));
+        }
+    }
+    text
+}
+
+/// A rate limiter's override for a subject: `{"quota": "5/1h", "limit": 5,
+/// "period_ms": 3600000, "burst": 5, "ttl_ms": 86399000}`, or `null`.
+pub(crate) fn override_json(settings: &SubjectSettings) -> Value {
+    match &settings.override_quota {
+        Some(quota) => json!({
+            "quota": format_quota(quota),
+            "limit": quota.limit().get(),
+            "period_ms": quota.period().as_millis(),
+            "burst": quota.burst().get(),
+            "ttl_ms": settings.override_ttl.map(|t| t.as_millis()),
+        }),
+        None => Value::Null,
     }
 }
 
@@ -99,6 +134,7 @@ pub(crate) fn info_json(info: &LimiterInfo) -> Value {
             fencing_token,
         } => json!({"held": held, "fencing_token": fencing_token}),
         Usage::Counter { value } => json!({"value": value}),
+        Usage::Unused => json!({"unused": true}),
         Usage::Other { redis_type } => json!({"redis_type": redis_type}),
         other => json!({"state": other.describe()}),
     };
@@ -110,6 +146,8 @@ pub(crate) fn info_json(info: &LimiterInfo) -> Value {
         "node": info.node,
         "ttl_ms": info.ttl.map(|t| t.as_millis()),
         "state": usage,
+        "override": override_json(&info.settings),
+        "blocked_for_ms": info.settings.blocked_for.map(|t| t.as_millis()),
     })
 }
 

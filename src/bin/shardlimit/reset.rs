@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use shardlimit::admin::{ResetPlan, Scanner};
 
 use super::args::ResetArgs;
-use super::output::AnyResult;
+use super::output::{AnyResult, state};
 
 /// `reset`: exit code 1 when refused or not confirmed.
 pub(crate) async fn reset(
@@ -31,13 +31,7 @@ pub(crate) async fn reset(
             writeln!(out, "would delete\t{}", String::from_utf8_lossy(key))?;
         }
         for info in plan.primitives() {
-            writeln!(
-                out,
-                "state\t{} {}\t{}",
-                info.kind,
-                info.name,
-                info.usage.describe()
-            )?;
+            writeln!(out, "state\t{} {}\t{}", info.kind, info.name, state(info))?;
         }
         for reason in plan.in_use() {
             writeln!(out, "in use (needs --force)\t{reason}")?;
