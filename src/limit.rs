@@ -98,6 +98,7 @@ mod multi;
 mod quota;
 mod script;
 
+pub(crate) use adjust::parse_override;
 pub use adjust::{MAX_BLOCK, MAX_OVERRIDE_TTL, SubjectSettings};
 pub use algorithm::Algorithm;
 pub use decision::{Decision, MultiDecision};

@@ -268,3 +268,34 @@ async fn a_zero_sized_cache_is_refused() {
         })
     ));
 }
+
+/// An admin reset (the scanner's, which `shardlimit reset` and the Limits
+/// page use) through another handle publishes too.
+#[tokio::test]
+async fn an_admin_reset_elsewhere_lifts_a_cached_denial() {
+    let cluster = common::cluster("deny-admin").await;
+    let l = cached_limiter(
+        &cluster,
+        "admin",
+        Algorithm::FixedWindow,
+        Quota::per_hour(nz(1)),
+    );
+    assert!(l.check("user:1").await.unwrap().allowed);
+    until_cached(&l, "user:1", 1).await;
+    let there = Cluster::builder(common::node_urls())
+        .namespace(cluster.namespace())
+        .build()
+        .await
+        .unwrap();
+    let scanner = shardlimit::admin::Scanner::new(&there);
+    let plan = scanner.plan_reset("user:1", None, None).await.unwrap();
+    assert_eq!(plan.execute(&scanner, false).await.unwrap(), 1);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !l.check("user:1").await.unwrap().allowed {
+        assert!(
+            Instant::now() < deadline,
+            "still denied 5 s after the admin reset"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

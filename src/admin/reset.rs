@@ -8,7 +8,8 @@ use super::info::{LimiterInfo, Usage};
 use super::scanner::Scanner;
 use crate::cluster::{Transaction, TxCommand};
 use crate::error::{Error, Result};
-use crate::keys::KeySet;
+use crate::keys::{KeyId, KeySet};
+use crate::limit::Algorithm;
 
 /// What [`Scanner::reset`] would delete for one subject, and what stands in
 /// its way: from [`Scanner::plan_reset`], carried out by
@@ -121,12 +122,36 @@ impl ResetPlan {
             return Ok(0);
         }
         let keys = KeySet::from_keys(self.keys)?;
+        let cluster = scanner.cluster();
         let del = (0..keys.len()).fold(TxCommand::new("DEL"), |del, i| del.key(i));
-        let (deleted,): (u64,) = scanner
-            .cluster()
-            .transaction(&keys, &Transaction::new().command(del))
-            .await?;
-        Ok(deleted)
+        let mut tx = Transaction::new().command(del);
+        // Every process's deny cache forgets the rate limiters reset here,
+        // as after RateLimiter::reset: one message per limiter, in the same
+        // transaction (the channel is in the keys' slot).
+        let (publish, channel) = cluster.invalidation_channel(keys.slot());
+        let state_keys = self
+            .primitives
+            .iter()
+            .filter(|info| Algorithm::from_kind(&info.kind).is_some())
+            .map(|info| {
+                let id = KeyId::new(&info.kind, &info.name)?;
+                cluster.keys().key(&info.subject, &id)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for key in &state_keys {
+            tx = tx.command(TxCommand::new(publish).arg(&channel).arg(key));
+        }
+        let replies: Vec<redis::Value> = cluster.transaction(&keys, &tx).await?;
+        for key in &state_keys {
+            cluster.invalidations().key_changed(key);
+        }
+        match replies.first() {
+            Some(redis::Value::Int(deleted)) => Ok(u64::try_from(*deleted).unwrap_or(0)),
+            other => Err(Error::UnexpectedReply {
+                op: "reset".into(),
+                detail: format!("DEL replied {other:?}"),
+            }),
+        }
     }
 }
 

@@ -226,13 +226,22 @@ fn parse_settings((text, ttl_ms, blocked_us): &(String, i64, i64)) -> Result<Sub
     })
 }
 
-/// `limit period_us burst`, as the adjust script writes an override.
-fn parse_override(text: &str) -> Option<Quota> {
-    let mut fields = text.split(' ').map(|f| f.parse::<u64>().ok());
-    let (limit, period, burst) = (fields.next()??, fields.next()??, fields.next()??);
+/// `limit period_us burst`, as the adjust script writes an override: three
+/// fields of ASCII digits and nothing else, as strict as the check script
+/// (which refuses anything else, writing nothing).
+pub(crate) fn parse_override(text: &str) -> Option<Quota> {
+    let number = |field: &str| {
+        (!field.is_empty() && field.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| field.parse::<u64>().ok())
+            .flatten()
+    };
+    let fields: Vec<u64> = text.split(' ').map(number).collect::<Option<_>>()?;
+    let [limit, period_us, burst] = fields[..] else {
+        return None;
+    };
     let limit = NonZeroU32::new(u32::try_from(limit).ok()?)?;
     let burst = NonZeroU32::new(u32::try_from(burst).ok()?)?;
-    let quota = Quota::with_period(limit, Duration::from_micros(period));
+    let quota = Quota::with_period(limit, Duration::from_micros(period_us));
     Some(if burst == limit {
         quota
     } else {
@@ -255,10 +264,18 @@ mod tests {
             parse_override("10 1000000 25"),
             Some(Quota::per_second(nz(10)).allow_burst(nz(25)))
         );
-        for bad in ["", "10", "10 x 10", "0 1000 1", "10 1000 10 4"] {
-            let parsed = parse_override(bad);
-            // Extra fields are ignored by the parser but never written.
-            assert!(parsed.is_none() || bad.split(' ').count() > 3, "{bad}");
+        for bad in [
+            "",
+            "10",
+            "10 x 10",
+            "0 1000 1",
+            "5 1000 0",
+            "10 1000 10 4",
+            "+5 1000 5",
+            "5  1000 5",
+            "4294967296 1000 1",
+        ] {
+            assert_eq!(parse_override(bad), None, "{bad}");
         }
         let s = parse_settings(&("5 1000000 5".into(), 1500, 0)).unwrap();
         assert_eq!(s.override_ttl, Some(Duration::from_millis(1500)));

@@ -6,14 +6,13 @@
 //! subject's state key. They are read with the limiter's state and reported
 //! with it, never as primitives of their own.
 
-use std::num::NonZeroU32;
 use std::time::Duration;
 
 use redis::Value;
 
 use super::reply::{int, ttl};
 use crate::keys::ParsedKey;
-use crate::limit::{Algorithm, Quota, SubjectSettings};
+use crate::limit::{Algorithm, SubjectSettings, parse_override};
 
 /// The parts of a subject's override and block, as the limiters name them
 /// (`OVERRIDE_PART` and `BLOCK_PART` in src/limit/script.rs, private to
@@ -154,66 +153,15 @@ pub(super) fn none() -> SubjectSettings {
     }
 }
 
-/// `limit period_us burst`, exactly as the check script accepts it
-/// (`^(%d+) (%d+) (%d+)$`).
-///
-/// `limit::adjust` has its own reader, private to the limiters (which were
-/// being changed elsewhere when this was written) and laxer: it takes
-/// `+5` and ignores a fourth field, which the check script refuses. The
-/// scanner must flag exactly what the checks refuse, so it keeps this one;
-/// once the limiters share theirs (made strict), one of the two should go.
-fn parse_override(text: &str) -> Option<Quota> {
-    let number = |field: &str| {
-        (!field.is_empty() && field.bytes().all(|b| b.is_ascii_digit()))
-            .then(|| field.parse::<u64>().ok())
-            .flatten()
-    };
-    let fields: Vec<u64> = text.split(' ').map(number).collect::<Option<_>>()?;
-    let [limit, period_us, burst] = fields[..] else {
-        return None;
-    };
-    let limit = NonZeroU32::new(u32::try_from(limit).ok()?)?;
-    let burst = NonZeroU32::new(u32::try_from(burst).ok()?)?;
-    let quota = Quota::with_period(limit, Duration::from_micros(period_us));
-    Some(if burst == limit {
-        quota
-    } else {
-        quota.allow_burst(burst)
-    })
-}
-
 #[cfg(test)]
 mod tests {
+    use std::num::NonZeroU32;
+
     use super::*;
+    use crate::limit::Quota;
 
     fn nz(n: u32) -> NonZeroU32 {
         NonZeroU32::new(n).unwrap()
-    }
-
-    #[test]
-    fn overrides_parse_as_the_check_script_reads_them() {
-        assert_eq!(
-            parse_override("5 3600000000 5"),
-            Some(Quota::per_hour(nz(5)))
-        );
-        assert_eq!(
-            parse_override("10 1000000 25"),
-            Some(Quota::per_second(nz(10)).allow_burst(nz(25)))
-        );
-        for bad in [
-            "",
-            "5",
-            "5 1000",
-            "5 1000 5 5",
-            "+5 1000 5",
-            "5  1000 5",
-            "0 1000 1",
-            "5 1000 0",
-            "5 x 5",
-            "4294967296 1000 1",
-        ] {
-            assert_eq!(parse_override(bad), None, "{bad:?}");
-        }
     }
 
     #[test]
