@@ -9,7 +9,7 @@ use serde_json::json;
 use shardlimit::Cluster;
 
 use crate::args::Args;
-use crate::drive::{Outcome, Sampler, add, drive};
+use crate::drive::{Outcome, Sampler, Shape, add, drive};
 use crate::raw::bare_connection;
 use crate::report::{new_hist, write_report};
 use crate::target::{Target, lib_call, lib_call_keep};
@@ -106,17 +106,18 @@ pub(crate) async fn populate(cluster: &Cluster, target: &Target, args: &Args, n:
     let sampler = Sampler::new(&check_args);
     let checks = {
         let target = target.clone();
-        move |k| lib_call(target.clone(), k)
+        move |k: &[u64]| lib_call(target.clone(), k[0])
     };
-    let (check_rate, check_hist, check_outcome, _) = drive(
+    let checked = drive(
         "checking",
         Duration::from_secs_f64(args.round_secs * args.rounds as f64),
         None,
-        &check_args,
+        Shape::single(args.concurrency),
         &sampler,
         checks,
     )
     .await;
+    let (check_rate, check_hist, check_outcome) = (checked.rate, &checked.hist, checked.outcome);
     eprintln!();
 
     let report = json!({
@@ -145,6 +146,7 @@ pub(crate) async fn populate(cluster: &Cluster, target: &Target, args: &Args, n:
         "check_p50_us": check_hist.value_at_quantile(0.5),
         "check_p99_us": check_hist.value_at_quantile(0.99),
         "check_errors": check_outcome.errors,
+        "check_cpu_us_per_decision": checked.cpu_us,
     });
     println!(
         "populated {n} {} limiters in {elapsed:.1} s ({:.0}/s, p50 {:?}, p99 {:?}, {} errors)\n\
@@ -152,7 +154,7 @@ pub(crate) async fn populate(cluster: &Cluster, target: &Target, args: &Args, n:
          MEMORY USAGE {lib_usage:.1} bytes per key; key {} ({} bytes)\n\
          smallest key of that shape: {:.1} bytes per key; MEMORY USAGE {:.1}; key {} ({} bytes) + {}-byte value, same TTL\n\
          scan: {live} primitives counted in {scan_secs:.1} s ({:.0} keys/s)\n\
-         checks over all {n} subjects: {check_rate:.0} decisions/s, p50 {:?}, p99 {:?}, {} errors",
+         checks over all {n} subjects: {check_rate:.0} decisions/s, client CPU {:.1} µs per decision, p50 {:?}, p99 {:?}, {} errors",
         args.kind,
         n as f64 / elapsed,
         Duration::from_micros(hist.value_at_quantile(0.5)),
@@ -166,6 +168,7 @@ pub(crate) async fn populate(cluster: &Cluster, target: &Target, args: &Args, n:
         raw.example.len(),
         raw.value_len,
         live as f64 / scan_secs,
+        checked.cpu_us,
         Duration::from_micros(check_hist.value_at_quantile(0.5)),
         Duration::from_micros(check_hist.value_at_quantile(0.99)),
         check_outcome.errors,

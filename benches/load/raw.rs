@@ -2,6 +2,7 @@
 
 use shardlimit::Cluster;
 
+use crate::drive::Reply;
 use crate::target::Target;
 
 /// The same work without shardlimit: a bare redis-rs cluster connection
@@ -55,10 +56,7 @@ impl Raw {
         }
     }
 
-    pub(crate) fn call(
-        &self,
-        k: u64,
-    ) -> impl std::future::Future<Output = Result<bool, String>> + Send + use<> {
+    pub(crate) fn call(&self, k: u64) -> impl std::future::Future<Output = Reply> + Send + use<> {
         // What a user of bare redis-rs writes: format the key, send it.
         let key = format!("{}:{{s{k}}}:{}:{}", self.namespace, self.kind, self.name);
         let mut conn = self.conn.clone();
@@ -70,16 +68,13 @@ impl Raw {
             RawWork::CounterAdd { ttl_ms } => RawWork::CounterAdd { ttl_ms: *ttl_ms },
         };
         async move {
-            match work {
+            Reply::of(match work {
                 RawWork::Script { script, args } => {
                     let mut inv = script.key(&key);
                     for a in &args {
                         inv.arg(a);
                     }
-                    inv.invoke_async::<Vec<i64>>(&mut conn)
-                        .await
-                        .map(|_| false)
-                        .map_err(|e| e.to_string())
+                    inv.invoke_async::<Vec<i64>>(&mut conn).await.map(drop)
                 }
                 RawWork::CounterAdd { ttl_ms } => redis::pipe()
                     .atomic()
@@ -91,9 +86,8 @@ impl Raw {
                     .arg(ttl_ms)
                     .query_async::<(i64, i64)>(&mut conn)
                     .await
-                    .map(|_| false)
-                    .map_err(|e| e.to_string()),
-            }
+                    .map(drop),
+            })
         }
     }
 }
