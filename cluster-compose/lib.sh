@@ -30,9 +30,11 @@ OFFLINE_IMAGE=shardlimit/redis:7.0-debian
 
 # The least-privilege ACL user (README "Production connections"): exactly
 # the commands shardlimit sends, keys only under the namespaces `sl` and
-# `aclsmoke-*` (the smoke tests'). Scripts' own commands are checked too.
-ACL_RULE=(resetkeys '~sl:*' '~aclsmoke-*' resetchannels -@all
+# `aclsmoke-*` (the smoke tests'), and channels too (the deny caches').
+# Scripts' own commands are checked too.
+ACL_RULE=(resetkeys '~sl:*' '~aclsmoke-*' resetchannels '&sl:*' '&aclsmoke-*' -@all
   +evalsha +eval +multi +exec +asking +wait +time
+  +spublish +ssubscribe +publish +subscribe +zpopmax
   +cluster\|slots +cluster\|info +cluster\|countkeysinslot +cluster\|getkeysinslot
   +scan +type +pttl +exists +dbsize +info +ping
   +get +set +del +incrby +pexpire +pexpireat +pexpiretime +hmget +hset

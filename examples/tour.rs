@@ -23,6 +23,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .command_timeout(Duration::from_millis(500))
         .build()
         .await?;
+    // Built first: its deny cache follows other processes' changes (a
+    // subscription per slot), which takes about a second to set up.
+    let five = NonZeroU32::MIN.saturating_add(4);
+    let api = RateLimiter::builder(&cluster, "tour-api", Quota::per_hour(five))
+        .deny_cache(10_000)
+        .build()?;
     let topology = cluster.topology().await?;
     println!("== cluster");
     for shard in &topology.shards {
@@ -91,7 +97,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (total, _, pttl): (i64, i64, i64) = cluster.transaction(&keys, &add).await?;
     println!("session:9 billed {total} s so far, key expires in {pttl} ms");
 
-    let five = NonZeroU32::new(5).ok_or("five")?;
     println!("\n== rate limiters: 5 per second for one subject, every algorithm");
     for algorithm in Algorithm::ALL {
         let limiter = RateLimiter::builder(&cluster, "tour", Quota::per_second(five))
@@ -138,6 +143,59 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "stats for gcra/tour: {} allowed, {} denied, {} bypassed",
             s.allowed, s.denied, s.bypassed
         );
+    }
+
+    println!("\n== at scale: a block, an override, the deny cache, shadow mode");
+    for subject in ["ip:203.0.113.7", "customer:acme", "user:7"] {
+        api.reset(subject).await?;
+        api.unblock(subject).await?;
+    }
+    api.block("ip:203.0.113.7", Duration::from_secs(60)).await?;
+    let d = api.check("ip:203.0.113.7").await?;
+    println!(
+        "blocked ip: allowed {}, blocked {}, retry in {} s",
+        d.allowed,
+        d.blocked,
+        d.retry_after.unwrap_or_default().as_secs()
+    );
+    let premium = Quota::per_hour(NonZeroU32::MIN.saturating_add(49));
+    api.set_override("customer:acme", premium, Duration::from_secs(600))
+        .await?;
+    let d = api.check("customer:acme").await?;
+    println!(
+        "customer:acme has its own quota: limit {} (default 5), overridden {}",
+        d.limit, d.overridden
+    );
+    api.penalize("user:7", five).await?;
+    // The cache starts once it follows other processes' changes; then
+    // repeated denials are answered without Redis.
+    let started = std::time::Instant::now();
+    let (mut checks, mut cached) = (0, 0);
+    while cached < 1000 && started.elapsed() < Duration::from_secs(5) {
+        let d = api.check("user:7").await?;
+        checks += 1;
+        if d.cached {
+            cached += 1;
+        } else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    println!(
+        "user:7 penalized to empty: {checks} checks denied, {cached} of them by the local deny cache"
+    );
+    let trial = RateLimiter::builder(&cluster, "tour-trial", Quota::per_hour(five))
+        .shadow(true)
+        .build()?;
+    trial.reset("user:7").await?;
+    let mut would = 0;
+    for _ in 0..8 {
+        let d = trial.check("user:7").await?;
+        would += u32::from(d.would_deny);
+    }
+    println!("shadow limit 5/h: 8 requests, all let through, {would} would have been denied");
+    for subject in ["ip:203.0.113.7", "customer:acme"] {
+        api.unblock(subject).await?;
+        api.clear_override(subject).await?;
     }
 
     println!("\n== a lock with a fencing token, and a TTL-preserving counter");

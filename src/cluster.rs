@@ -2,13 +2,15 @@
 //! [`ClusterBuilder`], the crate's own routing (one connection per node),
 //! the two slot-pinned operations every primitive is built on
 //! ([`Cluster::eval`] with a [`Script`], [`Cluster::transaction`] with a
-//! [`Transaction`]), the [`Topology`] it routes by, [`Stats`], and the
+//! [`Transaction`]) and the batch of scripts, one pipeline per master
+//! ([`Cluster::eval_many`]), the [`Topology`] it routes by, [`Stats`], and the
 //! environment variables [`Cluster::builder_from_env`] reads.
 //!
 //! `Cluster`, `ClusterBuilder` and `Deployment` are also at the crate root;
 //! the rest is here for services that write their own scripts or watch
 //! the connection.
 
+mod batch;
 mod builder;
 mod call;
 mod deployment;
@@ -58,11 +60,13 @@ pub use crate::scripts::{NO_ARGS, Script};
 /// [`Deployment`]). Cheap to clone; clones share one slot
 /// table and one multiplexed connection per node.
 ///
-/// Everything shardlimit sends goes through [`Cluster::eval`] (a Lua script)
-/// or [`Cluster::transaction`] (MULTI/EXEC). Both take a [`KeySet`], which
-/// only exists if its keys share a hash slot, so `CROSSSLOT` cannot happen;
-/// both are routed to the master owning that slot, follow `MOVED`/`ASK`
-/// redirects themselves, and are bounded by the command timeout.
+/// Everything shardlimit sends goes through [`Cluster::eval`] (a Lua script),
+/// [`Cluster::eval_many`] (the script for many key sets, pipelined per
+/// master) or [`Cluster::transaction`] (MULTI/EXEC). They take
+/// [`KeySet`]s, which only exist if their keys share a hash slot, so
+/// `CROSSSLOT` cannot happen; each call is routed to the master owning its
+/// slot, follows `MOVED`/`ASK` redirects itself, and is bounded by the
+/// command timeout.
 ///
 /// # Timeouts and ambiguous outcomes
 ///

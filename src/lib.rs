@@ -36,6 +36,17 @@
 //! script with [`MultiLimiter`]; an HTTP service puts a limiter in front of
 //! its routes with the `tower` layer (feature `tower`).
 //!
+//! At scale: an exact local [deny cache](limit#deny-cache)
+//! ([`RateLimiterBuilder::deny_cache`]) answers repeated denials without
+//! Redis and never denies what Redis would admit;
+//! [`check_many`](RateLimiter::check_many) sends one pipeline per master;
+//! [`block`](RateLimiter::block), [`penalize`](RateLimiter::penalize) and
+//! [`reward`](RateLimiter::reward) adjust one subject, and
+//! [`set_override`](RateLimiter::set_override) gives it its own quota, read
+//! by the check's own script; [`set_quota`](RateLimiter::set_quota) changes
+//! a live limiter; [shadow mode](RateLimiterBuilder::shadow) counts what a
+//! new limit would deny and refuses nothing.
+//!
 //! # Locks, leases and counters
 //!
 //! ```no_run

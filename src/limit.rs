@@ -29,9 +29,68 @@
 //!
 //! Delivery: a check runs **at most once**. If it times out it may have been
 //! counted on the server without the caller knowing; it is never resent.
+//!
+//! # Per-subject state beside the usage
+//!
+//! A subject's **override** of a limiter's quota (`<key>:quota`) and its
+//! **block** (`<key>:block`) are keys in the subject's slot, next to its
+//! state key, and are read by the check's own script: no extra round trip,
+//! the same answer in every process. Both expire (an override after its
+//! TTL, at most [`MAX_OVERRIDE_TTL`]; a block when it ends, at most
+//! [`MAX_BLOCK`]). [`RateLimiter::penalize`] and [`RateLimiter::reward`]
+//! work for all four algorithms (concurrency leases and counters have no
+//! quota to penalize: a lease is released, a counter is added to).
+//!
+//! # Deny cache
+//!
+//! [`RateLimiterBuilder::deny_cache`] (and [`MultiLimiter::with_deny_cache`])
+//! keep denials in the process and answer the same or costlier requests
+//! from them until the earliest time Redis could admit them. It **never
+//! denies what Redis would admit**:
+//!
+//! A check of cost `c` sent at client time `s` runs on the server at a later
+//! time `T`; a denial carries `r`, the earliest server time `T + r` at which
+//! the same request could be admitted if nothing but time changed. The cache
+//! answers requests of cost `c' >= c` under the same quota fingerprint
+//! (limiter name, algorithm, limit, period, burst) until `s + r <= T + r`.
+//! That holds because (1) admission is monotone in the cost: admitting `c'`
+//! would admit `c` at the same moment; (2) until `T + r`, only writes that
+//! make admission harder happen unannounced: other checks and penalties add
+//! usage; (3) `r` is the earliest time, never late:
+//!
+//! * **fixed window**: the end of the window; before it the count cannot
+//!   fall.
+//! * **sliding log**: when the oldest entry that must leave the window for
+//!   `c` to fit leaves it; entries only leave with time.
+//! * **sliding window counter**: the solution of `cur + prev × (1 −
+//!   elapsed) + c = limit`, rounded up to the microsecond (the send-to-run
+//!   latency is far longer than that rounding), or a time in the next
+//!   window when this window's count alone denies `c`.
+//! * **GCRA**: `TAT + c × interval − tolerance − now`, exact.
+//! * a **block**: its end, or later if the limit itself still denies then.
+//! * a **multi-limit**: the longest wait of the limits that denied it, since
+//!   all must admit.
+//!
+//! Whatever can make admission easier is either a new fingerprint
+//! ([`RateLimiter::set_quota`], which also clears the cache) or is
+//! published by the script that makes it — [`RateLimiter::reset`],
+//! [`unblock`](RateLimiter::unblock), [`reward`](RateLimiter::reward),
+//! [`set_override`](RateLimiter::set_override),
+//! [`clear_override`](RateLimiter::clear_override) — with `SPUBLISH` on a
+//! channel in the subject's own slot (`PUBLISH` on a standalone server or a
+//! Sentinel primary), which every process with a deny cache follows; the
+//! process that made the change forgets at once. A denial is cached only
+//! while that subscription is live and only if no invalidation arrived
+//! while its check was in flight, so a message racing the reply is never
+//! lost. A process that misses a message anyway (its subscription broke and
+//! it has not noticed yet) answers from a stale denial **at most until that
+//! denial's `retry_after` ends**. Peeks always ask Redis. A cached decision
+//! has [`Decision::cached`] set, and is counted as `denied_cached` in
+//! [`Cluster::stats`](crate::Cluster::stats) and the metrics.
 
 mod adjust;
 mod algorithm;
+mod batch;
 mod decision;
 mod deny_cache;
 mod limiter;

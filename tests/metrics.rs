@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use shardlimit::admin::Scanner;
+use shardlimit::cluster::Script;
+use shardlimit::keys::KeyId;
 use shardlimit::{Cluster, FailurePolicy, Lock, MultiLimiter, Quota, RateLimiter};
 use tracing::Subscriber;
 use tracing::field::{Field, Visit};
@@ -134,8 +136,16 @@ impl Metrics {
         })
     }
 
-    fn decisions(&self, kind: &str, limiter: &str) -> [u64; 4] {
-        ["allowed", "denied", "bypassed", "error"].map(|outcome| {
+    fn decisions(&self, kind: &str, limiter: &str) -> [u64; 6] {
+        [
+            "allowed",
+            "denied",
+            "bypassed",
+            "error",
+            "denied_cached",
+            "would_deny",
+        ]
+        .map(|outcome| {
             self.counter(
                 "shardlimit_decisions_total",
                 &[("kind", kind), ("name", limiter), ("outcome", outcome)],
@@ -203,6 +213,29 @@ async fn a_recorder_sees_every_decision_of_a_known_sequence() {
     for _ in 0..3 {
         let _ = multi.check("user:1").await.unwrap();
     }
+    // Shadow mode: 1 admitted, 2 would have been denied.
+    let trial = RateLimiter::builder(&cluster, "m-shadow", Quota::per_minute(nz(1)))
+        .shadow(true)
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        assert!(trial.check("user:1").await.unwrap().allowed);
+    }
+    // The deny cache: 1 admitted, denied by Redis until the cache follows
+    // invalidations, then 5 denied from the cache.
+    let cached = RateLimiter::builder(&cluster, "m-cached", Quota::per_hour(nz(1)))
+        .deny_cache(10)
+        .build()
+        .unwrap();
+    assert!(cached.check("user:1").await.unwrap().allowed);
+    let mut by_redis = 0;
+    while !cached.check("user:1").await.unwrap().cached {
+        by_redis += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for _ in 0..4 {
+        assert!(cached.check("user:1").await.unwrap().cached);
+    }
     // A lock acquired, then lost behind its holder's back.
     let lock = Lock::builder(&cluster, "m-job").build().unwrap();
     let guard = lock.try_acquire("export").await.unwrap().unwrap();
@@ -249,20 +282,38 @@ async fn a_recorder_sees_every_decision_of_a_known_sequence() {
     })
     .await;
 
+    // A batch counts each of its calls as `eval` counts one.
+    let batch = Script::new(
+        "m-batch",
+        "if ARGV[1] == 'bad' then return redis.error_reply('ERR bad') end return 1",
+    );
+    let id = KeyId::new("batch", "m").unwrap();
+    let sets: Vec<_> = (0..6)
+        .map(|i| cluster.keys().key_set(format!("user:{i}"), [&id]).unwrap())
+        .collect();
+    let args = ["ok", "ok", "bad", "ok", "ok", "ok"];
+    let replies: Vec<shardlimit::Result<i64>> =
+        cluster.eval_many(&batch, sets.iter().zip(args)).await;
+    assert_eq!(replies.iter().filter(|r| r.is_err()).count(), 1);
+
     // The admin scanner reports its progress per master.
     let report = Scanner::new(&cluster).count_limiters().await.unwrap();
     let m = Metrics::take();
 
     // Decisions: the same numbers as Cluster::stats.
-    assert_eq!(m.decisions("gcra", "m-api"), [3, 2, 0, 0]);
-    assert_eq!(m.decisions("gcra", "m-tight"), [2, 1, 0, 0]);
-    assert_eq!(m.decisions("gcra", "m-loose"), [2, 0, 0, 0]);
-    assert_eq!(m.decisions("lock", "m-job"), [1, 1, 0, 0]);
-    assert_eq!(m.decisions("gcra", "m-open"), [0, 0, 2, 0]);
-    assert_eq!(m.decisions("gcra", "m-closed"), [0, 0, 0, 1]);
+    assert_eq!(m.decisions("gcra", "m-api"), [3, 2, 0, 0, 0, 0]);
+    assert_eq!(m.decisions("gcra", "m-tight"), [2, 1, 0, 0, 0, 0]);
+    assert_eq!(m.decisions("gcra", "m-loose"), [2, 0, 0, 0, 0, 0]);
+    assert_eq!(m.decisions("lock", "m-job"), [1, 1, 0, 0, 0, 0]);
+    assert_eq!(m.decisions("gcra", "m-open"), [0, 0, 2, 0, 0, 0]);
+    assert_eq!(m.decisions("gcra", "m-closed"), [0, 0, 0, 1, 0, 0]);
+    assert_eq!(m.decisions("gcra", "m-shadow"), [1, 0, 0, 0, 0, 2]);
+    assert_eq!(m.decisions("gcra", "m-cached"), [1, by_redis, 0, 0, 5, 0]);
     let stats = cluster.stats();
     let s = stats.get("gcra", "m-api").unwrap();
     assert_eq!([s.allowed, s.denied, s.bypassed, s.errors], [3, 2, 0, 0]);
+    let s = stats.get("gcra", "m-cached").unwrap();
+    assert_eq!([s.allowed, s.denied, s.denied_cached], [1, by_redis, 5]);
     assert_eq!(
         m.counter("shardlimit_lock_losses_total", &[("name", "m-job")]),
         1
@@ -288,6 +339,17 @@ async fn a_recorder_sees_every_decision_of_a_known_sequence() {
             &[("op", "lock_acquire")]
         ) >= 2
     );
+
+    for (status, calls) in [("ok", 5), ("error", 1)] {
+        assert_eq!(
+            m.histogram_count(
+                "shardlimit_redis_duration_seconds",
+                &[("op", "m-batch"), ("status", status)]
+            ),
+            calls,
+            "{status}"
+        );
+    }
 
     // Scanner: keys seen per master, and every master's walk done.
     let masters = common::masters().await;

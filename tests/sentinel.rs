@@ -1,7 +1,8 @@
 //! Everything against a Sentinel deployment (one primary, one replica,
-//! three sentinels): discovery, every algorithm, a lock with replica
-//! acknowledgement, lease, counter, scanner, health and the configuration
-//! errors — and the fault test, which kills the primary under load.
+//! three sentinels): discovery, every algorithm, a batch of scripts, a lock
+//! with replica acknowledgement, lease, counter, scanner, health and the
+//! configuration errors — and the fault test, which kills the primary under
+//! load.
 //! `#[ignore]`d so the cluster run skips them; run with
 //!
 //! ```text
@@ -16,6 +17,11 @@
 //! sentinels of `up.sh --sentinel`) and `SHARDLIMIT_SENTINEL_SERVICE`
 //! (default `shardlimit`) pick the deployment.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod batches;
+
+#[path = "lifting/mod.rs"]
+mod lifting;
 
 use std::num::NonZeroU32;
 use std::process::Command;
@@ -152,6 +158,15 @@ async fn the_primary_is_found_through_the_sentinels() {
         .unwrap();
     let found = skipping.topology().await.unwrap();
     assert_eq!(found.shards[0].master, shard.master);
+}
+
+#[tokio::test]
+#[ignore = "needs cluster-compose/up.sh --sentinel"]
+async fn eval_many_is_one_pipeline_to_the_one_server() {
+    let cluster = sentinel("se-batch").await;
+    let script = batches::uncached(&cluster);
+    batches::twice_in_order(&cluster, &script, 40).await;
+    assert_every_key_has_ttl(cluster.namespace()).await;
 }
 
 #[tokio::test]
@@ -576,4 +591,18 @@ async fn the_cli_lists_through_the_sentinels() {
     assert_eq!(rows.len(), 1, "{stdout}");
     assert_eq!(rows[0]["name"], "api");
     assert_eq!(rows[0]["subject"], "user:cli");
+}
+
+#[tokio::test]
+#[ignore = "needs the Sentinel setup: cluster-compose/up.sh --sentinel"]
+async fn a_reset_through_another_handle_lifts_a_cached_denial() {
+    let here = sentinel("lift").await;
+    let there = Cluster::builder(sentinels())
+        .deployment(Deployment::Sentinel)
+        .sentinel_service(service())
+        .namespace(here.namespace())
+        .build()
+        .await
+        .unwrap();
+    lifting::a_reset_elsewhere_lifts_a_cached_denial(&here, &there).await;
 }

@@ -1,6 +1,6 @@
 //! Everything against one plain redis-server (no cluster): every algorithm,
-//! multi-limit, lock, lease, counter, scanner, health and the CLI, plus the
-//! detection rules. `#[ignore]`d so the cluster run skips them; run with
+//! multi-limit, lock, lease, counter, a batch of scripts, scanner, health and
+//! the CLI, plus the detection rules. `#[ignore]`d so the cluster run skips them; run with
 //!
 //! ```text
 //! cluster-compose/up.sh --standalone
@@ -13,6 +13,7 @@
 //! use the six-node cluster's 127.0.0.1:7000 (read only).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod batches;
 mod fake_node;
 
 use std::num::NonZeroU32;
@@ -21,6 +22,9 @@ use std::time::Duration;
 
 use rand::Rng;
 use serde_json::Value;
+#[path = "lifting/mod.rs"]
+mod lifting;
+
 use shardlimit::admin::Scanner;
 use shardlimit::{
     Algorithm, Cluster, ConcurrencyLimiter, Counter, Deployment, Error, Lock, MultiLimiter, Quota,
@@ -103,6 +107,15 @@ async fn topology_is_one_shard_owning_every_slot() {
         .unwrap();
     assert_eq!(explicit.deployment(), Deployment::Standalone);
     assert_eq!(explicit.stats().topology_refreshes, 1);
+}
+
+#[tokio::test]
+#[ignore = "needs cluster-compose/up.sh --standalone"]
+async fn eval_many_is_one_pipeline_to_the_one_server() {
+    let cluster = standalone("sa-batch").await;
+    let script = batches::uncached(&cluster);
+    batches::twice_in_order(&cluster, &script, 40).await;
+    assert_every_key_has_ttl(cluster.namespace()).await;
 }
 
 #[tokio::test]
@@ -540,4 +553,16 @@ async fn a_redirect_from_a_standalone_server_is_an_error_not_followed() {
         cluster.nodes()
     );
     assert_eq!(cluster.stats().topology_refreshes, 1);
+}
+
+#[tokio::test]
+#[ignore = "needs the standalone server: cluster-compose/up.sh --standalone"]
+async fn a_reset_through_another_handle_lifts_a_cached_denial() {
+    let here = standalone("lift").await;
+    let there = Cluster::builder([url()])
+        .namespace(here.namespace())
+        .build()
+        .await
+        .unwrap();
+    lifting::a_reset_elsewhere_lifts_a_cached_denial(&here, &there).await;
 }

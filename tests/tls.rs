@@ -150,6 +150,29 @@ async fn every_primitive_works_over_tls_as_the_acl_user_from_one_seed() {
     }
     assert_eq!(found, 30);
 
+    // The deny cache's subscription and a reset's publication, as the
+    // least-privilege user over TLS: a cached denial, lifted by a reset.
+    let cached = RateLimiter::builder(&cluster, "cached", quota)
+        .deny_cache(100)
+        .build()
+        .unwrap();
+    for _ in 0..2 {
+        assert!(cached.check("user:0").await.unwrap().allowed);
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !cached.check("user:0").await.unwrap().cached {
+        assert!(std::time::Instant::now() < deadline, "no denial was cached");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cached.reset("user:0").await.unwrap();
+    assert!(cached.check("user:0").await.unwrap().allowed);
+    cached
+        .block("user:1", Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(cached.check("user:1").await.unwrap().blocked);
+    cached.reward("user:1", NonZeroU32::MIN).await.unwrap();
+
     let health = cluster.health().await.unwrap();
     assert_eq!(health.masters.len(), 3);
     assert!(health.fit_for_locks(), "{:?}", health.lock_problems());

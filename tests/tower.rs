@@ -716,3 +716,33 @@ async fn extractor_builders_refuse_bad_prefixes_and_networks() {
         );
     }
 }
+
+/// Shadow mode behind the layer: nothing gets a 429, every response still
+/// carries the RateLimit headers (0 remaining once over the limit), and the
+/// would-be denials are counted.
+#[tokio::test]
+async fn a_shadow_limiter_refuses_nothing_and_still_sends_the_headers() {
+    let cluster = common::cluster("tower-shadow").await;
+    let limiter = RateLimiter::builder(
+        &cluster,
+        "trial",
+        Quota::with_period(nz(3), Duration::from_secs(6)),
+    )
+    .shadow(true)
+    .build()
+    .unwrap();
+    let calls = Arc::new(AtomicU32::new(0));
+    let service = RateLimitLayer::new(limiter, HeaderKey::from_static("x-api-key"))
+        .layer(counting_inner(calls.clone()));
+    for (i, remaining) in [2u64, 1, 0, 0, 0].into_iter().enumerate() {
+        let response = service.clone().oneshot(with_key("k")).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "request {i}");
+        assert_eq!(header(&response, "retry-after"), None);
+        let limits = ratelimit(&response);
+        assert_eq!(limits.len(), 1, "request {i}: {limits:?}");
+        assert_eq!((limits[0].0.as_str(), limits[0].1), ("trial", remaining));
+    }
+    assert_eq!(calls.load(Ordering::Relaxed), 5);
+    let s = cluster.stats().get("gcra", "trial").cloned().unwrap();
+    assert_eq!((s.allowed, s.would_deny, s.denied), (3, 2, 0));
+}

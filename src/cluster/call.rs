@@ -2,17 +2,18 @@
 //! once while the node is down), the deadline, and what a failure tells the
 //! node's health.
 //!
-//! Below both the router (which asks nodes for the topology through it) and
-//! `exec` (which sends slot-pinned operations through it); it tells the
-//! routing layer about a node going down through [`Refresh`], so it needs
-//! nothing from either.
+//! Below the router (which asks nodes for the topology through it), `exec`
+//! (which sends slot-pinned operations through it) and `batch` (which sends
+//! a pipeline per node through it); it tells the routing layer about a node
+//! going down through [`Refresh`], so it needs nothing from them.
 
 use std::borrow::Cow;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::{Cmd, Pipeline, Value};
+use redis::{Cmd, Pipeline, RedisError, RedisResult, Value};
 use tokio::time::{Instant, timeout_at};
 
 use super::node::{Fault, Lane, Live, Node, Unavailable};
@@ -126,6 +127,77 @@ pub(crate) async fn connect(
             slot,
             timeout,
         }),
+    }
+}
+
+/// Why a request written to a node got no reply. Either way it **may have
+/// run**: the caller returns the error and never resends the request.
+#[derive(Debug)]
+pub(crate) enum Lost {
+    /// No reply by the deadline.
+    TimedOut,
+    /// The connection failed (I/O error, dropped, timed out in the client).
+    Broken(RedisError),
+}
+
+impl Lost {
+    /// The error for the caller of operation `op` on `slot`.
+    #[allow(clippy::ptr_arg)] // as in `exec::run`
+    pub(crate) fn into_error(
+        self,
+        op: &Cow<'static, str>,
+        slot: Option<u16>,
+        timeout: Duration,
+    ) -> Error {
+        match self {
+            Lost::TimedOut => Error::Timeout {
+                op: op.clone(),
+                slot,
+                timeout,
+            },
+            Lost::Broken(source) => Error::Redis {
+                op: op.clone(),
+                slot,
+                source,
+            },
+        }
+    }
+}
+
+/// Awaits `sent` (a request written on `live`, a connection to `node`) until
+/// `deadline`: its reply, a server error for the caller to classify (the
+/// connection is fine), or [`Lost`] — which is also reported to the node's
+/// health.
+pub(crate) async fn exchange<T>(
+    router: &dyn Refresh,
+    node: &Node,
+    live: &Live,
+    deadline: Instant,
+    timeout: Duration,
+    sent: impl Future<Output = RedisResult<T>>,
+) -> Result<RedisResult<T>, Lost> {
+    let sent_at = Instant::now();
+    match timeout_at(deadline, sent).await {
+        Ok(Ok(reply)) => Ok(Ok(reply)),
+        Ok(Err(err)) if is_connection_fault(&err) => {
+            let fault = if err.is_timeout() {
+                Fault::Timeout
+            } else {
+                Fault::Broken
+            };
+            report(router, node, live, fault);
+            Err(Lost::Broken(err))
+        }
+        Ok(Err(err)) => Ok(Err(err)),
+        Err(_elapsed) => {
+            // Only a request the node left unanswered for a long time says
+            // it may be hung; one cut short by the deadline (a retry after
+            // CLUSTERDOWN replies, say) does not.
+            if sent_at.elapsed() >= timeout / 2 {
+                report(router, node, live, Fault::Timeout);
+            }
+            Err(Lost::TimedOut)
+        }
     }
 }
 

@@ -32,21 +32,24 @@
 //!   migrated; following `ASK` now would create keys on the target that still
 //!   exist on the source, so back off until the migration moves them (the
 //!   same rule Redis applies to multi-key commands and scripts).
+//!
+//! A batch (`batch`) makes the first attempt of many scripts itself, one
+//! pipeline per node, and hands each reply that proves a script did not run
+//! to [`drive`], which goes on from there by these same rules.
 
 use std::borrow::Cow;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::{Arg, Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
-use tokio::time::{Instant, timeout_at};
+use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
+use tokio::time::Instant;
 
-use super::call::{connect, report};
-use super::node::{Fault, Lane};
+mod payload;
+
+pub(crate) use self::payload::{Payload, evalsha};
+use super::call::{connect, exchange};
 use super::router::Router;
-use super::transaction::Transaction;
-use crate::error::{Error, Result, is_connection_fault, not_executed_yet};
-use crate::keys::KeySet;
-use crate::scripts::Script;
+use crate::error::{Error, Result, not_executed_yet};
 
 /// Attempts per operation before the last error is returned (the command
 /// timeout bounds the total time anyway).
@@ -54,7 +57,7 @@ const MAX_ATTEMPTS: u32 = 16;
 
 /// Where the next attempt goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Target {
+pub(super) enum Target {
     /// The node the slot table says serves the slot.
     Slot,
     /// A node named by a redirect.
@@ -63,92 +66,6 @@ enum Target {
         port: u16,
         asking: bool,
     },
-}
-
-/// What is being sent.
-pub(crate) enum Payload<'a> {
-    Script {
-        script: &'a Script,
-        /// `EVALSHA`, replaced by `EVAL` after a `NOSCRIPT`.
-        cmd: Cmd,
-        sent_body: bool,
-        /// A command sent right behind the script on the same connection,
-        /// in the same pipeline (`WAIT` after a lock's write).
-        then: Option<Cmd>,
-    },
-    Transaction {
-        tx: &'a Transaction,
-        keys: &'a KeySet,
-    },
-}
-
-impl<'a> Payload<'a> {
-    pub(crate) fn script(script: &'a Script, keys: &KeySet, args: impl redis::ToRedisArgs) -> Self {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(script.sha1()).arg(keys.len());
-        for key in keys.keys() {
-            cmd.arg(key);
-        }
-        cmd.arg(args);
-        Payload::Script {
-            script,
-            cmd,
-            sent_body: false,
-            then: None,
-        }
-    }
-
-    /// Sends `then` right behind the script, on the same connection; the
-    /// reply becomes `[script reply, then reply]`.
-    pub(crate) fn then(mut self, next: Cmd) -> Self {
-        if let Payload::Script { then, .. } = &mut self {
-            *then = Some(next);
-        }
-        self
-    }
-
-    /// A script followed by a command (a lock's `WAIT`) may block on the
-    /// server: it gets the node's blocking connection.
-    fn lane(&self) -> Lane {
-        match self {
-            Payload::Script { then: Some(_), .. } => Lane::Blocking,
-            _ => Lane::Shared,
-        }
-    }
-
-    fn queued_commands(&self) -> usize {
-        match self {
-            Payload::Script { .. } => 0,
-            Payload::Transaction { tx, .. } => tx.len(),
-        }
-    }
-
-    /// After `NOSCRIPT`: switch to `EVAL`. False if that was already done.
-    fn fall_back_to_eval(&mut self) -> bool {
-        let Payload::Script {
-            script,
-            cmd,
-            sent_body,
-            ..
-        } = self
-        else {
-            return false;
-        };
-        if *sent_body {
-            return false;
-        }
-        let mut eval = redis::cmd("EVAL");
-        eval.arg(script.code());
-        // Skip "EVALSHA" and the SHA1; keep numkeys, keys and args.
-        for arg in cmd.args_iter().skip(2) {
-            if let Arg::Simple(bytes) = arg {
-                eval.arg(bytes);
-            }
-        }
-        *cmd = eval;
-        *sent_body = true;
-        true
-    }
 }
 
 /// Runs `payload` on the node serving `slot`, following redirects, within
@@ -160,7 +77,7 @@ pub(crate) async fn run(
     router: &Router,
     op: &Cow<'static, str>,
     slot: u16,
-    mut payload: Payload<'_>,
+    payload: Payload<'_>,
     timeout: Duration,
 ) -> Result<Value> {
     // A call for a node known down completes in one poll without touching
@@ -169,11 +86,24 @@ pub(crate) async fn run(
     // the task's cooperative budget per call, as tokio's own resources do.
     tokio::task::coop::consume_budget().await;
     let deadline = Instant::now() + timeout;
-    let timed_out = || Error::Timeout {
-        op: op.clone(),
-        slot: Some(slot),
-        timeout,
-    };
+    drive(router, op, slot, payload, None, deadline, timeout).await
+}
+
+/// [`run`] until `deadline`. `replied`, if given, is the error the
+/// payload's first attempt got when the caller sent it itself, which must
+/// prove it did not run — a redirect, a reply of the cluster reconfiguring,
+/// `NOSCRIPT`. It is handled as `run` would handle it (a `MOVED` updates the
+/// slot table), then the payload is resent. `None`: nothing was sent yet.
+#[allow(clippy::ptr_arg)] // see `run`
+pub(super) async fn drive(
+    router: &Router,
+    op: &Cow<'static, str>,
+    slot: u16,
+    mut payload: Payload<'_>,
+    mut replied: Option<RedisError>,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<Value> {
     let failed = |source| Error::Redis {
         op: op.clone(),
         slot: Some(slot),
@@ -182,59 +112,12 @@ pub(crate) async fn run(
     let mut target = Target::Slot;
     let mut attempt = 0;
     loop {
-        let node = match &target {
-            Target::Slot => match router.owner(slot) {
-                Some(node) => Some(node),
-                None if !router.loaded() => {
-                    router.request_refresh();
-                    return Err(not_connected(router));
-                }
-                None => None,
-            },
-            Target::Node { host, port, .. } => Some(router.node(host, *port)?),
-        };
-        let err = match node {
-            // Known cluster, but no node serves the slot (yet): as if the
-            // cluster had said CLUSTERDOWN.
-            None => RedisError::from((
-                ErrorKind::Server(ServerErrorKind::ClusterDown),
-                "no node serves this slot in the slot table",
-            )),
-            Some(node) => {
-                let live = connect(
-                    router,
-                    &node,
-                    payload.lane(),
-                    deadline,
-                    op,
-                    Some(slot),
-                    timeout,
-                )
-                .await?;
-                let asking = matches!(target, Target::Node { asking: true, .. });
-                let mut conn = live.conn.clone();
-                let sent_at = Instant::now();
-                match timeout_at(deadline, send(&mut conn, &payload, asking)).await {
-                    Ok(Ok(value)) => return Ok(value),
-                    Err(_elapsed) => {
-                        // Only a request the node left unanswered for a long
-                        // time says it may be hung; a retry cut short by the
-                        // deadline (after CLUSTERDOWN replies, say) does not.
-                        if sent_at.elapsed() >= timeout / 2 {
-                            report(router, &node, &live, Fault::Timeout);
-                        }
-                        return Err(timed_out());
-                    }
-                    Ok(Err(err)) if is_connection_fault(&err) => {
-                        let fault = if err.is_timeout() {
-                            Fault::Timeout
-                        } else {
-                            Fault::Broken
-                        };
-                        report(router, &node, &live, fault);
-                        return Err(failed(err));
-                    }
-                    Ok(Err(err)) => err,
+        let err = match replied.take() {
+            Some(err) => err,
+            None => {
+                match attempt_once(router, op, slot, &target, &payload, deadline, timeout).await? {
+                    Ok(value) => return Ok(value),
+                    Err(err) => err,
                 }
             }
         };
@@ -272,6 +155,54 @@ pub(crate) async fn run(
     }
 }
 
+/// One attempt at `target`: the reply, the server error to decide the next
+/// step on (`Ok(Err)`), or the error that ends the operation.
+#[allow(clippy::ptr_arg)] // see `run`
+async fn attempt_once(
+    router: &Router,
+    op: &Cow<'static, str>,
+    slot: u16,
+    target: &Target,
+    payload: &Payload<'_>,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<RedisResult<Value>> {
+    let node = match target {
+        Target::Slot => match router.owner(slot) {
+            Some(node) => node,
+            None if !router.loaded() => {
+                router.request_refresh();
+                return Err(not_connected(router));
+            }
+            // Known cluster, but no node serves the slot (yet): as if the
+            // cluster had said CLUSTERDOWN.
+            None => {
+                return Ok(Err(RedisError::from((
+                    ErrorKind::Server(ServerErrorKind::ClusterDown),
+                    "no node serves this slot in the slot table",
+                ))));
+            }
+        },
+        Target::Node { host, port, .. } => router.node(host, *port)?,
+    };
+    let live = connect(
+        router,
+        &node,
+        payload.lane(),
+        deadline,
+        op,
+        Some(slot),
+        timeout,
+    )
+    .await?;
+    let asking = matches!(target, Target::Node { asking: true, .. });
+    let mut conn = live.conn.clone();
+    let sent = send(&mut conn, payload, asking);
+    exchange(router, &node, &live, deadline, timeout, sent)
+        .await
+        .map_err(|lost| lost.into_error(op, Some(slot), timeout))
+}
+
 /// No topology yet (a lazy connect): transient, unless the seeds refused
 /// us (TLS, credentials) — then that error, which is not.
 fn not_connected(router: &Router) -> Error {
@@ -287,7 +218,7 @@ fn not_connected(router: &Router) -> Error {
     }
 }
 
-enum Step {
+pub(super) enum Step {
     Redirect(Target),
     Backoff,
     Reload,
@@ -296,7 +227,7 @@ enum Step {
 
 /// What to do after `err`; `queued` is the number of commands in a
 /// transaction (0 for a script).
-fn next_step(err: &RedisError, queued: usize) -> Step {
+pub(super) fn next_step(err: &RedisError, queued: usize) -> Step {
     match err.kind() {
         ErrorKind::Server(ServerErrorKind::ExecAbort) => abort_step(err, queued),
         ErrorKind::Server(kind @ (ServerErrorKind::Moved | ServerErrorKind::Ask)) => {

@@ -52,6 +52,9 @@ pub(crate) fn start(hub: &Arc<Invalidations>, router: &Arc<Router>, config: &Sub
     }
     let (hub, router, config) = (Arc::downgrade(hub), Arc::downgrade(router), config.clone());
     runtime.spawn(async move {
+        // A subscription that keeps failing (a missing ACL permission, say)
+        // leaves the deny caches off: said, at most every few seconds.
+        let warn = crate::warn::WarnLimiter::new();
         loop {
             let standalone = match router.upgrade() {
                 Some(router) => router.is_standalone(),
@@ -67,7 +70,14 @@ pub(crate) fn start(hub: &Arc<Invalidations>, router: &Arc<Router>, config: &Sub
                 None => return,
             }
             if let Err(err) = ended {
-                tracing::debug!(error = %err, "shardlimit: deny-cache invalidations lost; retrying");
+                if let Some(failures) = warn.should_warn() {
+                    tracing::warn!(
+                        error = %err,
+                        failures_since_last_warning = failures,
+                        "shardlimit: deny caches cannot follow invalidations, so they cache \
+                         nothing until they can; retrying"
+                    );
+                }
             }
             tokio::time::sleep(RETRY_AFTER).await;
         }
@@ -89,6 +99,7 @@ async fn follow_cluster(
         builder = builder.certs(certificates.clone());
     }
     let client = builder.build()?;
+    let started = std::time::Instant::now();
     let connection = tokio::time::timeout(config.connect_timeout, client.get_async_connection())
         .await
         .map_err(|_| timed_out("connecting the invalidation subscriber"))??;
@@ -107,6 +118,11 @@ async fn follow_cluster(
     subscribed
         .into_iter()
         .collect::<redis::RedisResult<Vec<()>>>()?;
+    tracing::debug!(
+        channels = SLOT_COUNT,
+        took = ?started.elapsed(),
+        "shardlimit: deny-cache invalidations followed"
+    );
     match hub.upgrade() {
         Some(hub) => hub.gained(),
         None => return Ok(()),

@@ -1,45 +1,12 @@
 //! The local deny cache: denials Redis gave, answered again without Redis
 //! until the earliest time Redis could admit the same request.
 //!
-//! # Why it never denies what Redis would admit
-//!
-//! A check of cost `c` sent at client time `s` is run by the server at some
-//! later time `T`, and a denial carries `r`, the earliest server time `T + r`
-//! at which the same request could be admitted **if nothing but time
-//! changed**. The cache answers a request of cost `c' >= c`, under the same
-//! quota fingerprint, until `s + r <= T + r`. That is sound because, for
-//! every algorithm, (1) admission is monotone in the cost — admitting `c'`
-//! would admit `c` at the same moment; (2) between `T` and `T + r` only
-//! writes that make admission harder can happen without a message: other
-//! checks and penalties only add usage; (3) `r` is the earliest time, not an
-//! estimate that could be late:
-//!
-//! * fixed window: `r` is the end of the window; before it the count cannot
-//!   fall.
-//! * sliding log: `r` is when the oldest entry that must leave the window
-//!   leaves it; entries only leave with time.
-//! * sliding window counter: `r` solves `cur + prev * (1 - elapsed) + c =
-//!   limit` exactly (rounded up to the microsecond; the send-to-run
-//!   latency is far longer than that rounding), or starts the next window
-//!   when this window's count alone denies `c`.
-//! * GCRA: `r` is `TAT + c * interval - tolerance - now`, exact.
-//! * a block: `r` is its end (or later, if the limit denies then too).
-//! * several limits at once: the longest wait of the denying limits; all
-//!   must admit.
-//!
-//! Everything that can make admission easier — [`reset`], [`unblock`],
-//! [`reward`], an override change, a new default quota — either changes the
-//! fingerprint (a new quota) or is published by the script that makes it on
-//! the subject's slot, and every cache following the channels forgets the
-//! subject (see `cluster/invalidation.rs`). A denial is cached only while the
-//! subscription is live and if no invalidation arrived while its check was
-//! in flight, so a message racing the reply cannot be lost. A process that
-//! misses a message anyway (its subscription broke and it has not noticed
-//! yet) answers from a stale entry at most until that entry's `r` ends.
-//!
-//! [`reset`]: crate::RateLimiter::reset
-//! [`unblock`]: crate::RateLimiter::unblock
-//! [`reward`]: crate::RateLimiter::reward
+//! Why it never denies what Redis would admit, per algorithm, and what a
+//! process that misses an invalidation sees: [the `limit` module
+//! docs](crate::limit#deny-cache). Here: the entries (one per subject,
+//! expiring when their denial ends), the ticket that keeps a denial whose
+//! check raced an invalidation out, and the listener that forgets subjects
+//! when the hub (`cluster/invalidation.rs`) hears of a change.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -186,6 +153,9 @@ impl<D: Cacheable> DenyCache<D> {
         let hub = cluster.invalidations().clone();
         let listener: Arc<dyn Listener> = entries.clone();
         hub.register(Arc::downgrade(&listener));
+        // Subscribing takes a moment (a command per slot): start now, if a
+        // runtime is running, rather than at the first check.
+        cluster.follow_invalidations();
         DenyCache {
             entries,
             hub,

@@ -84,7 +84,7 @@ impl RateLimiterBuilder {
     }
 
     /// Shadow mode: every check is computed by Redis and counted (a denial
-    /// as [`would_deny`](crate::PrimitiveStats::would_deny), and on the
+    /// as [`would_deny`](crate::cluster::PrimitiveStats::would_deny), and on the
     /// decision as [`Decision::would_deny`]), and nothing is refused:
     /// `allowed` is always `true`. What a shadow limiter admits is counted
     /// as usual, so its state is what the limiter would have if it were
@@ -100,10 +100,11 @@ impl RateLimiterBuilder {
     /// until the earliest time Redis could admit them (the denial's
     /// `retry_after`, counted from when the check was sent). Such decisions
     /// have [`Decision::cached`] set and are counted as
-    /// [`denied_cached`](crate::PrimitiveStats::denied_cached).
+    /// [`denied_cached`](crate::cluster::PrimitiveStats::denied_cached).
     ///
-    /// It never denies what Redis would admit: see "Deny cache" in the
-    /// crate docs for the argument per algorithm. Resets, unblocks, rewards
+    /// It never denies what Redis would admit: see
+    /// [the deny cache](crate::limit#deny-cache) for the argument per
+    /// algorithm. Resets, unblocks, rewards
     /// and override changes made anywhere are published on the subject's
     /// slot and forgotten by every process's cache; a process that misses
     /// such a message answers from a stale denial at most until its
@@ -303,9 +304,14 @@ impl RateLimiter {
         Ok(decision)
     }
 
+    /// Its deny cache, if it has one.
+    pub(crate) fn deny_cache(&self) -> Option<&DenyCache<Decision>> {
+        self.inner.cache.as_ref()
+    }
+
     /// Counts a check's decision (a bypass was counted when the policy made
     /// it).
-    fn count(&self, decision: &Decision) {
+    pub(crate) fn count(&self, decision: &Decision) {
         if decision.bypassed.is_none() {
             self.outcomes()
                 .decided(decision.allowed, decision.would_deny);

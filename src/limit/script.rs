@@ -190,7 +190,7 @@ const FLAG_OVERRIDDEN: i64 = 2;
 /// `[all, then allowed, remaining, retry_after_us, reset_after_us,
 /// capacity, flags per limit]` into decisions. A limit in shadow mode that
 /// denied is reported admitted, with [`Decision::would_deny`] set.
-fn parse_reply(
+pub(crate) fn parse_reply(
     script: &Script,
     specs: &[&LimitSpec],
     reply: &[i64],

@@ -13,9 +13,14 @@
 //! [`FakeNode::start_standalone_redirecting`] instead plays a standalone
 //! server (cluster support disabled) that answers every script with a
 //! `MOVED`, which a real one never does.
+//!
+//! [`FakeNode::start_sharing`] claims only the slots below a bound and names
+//! a real master as the owner of the rest: a client that learns the
+//! topology from it sends some calls to the fake node and some to the real
+//! cluster (where the slots not owned by that master answer `MOVED`).
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -26,6 +31,8 @@ pub struct FakeNode {
     port: u16,
     password: Option<String>,
     dark: Arc<AtomicBool>,
+    /// Commands read, answered or not.
+    commands: Arc<AtomicUsize>,
     tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
     accept: JoinHandle<()>,
 }
@@ -39,30 +46,45 @@ impl FakeNode {
     /// `AUTH` gives `password` and `WRONGPASS` to any other (without one,
     /// any `AUTH` is accepted).
     pub async fn start_with_password(password: Option<&str>) -> FakeNode {
-        Self::start_as(password, false).await
+        Self::start_as(password, false, None).await
     }
 
     /// A non-cluster node (`CLUSTER SLOTS` → cluster support disabled,
     /// `INFO` → `cluster_enabled:0`) that answers `EVALSHA`/`EVAL` with
     /// `MOVED 0 127.0.0.1:1`.
     pub async fn start_standalone_redirecting() -> FakeNode {
-        Self::start_as(None, true).await
+        Self::start_as(None, true, None).await
     }
 
-    async fn start_as(password: Option<&str>, standalone: bool) -> FakeNode {
+    /// A cluster node whose `CLUSTER SLOTS` says it serves slots
+    /// `0..first_elsewhere` and the master at `others` (`host:port`) serves
+    /// `first_elsewhere..=16383`.
+    pub async fn start_sharing(first_elsewhere: u16, others: &str) -> FakeNode {
+        Self::start_as(None, false, Some((first_elsewhere, others.to_owned()))).await
+    }
+
+    async fn start_as(
+        password: Option<&str>,
+        standalone: bool,
+        shared: Option<(u16, String)>,
+    ) -> FakeNode {
         let password = password.map(str::to_owned);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let dark = Arc::new(AtomicBool::new(false));
+        let commands = Arc::new(AtomicUsize::new(0));
         let tasks: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
         let accept = tokio::spawn({
             let (dark, tasks, password) = (dark.clone(), tasks.clone(), password.clone());
+            let commands = commands.clone();
+            let slots = cluster_slots(port, shared.as_ref());
             async move {
                 while let Ok((stream, _)) = listener.accept().await {
                     let task = tokio::spawn(serve(
                         stream,
-                        port,
+                        slots.clone(),
                         dark.clone(),
+                        commands.clone(),
                         password.clone(),
                         standalone,
                     ));
@@ -74,6 +96,7 @@ impl FakeNode {
             port,
             password,
             dark,
+            commands,
             tasks,
             accept,
         }
@@ -90,6 +113,11 @@ impl FakeNode {
 
     pub fn password(&self) -> Option<&str> {
         self.password.as_deref()
+    }
+
+    /// Commands read so far on every connection, answered or not.
+    pub fn commands(&self) -> usize {
+        self.commands.load(Ordering::SeqCst)
     }
 
     pub fn go_dark(&self) {
@@ -110,10 +138,35 @@ impl Drop for FakeNode {
     }
 }
 
+/// The `CLUSTER SLOTS` reply: every slot here, or the split of
+/// `start_sharing`.
+fn cluster_slots(port: u16, shared: Option<&(u16, String)>) -> String {
+    let entry = |first: u16, last: u16, host: &str, port: &str, id: char| {
+        let id = id.to_string().repeat(40);
+        format!(
+            "*3\r\n:{first}\r\n:{last}\r\n*3\r\n${}\r\n{host}\r\n:{port}\r\n$40\r\n{id}\r\n",
+            host.len()
+        )
+    };
+    let here = port.to_string();
+    match shared {
+        None => format!("*1\r\n{}", entry(0, 16383, "127.0.0.1", &here, 'f')),
+        Some((first_elsewhere, others)) => {
+            let (host, other_port) = others.rsplit_once(':').unwrap();
+            format!(
+                "*2\r\n{}{}",
+                entry(0, first_elsewhere - 1, "127.0.0.1", &here, 'f'),
+                entry(*first_elsewhere, 16383, host, other_port, 'e')
+            )
+        }
+    }
+}
+
 async fn serve(
     stream: TcpStream,
-    port: u16,
+    slots: String,
     dark: Arc<AtomicBool>,
+    commands: Arc<AtomicUsize>,
     password: Option<String>,
     standalone: bool,
 ) {
@@ -121,6 +174,7 @@ async fn serve(
     let (read, mut write) = stream.into_split();
     let mut read = BufReader::new(read);
     while let Some(args) = read_command(&mut read).await {
+        commands.fetch_add(1, Ordering::SeqCst);
         if dark.load(Ordering::SeqCst) {
             continue; // swallow: the client waits until its timeout
         }
@@ -149,12 +203,7 @@ async fn serve(
                 format!("${}\r\n{info}\r\n", info.len())
             }
             ("EVALSHA" | "EVAL", _) if standalone => "-MOVED 0 127.0.0.1:1\r\n".to_owned(),
-            ("CLUSTER", Some("SLOTS")) => {
-                let id = "f".repeat(40);
-                format!(
-                    "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$9\r\n127.0.0.1\r\n:{port}\r\n$40\r\n{id}\r\n"
-                )
-            }
+            ("CLUSTER", Some("SLOTS")) => slots.clone(),
             _ => "-ERR fake node: unsupported command\r\n".to_owned(),
         };
         if write.write_all(reply.as_bytes()).await.is_err() {

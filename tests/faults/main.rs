@@ -25,6 +25,7 @@
 mod common;
 mod harness;
 
+mod deny_cache;
 mod failover;
 mod isolation;
 mod locks;

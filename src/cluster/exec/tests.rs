@@ -1,6 +1,10 @@
 //! Unit tests of the retry decisions and reply parsing.
 
+use redis::Arg;
+
 use super::*;
+use crate::keys::KeySet;
+use crate::scripts::Script;
 
 fn server_error(text: &str) -> RedisError {
     match redis::parse_redis_value(format!("-{text}\r\n").as_bytes()).unwrap() {

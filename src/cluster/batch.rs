@@ -1,0 +1,435 @@
+//! [`Cluster::eval_many`]: one script over many key sets, one pipeline per
+//! master.
+//!
+//! The calls are grouped by the node the slot table names for their slot;
+//! each group is written to that node's multiplexed connection as one plain
+//! pipeline of `EVALSHA`s — not `MULTI`: every call stays its own atomic
+//! script, and one call's error aborts nothing else. The groups are sent
+//! concurrently, under one deadline. Then each reply is judged alone, by
+//! the rules of a single call (see `exec`):
+//!
+//! | reply | what happens |
+//! |---|---|
+//! | a value, or any other error of the script or the server | the call's result |
+//! | `NOSCRIPT` | not run: sent again to the same node in a second pipeline, behind one `SCRIPT LOAD` (one copy of the body per node, not one per call) |
+//! | `MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `LOADING`, `READONLY` | not run: handed with that reply to the single-call path (`exec::drive`), which follows it as [`Cluster::eval`] would — a `MOVED` updates the slot table — until the same deadline |
+//! | no reply by the deadline, or the connection broke | **may have run**: every call of that pipeline gets the transient error and is never resent |
+//! | the node is known down | nothing sent: every call of the group gets [`Error::NodeDown`] at once |
+//!
+//! Calls for a slot no node serves (yet) take the single-call path from
+//! the start, which waits for the cluster as `eval` does.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use redis::aio::ConnectionLike;
+use redis::{Cmd, FromRedisValue, Pipeline, RedisError, ToRedisArgs, Value};
+use tokio::time::Instant;
+
+use super::call::{connect, exchange};
+use super::exec::{self, Payload, Step, evalsha, next_step};
+use super::node::{Lane, Node};
+use super::router::Router;
+use super::{Cluster, convert};
+use crate::error::{Error, Result};
+use crate::keys::KeySet;
+use crate::scripts::Script;
+
+impl Cluster {
+    /// Runs `script` once per call — `KEYS` = the call's key set, `ARGV` =
+    /// its arguments — on the master owning that key set's slot, and
+    /// converts each reply to `T`. The results are in the order of `calls`.
+    ///
+    /// For checking many subjects at once (a gateway's batch of requests,
+    /// a batch job): the calls are grouped by master, each group is sent as
+    /// one pipeline, and all masters are sent to at once, so a batch costs
+    /// about one round trip to the slowest of its masters instead of one
+    /// per call.
+    ///
+    /// * **Atomic per call, not per batch.** Each call is its own script
+    ///   run (`EVALSHA` in a plain pipeline, not `MULTI`): atomic on its own
+    ///   key set, as with [`eval`](Self::eval). Other clients' commands may
+    ///   run between two calls, and one call's error leaves the others
+    ///   alone.
+    /// * **At most once**, as with `eval` (see [Timeouts and ambiguous
+    ///   outcomes](Cluster#timeouts-and-ambiguous-outcomes)). A call whose
+    ///   reply proves it did not run (`NOSCRIPT`, `MOVED`, `ASK`,
+    ///   `TRYAGAIN`, `CLUSTERDOWN`, …) is resent, alone, by `eval`'s
+    ///   machinery: redirects are followed and the slot table updated. When
+    ///   a master's pipeline gets no reply in time or its connection breaks,
+    ///   every call sent in it gets that transient error
+    ///   ([`Error::Timeout`], [`Error::Redis`]) — it may or may not have
+    ///   run — and is never resent. Calls on other masters are not
+    ///   affected. Calls for a master known down fail at once with
+    ///   [`Error::NodeDown`].
+    /// * **One deadline:** the whole batch, resends included, returns
+    ///   within [`command_timeout`](crate::ClusterBuilder::command_timeout).
+    /// * **Order:** the results are in the order of `calls`. On the server,
+    ///   a master runs its pipeline in the order given, and a call resent
+    ///   (after `NOSCRIPT` or a redirect) later; calls on different masters
+    ///   run in no particular order.
+    ///
+    /// With one server serving every slot (a standalone server, a Sentinel
+    /// primary) the batch is one pipeline. No calls: an empty `Vec`, and
+    /// nothing is sent.
+    ///
+    /// A master's pipeline is one long write on the connection every other
+    /// call to that master shares, so they wait behind it: split batches of
+    /// many thousands of calls if that matters.
+    ///
+    /// Values that carry their key set and arguments pass by reference,
+    /// e.g. checks of one rate limiter's
+    /// [`Invocation`](crate::limit::Invocation)s (which share its script):
+    /// `invocations.iter().map(|i| (&i.keys, &i.args))`.
+    ///
+    /// ```no_run
+    /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+    /// use shardlimit::{cluster::Script, keys::KeyId};
+    /// let script = Script::new(
+    ///     "hits",
+    ///     "local n = redis.call('INCR', KEYS[1]) redis.call('PEXPIRE', KEYS[1], ARGV[1]) return n",
+    /// );
+    /// let id = KeyId::new("demo", "hits")?;
+    /// let users = ["user:1", "user:2", "user:3"];
+    /// let key_sets = users
+    ///     .iter()
+    ///     .map(|user| cluster.keys().key_set(user, [&id]))
+    ///     .collect::<shardlimit::Result<Vec<_>>>()?;
+    /// let hits = cluster
+    ///     .eval_many::<i64, _>(&script, key_sets.iter().map(|keys| (keys, 60_000)))
+    ///     .await;
+    /// for (user, hits) in users.iter().zip(hits) {
+    ///     match hits {
+    ///         Ok(n) => println!("{user}: {n} hits"),
+    ///         // May or may not have counted: not retried.
+    ///         Err(err) if err.is_transient() => println!("{user}: unknown ({err})"),
+    ///         Err(err) => return Err(err),
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn eval_many<'k, T, A>(
+        &self,
+        script: &Script,
+        calls: impl IntoIterator<Item = (&'k KeySet, A)>,
+    ) -> Vec<Result<T>>
+    where
+        T: FromRedisValue,
+        A: ToRedisArgs,
+    {
+        let calls: Vec<Call> = calls
+            .into_iter()
+            .enumerate()
+            .map(|(index, (keys, args))| Call {
+                index,
+                slot: keys.slot(),
+                cmd: evalsha(script, keys, args),
+            })
+            .collect();
+        if calls.is_empty() {
+            return Vec::new();
+        }
+        // As in `exec::run`: a batch for nodes known down completes in one
+        // poll; spend budget so a caller looping on it still yields.
+        tokio::task::coop::consume_budget().await;
+        let op = script.name_cow();
+        let started = crate::metrics::Started::now();
+        let timeout = self.command_timeout();
+        let batch = Batch {
+            router: &self.inner.router,
+            op: &op,
+            script,
+            deadline: Instant::now() + timeout,
+            timeout,
+        };
+        batch
+            .run(calls)
+            .await
+            .into_iter()
+            .map(|reply| {
+                // Each call is counted as `eval` counts one, with the time
+                // the batch took.
+                self.inner.metrics.observe(&op, started, &reply);
+                reply.and_then(|value| convert(op.clone(), value))
+            })
+            .collect()
+    }
+}
+
+/// One call of a batch: its place in the input, its slot, its `EVALSHA`.
+struct Call {
+    index: usize,
+    slot: u16,
+    cmd: Cmd,
+}
+
+/// What every group of one batch shares.
+struct Batch<'a> {
+    router: &'a Router,
+    op: &'a Cow<'static, str>,
+    script: &'a Script,
+    deadline: Instant,
+    timeout: Duration,
+}
+
+/// Results by input index.
+type Done = Vec<(usize, Result<Value>)>;
+
+impl Batch<'_> {
+    /// Every call's reply, in input order.
+    async fn run(&self, calls: Vec<Call>) -> Vec<Result<Value>> {
+        let count = calls.len();
+        let (groups, unrouted) = by_owner(
+            calls,
+            |call| self.router.owner(call.slot),
+            |node| Arc::as_ptr(node).addr(),
+        );
+        let pipelined = join_all(
+            groups
+                .into_iter()
+                .map(|(node, calls)| self.on_node(node, calls)),
+        );
+        let alone = join_all(unrouted.into_iter().map(|call| self.resend(call, None)));
+        let (pipelined, alone) = futures::join!(pipelined, alone);
+        let mut results: Vec<Option<Result<Value>>> = (0..count).map(|_| None).collect();
+        for (index, result) in pipelined.into_iter().flatten().chain(alone) {
+            if let Some(slot) = results.get_mut(index) {
+                *slot = Some(result);
+            }
+        }
+        results
+            .into_iter()
+            .map(|result| {
+                // Every call is answered above; this only keeps a bug from
+                // becoming a panic.
+                result.unwrap_or_else(|| {
+                    Err(Error::UnexpectedReply {
+                        op: self.op.clone(),
+                        detail: "the batch lost this call".to_owned(),
+                    })
+                })
+            })
+            .collect()
+    }
+
+    /// One node's calls: one pipeline; the `NOSCRIPT`s again behind a
+    /// `SCRIPT LOAD`; what did not run, alone through the single-call path.
+    async fn on_node(&self, node: Arc<Node>, calls: Vec<Call>) -> Done {
+        let Round {
+            mut done,
+            reload,
+            mut resend,
+        } = self.round(&node, calls, false).await;
+        if !reload.is_empty() {
+            // A `NOSCRIPT` now (the cache flushed again, `SCRIPT LOAD`
+            // refused) takes the single path, which sends `EVAL`.
+            let second = self.round(&node, reload, true).await;
+            done.extend(second.done);
+            resend.extend(second.resend);
+        }
+        let resent = join_all(
+            resend
+                .into_iter()
+                .map(|(call, replied)| self.resend(call, Some(replied))),
+        )
+        .await;
+        done.extend(resent);
+        done
+    }
+
+    /// Sends `calls` to `node` as one pipeline (behind `SCRIPT LOAD` if
+    /// `load`) and sorts the replies.
+    async fn round(&self, node: &Arc<Node>, calls: Vec<Call>, load: bool) -> Round {
+        let mut pipe = redis::pipe();
+        if load {
+            pipe.cmd("SCRIPT").arg("LOAD").arg(self.script.code());
+        }
+        let skip = pipe.len();
+        let mut sent = Vec::with_capacity(calls.len());
+        for call in calls {
+            // The pipeline owns the commands; the few sent again are
+            // copied back out of it.
+            pipe.add_command(call.cmd);
+            sent.push((call.index, call.slot));
+        }
+        let mut round = Round::default();
+        let replies = match self.send(node, &pipe, skip).await {
+            Ok(replies) => replies,
+            Err(err) => {
+                round.done = sent
+                    .into_iter()
+                    .map(|(index, slot)| (index, Err(for_slot(&err, slot))))
+                    .collect();
+                return round;
+            }
+        };
+        let cmds = pipe.cmd_iter().skip(skip);
+        for (((index, slot), cmd), reply) in sent.into_iter().zip(cmds).zip(replies) {
+            let again = || Call {
+                index,
+                slot,
+                cmd: cmd.clone(),
+            };
+            match judge(reply, load) {
+                Verdict::Done(result) => {
+                    let result = result.map_err(|source| Error::Redis {
+                        op: self.op.clone(),
+                        slot: Some(slot),
+                        source,
+                    });
+                    round.done.push((index, result));
+                }
+                Verdict::Reload => round.reload.push(again()),
+                Verdict::Resend(replied) => round.resend.push((again(), replied)),
+            }
+        }
+        round
+    }
+
+    /// Writes `pipe` to `node` and returns its replies after the first
+    /// `skip` (server errors as values), or why there are none.
+    async fn send(&self, node: &Arc<Node>, pipe: &Pipeline, skip: usize) -> Result<Vec<Value>> {
+        let (router, op, deadline, timeout) = (self.router, self.op, self.deadline, self.timeout);
+        let live = connect(router, node, Lane::Shared, deadline, op, None, timeout).await?;
+        let mut conn = live.conn.clone();
+        let count = pipe.len().saturating_sub(skip);
+        let sent = conn.req_packed_commands(pipe, skip, count);
+        match exchange(router, node, &live, deadline, timeout, sent).await {
+            Ok(Ok(replies)) if replies.len() == count => Ok(replies),
+            Ok(Ok(replies)) => Err(Error::UnexpectedReply {
+                op: op.clone(),
+                detail: format!("{} replies to a pipeline of {count} calls", replies.len()),
+            }),
+            // A plain pipeline's server errors are values: this is the
+            // client failing to read the replies, so they may have run.
+            Ok(Err(source)) => Err(Error::Redis {
+                op: op.clone(),
+                slot: None,
+                source,
+            }),
+            Err(lost) => Err(lost.into_error(op, None, timeout)),
+        }
+    }
+
+    /// `call` through the single-call path until the batch's deadline;
+    /// `replied` is the reply of its first attempt, which proved it did not
+    /// run (`None`: not sent yet).
+    async fn resend(&self, call: Call, replied: Option<RedisError>) -> (usize, Result<Value>) {
+        let payload = Payload::evalsha(self.script, call.cmd);
+        let result = exec::drive(
+            self.router,
+            self.op,
+            call.slot,
+            payload,
+            replied,
+            self.deadline,
+            self.timeout,
+        )
+        .await;
+        (call.index, result)
+    }
+}
+
+/// The calls of one pipeline, sorted by their replies.
+#[derive(Default)]
+struct Round {
+    done: Done,
+    /// `NOSCRIPT` in the first round.
+    reload: Vec<Call>,
+    /// Did not run; for the single-call path, with the reply.
+    resend: Vec<(Call, RedisError)>,
+}
+
+/// What one reply in a pipeline means for its call.
+#[derive(Debug)]
+enum Verdict {
+    /// The call's result: it ran (or failed in a way resending cannot fix).
+    Done(Result<Value, RedisError>),
+    /// `NOSCRIPT` in a first round: load the script, send it again.
+    Reload,
+    /// Proven not run: resend through the single-call path with this reply.
+    Resend(RedisError),
+}
+
+/// Judges one reply by `exec`'s rules for a single call; `reloaded`: the
+/// script was just loaded on that node.
+fn judge(reply: Value, reloaded: bool) -> Verdict {
+    let err = match reply.extract_error() {
+        Ok(value) => return Verdict::Done(Ok(value)),
+        Err(err) => err,
+    };
+    match next_step(&err, 0) {
+        Step::Reload if !reloaded => Verdict::Reload,
+        Step::Reload | Step::Redirect(_) | Step::Backoff => Verdict::Resend(err),
+        Step::Fail => Verdict::Done(Err(err)),
+    }
+}
+
+/// `items` grouped by `owner` (groups told apart by `id`), in the order
+/// each owner is first met, items in input order; and the items no owner
+/// serves.
+fn by_owner<I, N, K: Hash + Eq>(
+    items: impl IntoIterator<Item = I>,
+    owner: impl Fn(&I) -> Option<N>,
+    id: impl Fn(&N) -> K,
+) -> (Vec<(N, Vec<I>)>, Vec<I>) {
+    let mut groups: Vec<(N, Vec<I>)> = Vec::new();
+    let mut index: HashMap<K, usize> = HashMap::new();
+    let mut unowned = Vec::new();
+    for item in items {
+        let Some(node) = owner(&item) else {
+            unowned.push(item);
+            continue;
+        };
+        let at = *index.entry(id(&node)).or_insert_with(|| {
+            groups.push((node, Vec::new()));
+            groups.len() - 1
+        });
+        if let Some((_, group)) = groups.get_mut(at) {
+            group.push(item);
+        }
+    }
+    (groups, unowned)
+}
+
+/// A whole pipeline's error (`connect`'s or the send's), for one of its
+/// calls.
+fn for_slot(err: &Error, slot: u16) -> Error {
+    let slot = Some(slot);
+    match err {
+        Error::Timeout { op, timeout, .. } => Error::Timeout {
+            op: op.clone(),
+            slot,
+            timeout: *timeout,
+        },
+        Error::NodeDown {
+            op, node, down_for, ..
+        } => Error::NodeDown {
+            op: op.clone(),
+            slot,
+            node: node.clone(),
+            down_for: *down_for,
+        },
+        Error::Redis { op, source, .. } => Error::Redis {
+            op: op.clone(),
+            slot,
+            source: source.clone(),
+        },
+        Error::UnexpectedReply { op, detail } => Error::UnexpectedReply {
+            op: op.clone(),
+            detail: detail.clone(),
+        },
+        // `connect` and `send` fail in no other way.
+        other => Error::UnexpectedReply {
+            op: Cow::Borrowed("eval_many"),
+            detail: other.to_string(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,107 @@
+//! [`Payload`]: what one slot-pinned operation sends — a script (`EVALSHA`,
+//! `EVAL` after a `NOSCRIPT`) or a transaction.
+
+use redis::{Arg, Cmd, ToRedisArgs};
+
+use crate::cluster::node::Lane;
+use crate::cluster::transaction::Transaction;
+use crate::keys::KeySet;
+use crate::scripts::Script;
+
+/// `EVALSHA sha1 numkeys keys… args…`: `script` with `KEYS` = `keys` and
+/// `ARGV` = `args`.
+pub(crate) fn evalsha(script: &Script, keys: &KeySet, args: impl ToRedisArgs) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.sha1()).arg(keys.len());
+    for key in keys.keys() {
+        cmd.arg(key);
+    }
+    cmd.arg(args);
+    cmd
+}
+
+/// What is being sent.
+pub(crate) enum Payload<'a> {
+    Script {
+        script: &'a Script,
+        /// `EVALSHA`, replaced by `EVAL` after a `NOSCRIPT`.
+        cmd: Cmd,
+        sent_body: bool,
+        /// A command sent right behind the script on the same connection,
+        /// in the same pipeline (`WAIT` after a lock's write).
+        then: Option<Cmd>,
+    },
+    Transaction {
+        tx: &'a Transaction,
+        keys: &'a KeySet,
+    },
+}
+
+impl<'a> Payload<'a> {
+    /// `EVALSHA` of `script` with `KEYS` = `keys` and `ARGV` = `args`.
+    pub(crate) fn script(script: &'a Script, keys: &KeySet, args: impl ToRedisArgs) -> Self {
+        Payload::evalsha(script, evalsha(script, keys, args))
+    }
+
+    /// `cmd`, an `EVALSHA` of `script` made by [`evalsha`].
+    pub(crate) fn evalsha(script: &'a Script, cmd: Cmd) -> Self {
+        Payload::Script {
+            script,
+            cmd,
+            sent_body: false,
+            then: None,
+        }
+    }
+
+    /// Sends `then` right behind the script, on the same connection; the
+    /// reply becomes `[script reply, then reply]`.
+    pub(crate) fn then(mut self, next: Cmd) -> Self {
+        if let Payload::Script { then, .. } = &mut self {
+            *then = Some(next);
+        }
+        self
+    }
+
+    /// A script followed by a command (a lock's `WAIT`) may block on the
+    /// server: it gets the node's blocking connection.
+    pub(super) fn lane(&self) -> Lane {
+        match self {
+            Payload::Script { then: Some(_), .. } => Lane::Blocking,
+            _ => Lane::Shared,
+        }
+    }
+
+    pub(super) fn queued_commands(&self) -> usize {
+        match self {
+            Payload::Script { .. } => 0,
+            Payload::Transaction { tx, .. } => tx.len(),
+        }
+    }
+
+    /// After `NOSCRIPT`: switch to `EVAL`. False if that was already done.
+    pub(super) fn fall_back_to_eval(&mut self) -> bool {
+        let Payload::Script {
+            script,
+            cmd,
+            sent_body,
+            ..
+        } = self
+        else {
+            return false;
+        };
+        if *sent_body {
+            return false;
+        }
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(script.code());
+        // Skip "EVALSHA" and the SHA1; keep numkeys, keys and args.
+        for arg in cmd.args_iter().skip(2) {
+            if let Arg::Simple(bytes) = arg {
+                eval.arg(bytes);
+            }
+        }
+        *cmd = eval;
+        *sent_body = true;
+        true
+    }
+}

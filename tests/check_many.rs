@@ -1,0 +1,126 @@
+//! `RateLimiter::check_many` against the six-node cluster: per-request
+//! results in order, per-request errors, counting, and the deny cache.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::num::NonZeroU32;
+use std::time::{Duration, Instant};
+
+use shardlimit::{Algorithm, Error, Quota, RateLimiter};
+
+fn nz(n: u32) -> NonZeroU32 {
+    NonZeroU32::new(n).unwrap()
+}
+
+#[tokio::test]
+async fn a_batch_decides_each_request_as_a_single_check_would() {
+    let cluster = common::cluster("many").await;
+    for algorithm in Algorithm::ALL {
+        let l = RateLimiter::builder(&cluster, "many", Quota::per_hour(nz(5)))
+            .algorithm(algorithm)
+            .build()
+            .unwrap();
+        // 120 subjects over every master, costs 1 to 5 by position.
+        let subjects: Vec<String> = (0..120).map(|i| format!("user:{i}")).collect();
+        let batch: Vec<(&str, u32)> = subjects
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.as_str(), (i % 5) as u32 + 1))
+            .collect();
+        let first = l.check_many(&batch).await;
+        assert_eq!(first.len(), batch.len());
+        for ((subject, cost), d) in batch.iter().zip(&first) {
+            let d = d.as_ref().unwrap();
+            assert!(d.allowed, "{algorithm} {subject}: {d:?}");
+            assert_eq!(d.remaining, 5 - cost, "{algorithm} {subject}");
+        }
+        // Again: only those with room left for their cost are admitted.
+        let second = l.check_many(&batch).await;
+        for ((subject, cost), d) in batch.iter().zip(&second) {
+            let d = d.as_ref().unwrap();
+            assert_eq!(
+                d.allowed,
+                2 * cost <= 5,
+                "{algorithm} {subject} cost {cost}"
+            );
+        }
+        // What each subject holds agrees with single peeks.
+        for ((subject, cost), d) in batch.iter().zip(&second).take(10) {
+            let expected = if d.as_ref().unwrap().allowed {
+                5 - 2 * cost
+            } else {
+                5 - cost
+            };
+            assert_eq!(l.peek(subject).await.unwrap().remaining, expected);
+        }
+    }
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
+#[tokio::test]
+async fn a_bad_request_fails_alone_and_outcomes_are_counted_per_request() {
+    let cluster = common::cluster("many-bad").await;
+    let l = RateLimiter::builder(&cluster, "bad", Quota::per_hour(nz(1)))
+        .build()
+        .unwrap();
+    let long = "x".repeat(2000);
+    let batch = [
+        ("a", 1),
+        ("", 1),
+        ("b", 0),
+        ("c", 2),
+        (long.as_str(), 1),
+        ("a", 1),
+        ("d", 1),
+    ];
+    let results = l.check_many(&batch).await;
+    assert!(results[0].as_ref().unwrap().allowed);
+    assert!(matches!(results[1], Err(Error::EmptySubject)));
+    assert!(matches!(
+        results[2],
+        Err(Error::InvalidCost { cost: 0, .. })
+    ));
+    assert!(matches!(
+        results[3],
+        Err(Error::InvalidCost { cost: 2, max: 1 })
+    ));
+    assert!(matches!(results[4], Err(Error::SubjectTooLong { .. })));
+    // The same subject twice in one batch: both run, in order.
+    assert!(!results[5].as_ref().unwrap().allowed);
+    assert!(results[6].as_ref().unwrap().allowed);
+    let s = cluster.stats().get("gcra", "bad").cloned().unwrap();
+    assert_eq!((s.allowed, s.denied, s.errors), (2, 1, 4));
+    assert!(l.check_many::<&str>(&[]).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_batch_is_answered_from_the_deny_cache_where_it_can() {
+    let cluster = common::cluster("many-cache").await;
+    let l = RateLimiter::builder(&cluster, "cached", Quota::per_hour(nz(1)))
+        .deny_cache(1000)
+        .build()
+        .unwrap();
+    let batch: Vec<(String, u32)> = (0..50).map(|i| (format!("bot:{i}"), 1)).collect();
+    for d in l.check_many(&batch).await {
+        assert!(d.unwrap().allowed);
+    }
+    // Denied by Redis (and cached once the subscription is live), then
+    // from the cache.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let results = l.check_many(&batch).await;
+        let decisions: Vec<_> = results.into_iter().map(Result::unwrap).collect();
+        assert!(decisions.iter().all(|d| !d.allowed));
+        if decisions.iter().all(|d| d.cached) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the batch was never answered from the cache"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let s = cluster.stats().get("gcra", "cached").cloned().unwrap();
+    assert!(s.denied_cached >= 50, "{s:?}");
+}
