@@ -79,17 +79,21 @@ impl Reply {
 
     /// One decision, or its error.
     pub(crate) fn decision<E: std::fmt::Display>(result: Result<&shardlimit::Decision, E>) -> Self {
-        let mut reply = Reply::empty();
-        reply.push(result);
-        reply
+        Reply::decisions([result])
     }
 
-    /// Adds one more decision of the same call.
-    pub(crate) fn push<E: std::fmt::Display>(&mut self, result: Result<&shardlimit::Decision, E>) {
-        match result {
-            Ok(d) => add(&mut self.outcome, Outcome::of(d)),
-            Err(e) => self.fail(e),
+    /// The decisions of one call (a batch), or their errors.
+    pub(crate) fn decisions<'a, E: std::fmt::Display>(
+        results: impl IntoIterator<Item = Result<&'a shardlimit::Decision, E>>,
+    ) -> Self {
+        let mut reply = Reply::empty();
+        for result in results {
+            match result {
+                Ok(d) => add(&mut reply.outcome, Outcome::of(d)),
+                Err(e) => reply.fail(e),
+            }
         }
+        reply
     }
 
     fn fail(&mut self, e: impl std::fmt::Display) {

@@ -38,6 +38,7 @@
 
 mod args;
 mod attack;
+mod batch;
 mod commandstats;
 mod compare;
 mod drive;
@@ -101,8 +102,13 @@ pub(crate) async fn run(args: Args) {
         let direct = Contender::single("direct", direct, &args);
         return compare(&args, &sampler, layer, Some(direct)).await;
     }
-    if args.workload.as_deref() == Some("attack") {
-        return attack::attack(&cluster, &args).await;
+    match args.workload.as_deref() {
+        Some("attack") => return attack::attack(&cluster, &args).await,
+        Some(other) => panic!("unknown workload {other:?} (`attack`)"),
+        None => {}
+    }
+    if let Some(per_call) = args.batch {
+        return batch::batch(&cluster, &args, per_call).await;
     }
     let target = target(&cluster, &args);
     if let Some(n) = args.populate {
