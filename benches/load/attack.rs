@@ -210,17 +210,10 @@ impl Setup<'_> {
             settle,
         };
         let (lib, nocache) = (contender("lib", lib), contender("nocache", nocache));
-        let mut probe = CommandProbe {
-            masters: &mut self.masters,
-            before: None,
-            rounds: [Vec::new(), Vec::new()],
-        };
+        let mut probe = CommandProbe::new(&mut self.masters);
         let sampler = &self.sampler;
         let (a, b) = rounds(self.args, sampler, &lib, Some(&nocache), &mut probe).await;
-        let costs = [
-            Costs::new(&a, &probe.rounds[0]),
-            Costs::new(&b, &probe.rounds[1]),
-        ];
+        let costs = probe.costs(&a, &b);
         Phase {
             sides: [a, b],
             costs,

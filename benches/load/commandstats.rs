@@ -146,10 +146,28 @@ fn parse(line: &str) -> Option<(String, Count)> {
 
 /// `INFO commandstats` of the masters around each round.
 pub(crate) struct CommandProbe<'m> {
-    pub(crate) masters: &'m mut Masters,
-    pub(crate) before: Option<Calls>,
+    masters: &'m mut Masters,
+    before: Option<Calls>,
     /// Per side, each round's calls (`None`: not measured).
-    pub(crate) rounds: [Vec<Option<Calls>>; 2],
+    rounds: [Vec<Option<Calls>>; 2],
+}
+
+impl<'m> CommandProbe<'m> {
+    pub(crate) fn new(masters: &'m mut Masters) -> Self {
+        CommandProbe {
+            masters,
+            before: None,
+            rounds: [Vec::new(), Vec::new()],
+        }
+    }
+
+    /// What each side's rounds cost Redis.
+    pub(crate) fn costs(&self, a: &Side, b: &Side) -> [Costs; 2] {
+        [
+            Costs::new(a, &self.rounds[0]),
+            Costs::new(b, &self.rounds[1]),
+        ]
+    }
 }
 
 impl Probe for CommandProbe<'_> {
@@ -179,7 +197,7 @@ pub(crate) struct Costs {
 }
 
 impl Costs {
-    pub(crate) fn new(side: &Side, calls: &[Option<Calls>]) -> Self {
+    fn new(side: &Side, calls: &[Option<Calls>]) -> Self {
         let decisions = |i: usize| side.outcomes[i].decisions().max(1) as f64;
         let server = |f: &dyn Fn(&Calls) -> u64, per: &dyn Fn(usize) -> f64| {
             let v: Vec<f64> = calls
