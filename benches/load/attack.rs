@@ -7,8 +7,10 @@
 //! they share no state), the same algorithm and quota; `lib` has
 //! `.deny_cache(max(10000, n/50))` (`--deny-cache`), room for every attacker.
 //!
-//! **Calibration.** A warm-up of the uncached side under the never-denying
-//! `--limit` measures its throughput `R0`. For a phase run at `R`
+//! **Calibration.** After a warm-up of both sides under the never-denying
+//! `--limit`, the uncached side's throughput is measured, and measured
+//! again under the quota that gives (denials are cheaper than the
+//! admissions of the first measurement): that is `R0`. For a phase run at `R`
 //! decisions per second an attacker sends `a = share · R / attackers` per
 //! second, and both limiters get the rate `a / --overload` through
 //! `set_quota`, as `L` per `P` with `L = max(10, round(rate))`: a whole
@@ -20,6 +22,11 @@
 //! each round is preceded by `P / (overload - 1)` of unmeasured load, the
 //! time the uncached side takes to drain that at its excess rate: the
 //! rounds measure the attack's steady state, not the start of a new one.
+//! That refill also puts every attacker's admissions on the same phase of
+//! their cycle (a GCRA's emission interval `P / L`, a window), so a round
+//! is a whole number of cycles (at least `--round-secs`): a shorter one
+//! would catch the admissions of part of a cycle, not their average. The
+//! attackers' overload as measured on each side is printed with the quota.
 //!
 //! **Closed loop.** Every task sends its next request when the last one is
 //! answered: this measures the most decisions per second each side makes
@@ -99,10 +106,12 @@ pub(crate) async fn attack(cluster: &Cluster, args: &Args) {
     };
     let warmup = Duration::from_secs_f64(args.warmup_secs);
     let shape = Shape::single(args.concurrency);
-    let calibrating = drive("calibrating", warmup, None, shape, &sampler, call(&nocache));
-    let r0 = calibrating.await.rate;
-    eprintln!();
-
+    // Both sides once under the never-denying quota first (connections,
+    // scripts loaded, the cache's subscriptions live), so the calibration
+    // measures the uncached side's steady throughput.
+    for (name, limiter) in [("warm-up lib", &lib), ("warm-up nocache", &nocache)] {
+        drive(name, warmup, None, shape, &sampler, call(limiter)).await;
+    }
     let mut setup = Setup {
         args,
         sampler,
@@ -110,6 +119,21 @@ pub(crate) async fn attack(cluster: &Cluster, args: &Args) {
         attackers,
         masters: Masters::connect(cluster).await,
     };
+    // Under the attack most of the uncached side's checks are denials,
+    // which write nothing and run faster than the admissions of the
+    // never-denying quota: measure again under the quota the first
+    // measurement gives, and calibrate from that.
+    let mut r0 = 0.0;
+    for pass in ["calibrating", "calibrating under attack"] {
+        if r0 > 0.0 {
+            let quota = setup.quota(r0).0;
+            nocache.set_quota(quota).unwrap();
+        }
+        let calibrating = drive(pass, warmup, None, shape, &setup.sampler, call(&nocache));
+        r0 = calibrating.await.rate;
+    }
+    eprintln!();
+
     let calls = [call(&lib), call(&nocache)];
     let closed = setup.phase(r0, shape, calls.clone()).await;
     let offered = args.paced_share * r0;
@@ -124,7 +148,8 @@ pub(crate) async fn attack(cluster: &Cluster, args: &Args) {
     let (mut table, mut report) = summary(args, ("lib", a), Some(("nocache", b)));
     let title = format!(
         "closed loop, {} tasks, the uncached side calibrated at {r0:.0} decisions/s\n{}\n",
-        args.concurrency, closed.quota_line
+        args.concurrency,
+        closed.lines()
     );
     table.insert_str(0, &title);
     closed.tables(&mut table);
@@ -132,7 +157,7 @@ pub(crate) async fn attack(cluster: &Cluster, args: &Args) {
     report["attack_share"] = json!(args.attack_share);
     report["deny_cache_entries"] = json!(entries);
     report["calibration_decisions_per_sec"] = json!(r0);
-    report["quota"] = quota_json(closed.quota, closed.settle);
+    report["quota"] = closed.quota_json();
     for (i, name) in NAMES.iter().enumerate() {
         report[*name]["redis"] = closed.costs[i].json();
         report[*name]["normal_users"] = normal_json(&closed.sides[i]);
@@ -145,7 +170,7 @@ pub(crate) async fn attack(cluster: &Cluster, args: &Args) {
              (cpu µs/dec includes the pacing timers)\n{}",
             args.paced_share * 100.0,
             paced_shape.tasks,
-            paced.quota_line,
+            paced.lines(),
         )
         .unwrap();
         table.push_str(&header());
@@ -202,7 +227,16 @@ impl Setup<'_> {
             .period()
             .div_f64((self.args.overload - 1.0).max(1.0))
             .max(Duration::from_millis(200));
-        eprintln!("{quota_line}; settling {settle:.2?} before each round");
+        // An attacker is admitted on a fixed grid (a GCRA's emission
+        // interval, a window), whose phase the refill above sets alike for
+        // all of them: a round shorter than that cycle would catch the
+        // admissions of a part of it, not their average. Whole cycles do.
+        let cycle = cycle(self.limiters[0].algorithm(), quota);
+        let cycles = (self.args.round_secs / cycle.as_secs_f64()).ceil().max(1.0);
+        let round = cycle.mul_f64(cycles);
+        let mut args = self.args.clone();
+        args.round_secs = round.as_secs_f64();
+        eprintln!("{quota_line}; settling {settle:.2?} before each round of {round:.2?}");
         let contender = |name, call| Contender {
             name,
             call,
@@ -211,15 +245,23 @@ impl Setup<'_> {
         };
         let (lib, nocache) = (contender("lib", lib), contender("nocache", nocache));
         let mut probe = CommandProbe::new(&mut self.masters);
-        let sampler = &self.sampler;
-        let (a, b) = rounds(self.args, sampler, &lib, Some(&nocache), &mut probe).await;
+        let (a, b) = rounds(&args, &self.sampler, &lib, Some(&nocache), &mut probe).await;
         let costs = probe.costs(&a, &b);
+        // How far over their limit the attackers really were, per side.
+        let limit_rate = f64::from(quota.limit().get()) / quota.period().as_secs_f64();
+        let overload = |side: &Side| {
+            let normal = side.normal.as_ref().map_or(0, |n| n.outcome.decisions());
+            let secs: f64 = side.secs.iter().sum();
+            (side.outcome.decisions() - normal) as f64 / secs / self.attackers as f64 / limit_rate
+        };
         Phase {
+            overloads: [overload(&a), overload(&b)],
             sides: [a, b],
             costs,
             quota,
             quota_line,
             settle,
+            round,
         }
     }
 
@@ -250,12 +292,14 @@ impl Setup<'_> {
     }
 }
 
-fn quota_json(quota: Quota, settle: Duration) -> serde_json::Value {
-    json!({
-        "limit": quota.limit().get(),
-        "period_ms": quota.period().as_millis() as u64,
-        "settle_ms": settle.as_millis() as u64,
-    })
+/// What repeats in an overloaded subject's admissions under `quota`: a
+/// window, or a log's oldest entry leaving (the period); else one unit's
+/// worth of the rate (period / limit).
+fn cycle(algorithm: Algorithm, quota: Quota) -> Duration {
+    match algorithm {
+        Algorithm::FixedWindow | Algorithm::SlidingLog => quota.period(),
+        _ => quota.period() / quota.limit().get(),
+    }
 }
 
 /// Both sides' rounds in one way of driving them, and what they cost Redis.
@@ -265,6 +309,9 @@ struct Phase {
     quota: Quota,
     quota_line: String,
     settle: Duration,
+    round: Duration,
+    /// The attackers' requests per second over their limit, per side.
+    overloads: [f64; 2],
 }
 
 impl Phase {
@@ -351,10 +398,30 @@ impl Phase {
         ]
     }
 
+    /// The quota, the rounds, and how far over their limit the attackers
+    /// were.
+    fn lines(&self) -> String {
+        format!(
+            "{}\nrounds of {:.2?} (whole cycles of the quota), each after {:.2?} of settling; \
+             attackers measured at {:.1}× their limit on lib, {:.1}× on nocache",
+            self.quota_line, self.round, self.settle, self.overloads[0], self.overloads[1]
+        )
+    }
+
+    fn quota_json(&self) -> serde_json::Value {
+        json!({
+            "limit": self.quota.limit().get(),
+            "period_ms": self.quota.period().as_millis() as u64,
+            "settle_ms": self.settle.as_millis() as u64,
+            "round_ms": self.round.as_millis() as u64,
+            "attackers_over_their_limit": { "lib": self.overloads[0], "nocache": self.overloads[1] },
+        })
+    }
+
     fn json(&self, offered: f64) -> serde_json::Value {
         let mut json = json!({
             "offered_decisions_per_sec": offered,
-            "quota": quota_json(self.quota, self.settle),
+            "quota": self.quota_json(),
         });
         for (i, name) in NAMES.iter().enumerate() {
             json[*name] = self.sides[i].json();
