@@ -37,8 +37,38 @@ pub(crate) struct Args {
     pub(crate) warmup_secs: f64,
     /// `raw`: interleave rounds of bare redis-rs running the same script.
     /// `plain`: interleave rounds of the library against `--plain-nodes`.
+    /// `nocache`: with `--workload attack`, the same limiter without a deny
+    /// cache (the default there). `single`: with `--batch`, single checks
+    /// (the default there).
     #[arg(long)]
     pub(crate) baseline: Option<String>,
+    /// `attack`: 1% of the subjects send `--attack-share` of the requests at
+    /// `--overload` times their limit; the library with a deny cache against
+    /// the same limiter without one (see attack.rs).
+    #[arg(long)]
+    pub(crate) workload: Option<String>,
+    /// With `--workload attack`: the attackers' share of the requests.
+    #[arg(long, default_value_t = 0.9)]
+    pub(crate) attack_share: f64,
+    /// With `--workload attack`: how many times their limit the attackers
+    /// send at the uncached side's throughput.
+    #[arg(long, default_value_t = 10.0)]
+    pub(crate) overload: f64,
+    /// With `--workload attack`: after the closed-loop rounds, paced rounds
+    /// offering both sides this share of the uncached side's calibrated
+    /// throughput, on 4 × `--concurrency` tasks (0: none).
+    #[arg(long, default_value_t = 0.5)]
+    pub(crate) paced_share: f64,
+    /// With `--workload attack`: the deny cache's entries; default
+    /// max(10000, subjects / 50), room for every attacker.
+    #[arg(long)]
+    pub(crate) deny_cache: Option<u64>,
+    /// `check_many` with this many subjects per call, against single checks
+    /// at the same decisions in flight: `--concurrency / batch` tasks of
+    /// one batch each against `--concurrency` tasks of one check each (see
+    /// batch.rs).
+    #[arg(long)]
+    pub(crate) batch: Option<usize>,
     /// Seed URLs (comma-separated) of the plaintext cluster for
     /// `--baseline plain`.
     #[arg(long)]

@@ -19,6 +19,14 @@
 //!   against a plaintext cluster of the same redis-server build, and reports
 //!   the tls/plain ratios of the same run (see README, "Production
 //!   connections").
+//! * `--workload attack --baseline nocache` (the baseline is implied): 1%
+//!   of the subjects send 90% of the requests at 10× their limit; the
+//!   limiter with a deny cache against the same limiter without one, with
+//!   the Redis commands each costs and the normal users' latency (see
+//!   attack.rs).
+//! * `--batch 64 --baseline single` (the baseline is implied):
+//!   `check_many` of 64 subjects per call against single checks at the
+//!   same number of decisions in flight (see batch.rs).
 //! * `--populate N` measures memory: `used_memory` summed over the masters
 //!   before and after creating N limiters (one operation per subject),
 //!   divided by N, next to N minimal raw keys of the same value and TTL.
@@ -29,6 +37,9 @@
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 mod args;
+mod attack;
+mod batch;
+mod commandstats;
 mod compare;
 mod drive;
 mod memory;
@@ -43,7 +54,7 @@ use clap::Parser;
 use shardlimit::Cluster;
 
 use crate::args::Args;
-use crate::compare::compare;
+use crate::compare::{Contender, compare};
 use crate::drive::Sampler;
 use crate::memory::populate;
 use crate::raw::Raw;
@@ -87,7 +98,17 @@ pub(crate) async fn run(args: Args) {
         };
         let (layer, direct) = http_layer::calls(limiter);
         let sampler = Sampler::new(&args);
-        return compare(&args, &sampler, ("layer", layer), Some(("direct", direct))).await;
+        let layer = Contender::single("layer", layer, &args);
+        let direct = Contender::single("direct", direct, &args);
+        return compare(&args, &sampler, layer, Some(direct)).await;
+    }
+    match args.workload.as_deref() {
+        Some("attack") => return attack::attack(&cluster, &args).await,
+        Some(other) => panic!("unknown workload {other:?} (`attack`)"),
+        None => {}
+    }
+    if let Some(per_call) = args.batch {
+        return batch::batch(&cluster, &args, per_call).await;
     }
     let target = target(&cluster, &args);
     if let Some(n) = args.populate {
@@ -106,16 +127,20 @@ pub(crate) async fn run(args: Args) {
             .await
             .expect("the plaintext cluster of --plain-nodes");
         let plain = self::target(&plain, &args);
-        let tls = move |k| lib_call(target.clone(), k);
-        let plain = move |k| lib_call(plain.clone(), k);
-        return compare(&args, &sampler, ("tls", tls), Some(("plain", plain))).await;
+        let tls = move |k: &[u64]| lib_call(target.clone(), k[0]);
+        let plain = move |k: &[u64]| lib_call(plain.clone(), k[0]);
+        let (tls, plain) = (
+            Contender::single("tls", tls, &args),
+            Contender::single("plain", plain, &args),
+        );
+        return compare(&args, &sampler, tls, Some(plain)).await;
     }
     let raw = match args.baseline.as_deref() {
         Some("raw") => Some(Arc::new(Raw::new(&cluster, &target).await)),
         Some(other) => panic!("unknown baseline {other:?} (`raw` or `plain`)"),
         None => None,
     };
-    let lib = move |k| lib_call(target.clone(), k);
-    let raw = raw.map(|raw| ("raw", move |k| raw.call(k)));
-    compare(&args, &sampler, ("lib", lib), raw).await;
+    let lib = move |k: &[u64]| lib_call(target.clone(), k[0]);
+    let raw = raw.map(|raw| Contender::single("raw", move |k: &[u64]| raw.call(k[0]), &args));
+    compare(&args, &sampler, Contender::single("lib", lib, &args), raw).await;
 }

@@ -9,7 +9,7 @@ use serde_json::json;
 use shardlimit::Cluster;
 
 use crate::args::Args;
-use crate::drive::{Outcome, Sampler, add, drive};
+use crate::drive::{Outcome, Sampler, Shape, add, drive, process_cpu};
 use crate::raw::bare_connection;
 use crate::report::{new_hist, write_report};
 use crate::target::{Target, lib_call, lib_call_keep};
@@ -20,6 +20,7 @@ pub(crate) async fn populate(cluster: &Cluster, target: &Target, args: &Args, n:
     let before = used_memory(cluster).await;
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
+    let cpu_started = process_cpu();
     let mut hist = new_hist();
     let mut outcome = Outcome::default();
     let tasks: Vec<_> = (0..args.concurrency)
@@ -69,6 +70,7 @@ pub(crate) async fn populate(cluster: &Cluster, target: &Target, args: &Args, n:
     }
     progress.abort();
     let elapsed = started.elapsed().as_secs_f64();
+    let cpu_us = (process_cpu() - cpu_started).as_secs_f64() * 1e6 / n.max(1) as f64;
     eprintln!();
     tokio::time::sleep(Duration::from_secs(1)).await;
     let after = used_memory(cluster).await;
@@ -106,17 +108,18 @@ pub(crate) async fn populate(cluster: &Cluster, target: &Target, args: &Args, n:
     let sampler = Sampler::new(&check_args);
     let checks = {
         let target = target.clone();
-        move |k| lib_call(target.clone(), k)
+        move |k: &[u64]| lib_call(target.clone(), k[0])
     };
-    let (check_rate, check_hist, check_outcome, _) = drive(
+    let checked = drive(
         "checking",
         Duration::from_secs_f64(args.round_secs * args.rounds as f64),
         None,
-        &check_args,
+        Shape::single(args.concurrency),
         &sampler,
         checks,
     )
     .await;
+    let (check_rate, check_hist, check_outcome) = (checked.rate, &checked.hist, checked.outcome);
     eprintln!();
 
     let report = json!({
@@ -125,6 +128,8 @@ pub(crate) async fn populate(cluster: &Cluster, target: &Target, args: &Args, n:
         "errors": outcome.errors,
         "seconds": elapsed,
         "populate_per_sec": (n as f64) / elapsed,
+        "populate_cpu_us_per_op": cpu_us,
+        "raw_keys_cpu_us_per_op": raw.cpu_us,
         "p50_us": hist.value_at_quantile(0.5),
         "p99_us": hist.value_at_quantile(0.99),
         "used_memory_before": before,
@@ -145,14 +150,16 @@ pub(crate) async fn populate(cluster: &Cluster, target: &Target, args: &Args, n:
         "check_p50_us": check_hist.value_at_quantile(0.5),
         "check_p99_us": check_hist.value_at_quantile(0.99),
         "check_errors": check_outcome.errors,
+        "check_cpu_us_per_decision": checked.cpu_us,
     });
     println!(
-        "populated {n} {} limiters in {elapsed:.1} s ({:.0}/s, p50 {:?}, p99 {:?}, {} errors)\n\
+        "populated {n} {} limiters in {elapsed:.1} s ({:.0}/s, client CPU {cpu_us:.1} µs per operation, p50 {:?}, p99 {:?}, {} errors)\n\
          memory (used_memory summed over the masters, no AOF rewrite running): {per_limiter:.1} bytes per limiter; \
          MEMORY USAGE {lib_usage:.1} bytes per key; key {} ({} bytes)\n\
-         smallest key of that shape: {:.1} bytes per key; MEMORY USAGE {:.1}; key {} ({} bytes) + {}-byte value, same TTL\n\
+         smallest key of that shape: {:.1} bytes per key; MEMORY USAGE {:.1}; key {} ({} bytes) + {}-byte value, same TTL; \
+         bare redis-rs SETs, client CPU {:.1} µs per operation\n\
          scan: {live} primitives counted in {scan_secs:.1} s ({:.0} keys/s)\n\
-         checks over all {n} subjects: {check_rate:.0} decisions/s, p50 {:?}, p99 {:?}, {} errors",
+         checks over all {n} subjects: {check_rate:.0} decisions/s, client CPU {:.1} µs per decision, p50 {:?}, p99 {:?}, {} errors",
         args.kind,
         n as f64 / elapsed,
         Duration::from_micros(hist.value_at_quantile(0.5)),
@@ -165,7 +172,9 @@ pub(crate) async fn populate(cluster: &Cluster, target: &Target, args: &Args, n:
         String::from_utf8_lossy(&raw.example),
         raw.example.len(),
         raw.value_len,
+        raw.cpu_us,
         live as f64 / scan_secs,
+        checked.cpu_us,
         Duration::from_micros(check_hist.value_at_quantile(0.5)),
         Duration::from_micros(check_hist.value_at_quantile(0.99)),
         check_outcome.errors,
@@ -179,6 +188,8 @@ pub(crate) struct RawKeys {
     pub(crate) bytes_per_key: f64,
     /// `MEMORY USAGE` averaged over a sample of the raw keys.
     pub(crate) memory_usage: f64,
+    /// Process CPU time per `SET`, microseconds.
+    pub(crate) cpu_us: f64,
 }
 
 /// `MEMORY USAGE` (the key, its value and its hash-table entry, as Redis
@@ -228,6 +239,7 @@ pub(crate) async fn raw_keys(
     // for their TTL) are not overwritten instead of added.
     let salt: u16 = rand::rng().random();
     let before = used_memory(cluster).await;
+    let cpu_started = process_cpu();
     let next = Arc::new(AtomicU64::new(0));
     let tasks: Vec<_> = (0..concurrency)
         .map(|_| {
@@ -253,6 +265,7 @@ pub(crate) async fn raw_keys(
     for t in tasks {
         t.await.unwrap();
     }
+    let cpu_us = (process_cpu() - cpu_started).as_secs_f64() * 1e6 / n.max(1) as f64;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let after = used_memory(cluster).await;
     let sample = (0..n).step_by(usize::try_from(n / 200).unwrap_or(1).max(1));
@@ -266,6 +279,7 @@ pub(crate) async fn raw_keys(
         value_len: value.len(),
         bytes_per_key: after.saturating_sub(before) as f64 / n as f64,
         memory_usage,
+        cpu_us,
     }
 }
 

@@ -2,6 +2,7 @@
 
 use shardlimit::Cluster;
 
+use crate::drive::Reply;
 use crate::target::Target;
 
 /// The same work without shardlimit: a bare redis-rs cluster connection
@@ -9,9 +10,8 @@ use crate::target::Target;
 pub(crate) struct Raw {
     pub(crate) conn: redis::cluster_async::ClusterConnection,
     pub(crate) work: RawWork,
-    pub(crate) namespace: String,
-    pub(crate) kind: String,
-    pub(crate) name: String,
+    /// The keys of one call, formatted per subject.
+    pub(crate) keys: Vec<KeyFormat>,
 }
 
 pub(crate) enum RawWork {
@@ -24,43 +24,66 @@ pub(crate) enum RawWork {
     },
 }
 
-impl Raw {
-    pub(crate) async fn new(cluster: &Cluster, target: &Target) -> Self {
-        let conn = bare_connection().await;
-        let (work, kind, name) = match target {
-            Target::Limiter(l) => {
-                let inv = l.invocation("s0", 1).unwrap();
-                (
-                    RawWork::Script {
-                        script: redis::Script::new(inv.script.code()),
-                        args: inv.args,
-                    },
-                    l.algorithm().kind().to_owned(),
-                    l.name().to_owned(),
-                )
-            }
-            Target::Counter(_) => (
-                RawWork::CounterAdd { ttl_ms: 600_000 },
-                "counter".to_owned(),
-                "bench".to_owned(),
-            ),
-            _ => panic!("--baseline raw is implemented for the rate limiters and the counter"),
-        };
-        Raw {
-            conn,
-            work,
-            namespace: cluster.namespace().to_owned(),
-            kind,
-            name,
+/// A key as a user of bare redis-rs writes it: `{before}{s<k>}{after}`.
+pub(crate) struct KeyFormat {
+    before: String,
+    after: String,
+}
+
+impl KeyFormat {
+    /// The format of `key`, the key of subject `s0`.
+    fn of(key: &[u8]) -> Self {
+        let key = String::from_utf8(key.to_vec()).unwrap();
+        let (before, after) = key.split_once("{s0}").expect("a key tagged {s0}");
+        KeyFormat {
+            before: before.to_owned(),
+            after: after.to_owned(),
         }
     }
 
-    pub(crate) fn call(
-        &self,
-        k: u64,
-    ) -> impl std::future::Future<Output = Result<bool, String>> + Send + use<> {
-        // What a user of bare redis-rs writes: format the key, send it.
-        let key = format!("{}:{{s{k}}}:{}:{}", self.namespace, self.kind, self.name);
+    fn key(&self, k: u64) -> String {
+        format!("{}{{s{k}}}{}", self.before, self.after)
+    }
+}
+
+impl Raw {
+    pub(crate) async fn new(cluster: &Cluster, target: &Target) -> Self {
+        let conn = bare_connection().await;
+        let (work, keys) = match target {
+            Target::Limiter(l) => {
+                let inv = l.invocation("s0", 1).unwrap();
+                // Every key the script is given: its state, and the
+                // subject's override and block (a script given fewer
+                // keys checks fewer limits, here none).
+                let keys: Vec<KeyFormat> =
+                    inv.keys.keys().iter().map(|k| KeyFormat::of(k)).collect();
+                let other = l.invocation("s12345", 1).unwrap();
+                let formatted: Vec<Vec<u8>> =
+                    keys.iter().map(|f| f.key(12345).into_bytes()).collect();
+                assert_eq!(
+                    formatted,
+                    other.keys.keys(),
+                    "raw keys differ from the library's"
+                );
+                let work = RawWork::Script {
+                    script: redis::Script::new(inv.script.code()),
+                    args: inv.args,
+                };
+                (work, keys)
+            }
+            Target::Counter(_) => {
+                let key = format!("{}:{{s0}}:counter:bench", cluster.namespace());
+                let work = RawWork::CounterAdd { ttl_ms: 600_000 };
+                (work, vec![KeyFormat::of(key.as_bytes())])
+            }
+            _ => panic!("--baseline raw is implemented for the rate limiters and the counter"),
+        };
+        Raw { conn, work, keys }
+    }
+
+    pub(crate) fn call(&self, k: u64) -> impl std::future::Future<Output = Reply> + Send + use<> {
+        // What a user of bare redis-rs writes: format the keys, send them.
+        let keys: Vec<String> = self.keys.iter().map(|f| f.key(k)).collect();
         let mut conn = self.conn.clone();
         let work = match &self.work {
             RawWork::Script { script, args } => RawWork::Script {
@@ -70,30 +93,29 @@ impl Raw {
             RawWork::CounterAdd { ttl_ms } => RawWork::CounterAdd { ttl_ms: *ttl_ms },
         };
         async move {
-            match work {
+            Reply::of(match work {
                 RawWork::Script { script, args } => {
-                    let mut inv = script.key(&key);
+                    let mut inv = script.prepare_invoke();
+                    for key in &keys {
+                        inv.key(key);
+                    }
                     for a in &args {
                         inv.arg(a);
                     }
-                    inv.invoke_async::<Vec<i64>>(&mut conn)
-                        .await
-                        .map(|_| false)
-                        .map_err(|e| e.to_string())
+                    inv.invoke_async::<Vec<i64>>(&mut conn).await.map(drop)
                 }
                 RawWork::CounterAdd { ttl_ms } => redis::pipe()
                     .atomic()
                     .cmd("INCRBY")
-                    .arg(&key)
+                    .arg(&keys[0])
                     .arg(1)
                     .cmd("PEXPIRE")
-                    .arg(&key)
+                    .arg(&keys[0])
                     .arg(ttl_ms)
                     .query_async::<(i64, i64)>(&mut conn)
                     .await
-                    .map(|_| false)
-                    .map_err(|e| e.to_string()),
-            }
+                    .map(drop),
+            })
         }
     }
 }

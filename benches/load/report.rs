@@ -42,6 +42,8 @@ pub(crate) fn side_json(rates: &[f64], h: &Histogram<u64>, o: Outcome) -> serde_
         "ok": o.ok,
         "errors": o.errors,
         "bypassed": o.bypassed,
+        "denied": o.denied,
+        "denied_cached": o.cached,
     })
 }
 

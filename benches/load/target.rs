@@ -6,6 +6,7 @@ use std::time::Duration;
 use shardlimit::{Algorithm, Cluster, ConcurrencyLimiter, Counter, Lock, Quota, RateLimiter};
 
 use crate::args::Args;
+use crate::drive::Reply;
 
 /// One primitive under test, driven by the library and (where possible)
 /// raw.
@@ -26,60 +27,60 @@ pub(crate) mod http_layer {
     use shardlimit::tower::{HeaderKey, RateLimitLayer};
     use tower::{Layer, ServiceExt, service_fn};
 
-    type Reply = Result<bool, String>;
+    use crate::drive::Reply;
 
     #[allow(clippy::type_complexity)]
     pub(crate) fn calls(
         limiter: RateLimiter,
     ) -> (
-        impl Fn(u64) -> futures::future::BoxFuture<'static, Reply> + Clone + Send + 'static,
-        impl Fn(u64) -> futures::future::BoxFuture<'static, Reply> + Clone + Send + 'static,
+        impl Fn(&[u64]) -> futures::future::BoxFuture<'static, Reply> + Clone + Send + 'static,
+        impl Fn(&[u64]) -> futures::future::BoxFuture<'static, Reply> + Clone + Send + 'static,
     ) {
         let service = RateLimitLayer::new(limiter.clone(), HeaderKey::from_static("x-key")).layer(
             service_fn(|_req: http::Request<String>| async {
                 Ok::<_, Infallible>(http::Response::new(String::new()))
             }),
         );
-        let through_layer = move |k: u64| -> futures::future::BoxFuture<'static, Reply> {
-            let service = service.clone();
+        let through_layer = move |k: &[u64]| -> futures::future::BoxFuture<'static, Reply> {
+            let (service, k) = (service.clone(), k[0]);
             Box::pin(async move {
-                let request = http::Request::builder()
-                    .header("x-key", format!("s{k}"))
-                    .body(String::new())
-                    .map_err(|e| e.to_string())?;
-                let response = service.oneshot(request).await.map_err(|e| e.to_string())?;
-                match response.status().as_u16() {
-                    200 | 429 => Ok(false),
-                    other => Err(format!("status {other}")),
-                }
+                let response = async {
+                    let request = http::Request::builder()
+                        .header("x-key", format!("s{k}"))
+                        .body(String::new())
+                        .map_err(|e| e.to_string())?;
+                    let response = service.oneshot(request).await.map_err(|e| e.to_string())?;
+                    match response.status().as_u16() {
+                        200 | 429 => Ok(()),
+                        other => Err(format!("status {other}")),
+                    }
+                };
+                Reply::of(response.await)
             })
         };
         // Boxed too, so both sides pay the same for the harness.
-        let direct = move |k: u64| -> futures::future::BoxFuture<'static, Reply> {
-            let limiter = limiter.clone();
-            Box::pin(async move {
-                limiter
-                    .check(format!("s{k}"))
-                    .await
-                    .map(|d| d.bypassed.is_some())
-                    .map_err(|e| e.to_string())
-            })
+        let direct = move |k: &[u64]| -> futures::future::BoxFuture<'static, Reply> {
+            let (limiter, k) = (limiter.clone(), k[0]);
+            Box::pin(async move { Reply::decision(limiter.check(format!("s{k}")).await.as_ref()) })
         };
         (through_layer, direct)
     }
 }
 
-pub(crate) fn target(cluster: &Cluster, args: &Args) -> Target {
-    let quota = Quota::with_period(
-        NonZeroU32::new(args.limit).unwrap(),
+/// `--limit` per `--period-secs`, within what algorithm `a` accepts.
+pub(crate) fn quota(args: &Args, a: Algorithm) -> Quota {
+    // The sliding log refuses limits above its maximum (128); spread over
+    // the bench's many subjects that still never denies.
+    Quota::with_period(
+        NonZeroU32::new(args.limit).unwrap().min(a.max_limit()),
         Duration::from_secs(args.period_secs),
-    );
+    )
+}
+
+pub(crate) fn target(cluster: &Cluster, args: &Args) -> Target {
     let limiter = |a: Algorithm| {
-        // The sliding log refuses limits above its maximum (128); spread
-        // over the bench's many subjects that still never denies.
-        let quota = Quota::with_period(quota.limit().min(a.max_limit()), quota.period());
         Target::Limiter(
-            RateLimiter::builder(cluster, "bench", quota)
+            RateLimiter::builder(cluster, "bench", quota(args, a))
                 .algorithm(a)
                 .build()
                 .unwrap(),
@@ -112,40 +113,25 @@ pub(crate) fn target(cluster: &Cluster, args: &Args) -> Target {
 }
 
 /// One library operation on subject `k`.
-pub(crate) async fn lib_call(target: Target, k: u64) -> Result<bool, String> {
+pub(crate) async fn lib_call(target: Target, k: u64) -> Reply {
     let subject = format!("s{k}");
     match target {
-        Target::Limiter(l) => l
-            .check(&subject)
-            .await
-            .map(|d| d.bypassed.is_some())
-            .map_err(|e| e.to_string()),
-        Target::Lock(l) => match l.try_acquire(&subject).await {
-            Ok(Some(guard)) => guard
-                .release()
-                .await
-                .map(|_| false)
-                .map_err(|e| e.to_string()),
+        Target::Limiter(l) => Reply::decision(l.check(&subject).await.as_ref()),
+        Target::Lock(l) => Reply::of(match l.try_acquire(&subject).await {
+            Ok(Some(guard)) => guard.release().await,
             Ok(None) => Ok(false),
-            Err(e) => Err(e.to_string()),
-        },
+            Err(e) => Err(e),
+        }),
         Target::Lease(l) => match l.try_acquire(&subject).await {
             Ok(Some(permit)) => {
                 let bypassed = permit.bypassed().is_some();
-                permit
-                    .release()
-                    .await
-                    .map(|_| bypassed)
-                    .map_err(|e| e.to_string())
+                let mut reply = Reply::of(permit.release().await);
+                reply.outcome.bypassed += u64::from(bypassed && reply.error.is_none());
+                reply
             }
-            Ok(None) => Ok(false),
-            Err(e) => Err(e.to_string()),
+            result => Reply::of(result),
         },
-        Target::Counter(c) => c
-            .add(&subject, 1)
-            .await
-            .map(|_| false)
-            .map_err(|e| e.to_string()),
+        Target::Counter(c) => Reply::of(c.add(&subject, 1).await),
     }
 }
 
