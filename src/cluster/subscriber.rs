@@ -4,10 +4,10 @@
 //! ends when the handle is gone (it holds only `Weak` references).
 //!
 //! * A cluster: a redis-rs cluster connection speaking RESP3, subscribed
-//!   with `SSUBSCRIBE` to every slot's channel. redis-rs resubscribes a
-//!   node's channels when its connection comes back and after topology
-//!   changes; a lost connection, or a channel the server drops (its slot
-//!   moved), is reported as lost until a subscription is confirmed again.
+//!   with `SSUBSCRIBE` to every slot's channel. A node's connection lost
+//!   (a failover) starts it over on a fresh connection, reported lost until
+//!   every channel is followed again; a channel the server drops (its slot
+//!   moved) is subscribed again through the new owner.
 //!   Checks never go through this connection: a stall here delays
 //!   invalidations, never a decision.
 //! * A standalone server or Sentinel primary: one `SUBSCRIBE` to the
@@ -149,19 +149,26 @@ async fn follow_cluster(
                     hub.key_changed(message);
                 }
             }
-            // Resubscribed (redis-rs does it after a reconnect).
-            PushKind::SSubscribe if !hub.is_live() => hub.gained(),
-            PushKind::Disconnection => hub.lost(),
+            // A node's connection closed (a failover, say): redis-rs would
+            // resubscribe its channels, but gives no sign of when that is
+            // done, so start over with a fresh connection and know.
+            PushKind::Disconnection => {
+                return Err(timed_out("a node's invalidation subscription was lost"));
+            }
             // The server dropped a channel (its slot moved): subscribe
-            // again, through the new owner.
+            // again, through the new owner; live again once that is done.
             PushKind::SUnsubscribe => {
                 hub.lost();
                 if let Some(Value::BulkString(channel)) = push.data.first() {
                     let mut connection = connection.clone();
-                    let channel = channel.clone();
+                    let (channel, hub) = (channel.clone(), Arc::downgrade(&hub));
                     tokio::spawn(async move {
                         tokio::time::sleep(RETRY_AFTER).await;
-                        let _ = connection.ssubscribe(channel).await;
+                        if connection.ssubscribe(channel).await.is_ok()
+                            && let Some(hub) = hub.upgrade()
+                        {
+                            hub.gained();
+                        }
                     });
                 }
             }

@@ -57,6 +57,20 @@ async fn the_deny_cache_follows_invalidations_across_a_failover() {
 
     let killed = Instant::now();
     node("kill", 7000).await;
+    // The subscription to 7000 is gone: the cache must notice and stop
+    // answering (its denials could be lifted by messages it cannot hear).
+    let mut noticed = None;
+    while noticed.is_none() && killed.elapsed() < Duration::from_secs(10) {
+        if cached.check(&subject).await.map_or(true, |d| !d.cached) {
+            noticed = Some(killed.elapsed());
+        } else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    assert!(
+        noticed.is_some(),
+        "the cache kept answering with its subscription gone"
+    );
     let mut promoted = None;
     while killed.elapsed() < Duration::from_secs(20) {
         if is_master(7003).await {
@@ -96,8 +110,9 @@ async fn the_deny_cache_follows_invalidations_across_a_failover() {
     report(
         "the_deny_cache_follows_invalidations_across_a_failover",
         &[format!(
-            "7000 killed; 7003 promoted after {promoted:?}; caching again {live_after:?} after \
-             the kill; a reset in another handle lifted the cached denial after {lifted:?}"
+            "7000 killed; the cache stopped answering after {noticed:?}; 7003 promoted after \
+             {promoted:?}; caching again {live_after:?} after the kill; a reset in another \
+             handle lifted the cached denial after {lifted:?}"
         )],
     );
     assert!(
