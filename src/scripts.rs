@@ -118,7 +118,9 @@ scripts! {
     FIXED_WINDOW => "fixed_window" ["clock", "limit_prelude", "fixed_window", "limit_main"],
     SLIDING_WINDOW => "sliding_window" ["clock", "limit_prelude", "sliding_window", "limit_main"],
     SLIDING_LOG => "sliding_log" ["clock", "limit_prelude", "sliding_log", "limit_main"],
-    LIMIT_ADJUST => "limit_adjust" ["clock", "limit_prelude", "limit_adjust"],
+    LIMIT_ADJUST => "limit_adjust" [
+        "clock", "limit_prelude", "fixed_window", "sliding_log", "sliding_window", "gcra", "limit_adjust",
+    ],
     // locks, leases, counters
     LOCK_ACQUIRE => "lock_acquire" ["clock", "lock_acquire"],
     LOCK_EXTEND => "lock_extend",

@@ -1,7 +1,9 @@
 -- A change to one limit of one subject, other than a check: reset, block,
 -- unblock, penalize, reward, override, clear the override, or just read.
--- Follows clock.lua and limit_prelude.lua (for state(), int(), override()
--- and blocked_until()). All KEYS share the subject's hash slot.
+-- Follows clock.lua, limit_prelude.lua (for int(), override() and
+-- blocked_until()) and the four algorithm files (for swc_counts() and
+-- slog_add(), shared with the checks). All KEYS share the subject's hash
+-- slot.
 --
 -- KEYS[1]  the limit's state key for the subject
 -- KEYS[2]  the subject's override of the limit ("limit period_us burst")
@@ -43,14 +45,7 @@ end
 
 ADJUST.swc = function(key, limit, period, _burst, delta)
   local w = math.floor(NOW_US / period)
-  local stored = redis.call('HMGET', key, 'w', 'c', 'p')
-  local sw = tonumber(stored[1])
-  local cur, prev = 0, 0
-  if sw == w then
-    cur, prev = tonumber(stored[2]) or 0, tonumber(stored[3]) or 0
-  elseif sw == w - 1 then
-    prev = tonumber(stored[2]) or 0
-  end
+  local cur, prev = swc_counts(key, w)
   if delta >= 0 then
     cur = math.min(cur + delta, limit)
   else
@@ -101,16 +96,7 @@ ADJUST.slog = function(key, limit, period, _burst, delta)
   if used > 0 then
     newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
   end
-  local stamp = math.max(NOW_US, newest + 1)
-  local s = int(stamp)
-  local zadd = { 'ZADD', key }
-  for i = 1, add do
-    zadd[#zadd + 1] = s
-    zadd[#zadd + 1] = s .. ':' .. i
-  end
-  writes[2] = zadd
-  writes[3] = { 'PEXPIREAT', key, int(math.ceil((stamp + period) / 1000)) }
-  return writes
+  return slog_add(key, horizon, math.max(NOW_US, newest + 1), period, add)
 end
 
 local op = ARGV[1]

@@ -19,6 +19,23 @@
 -- retry time one ZRANGEBYSCORE ... LIMIT, both O(log n) in C; a member per
 -- request carrying its cost would need Lua to sum the window's costs.
 
+-- The writes that add `count` entries at `stamp`: trim what left the
+-- window, one ZADD (of up to 2 x 128 arguments: far under unpack()'s stack
+-- limit of 8000 thanks to the cap on the limit), expire with the newest.
+local function slog_add(key, horizon, stamp, period, count)
+  local s = int(stamp)
+  local add = { 'ZADD', key }
+  for i = 1, count do
+    add[#add + 1] = s
+    add[#add + 1] = s .. ':' .. i
+  end
+  return {
+    { 'ZREMRANGEBYSCORE', key, '-inf', int(horizon) },
+    add,
+    { 'PEXPIREAT', key, int(math.ceil((stamp + period) / 1000)) },
+  }
+end
+
 ALGOS.slog = function(key, limit, period, _burst, cost)
   local horizon = NOW_US - period
   local used = redis.call('ZCOUNT', key, '(' .. int(horizon), '+inf')
@@ -39,17 +56,7 @@ ALGOS.slog = function(key, limit, period, _burst, cost)
   end
   local writes = {}
   if ok and CONSUME then
-    writes[1] = { 'ZREMRANGEBYSCORE', key, '-inf', int(horizon) }
-    local s = int(stamp)
-    -- One ZADD of up to 2 x 128 arguments: far under unpack()'s stack
-    -- limit (8000) thanks to the cap on the limit.
-    local add = { 'ZADD', key }
-    for i = 1, cost do
-      add[#add + 1] = s
-      add[#add + 1] = s .. ':' .. i
-    end
-    writes[2] = add
-    writes[3] = { 'PEXPIREAT', key, int(math.ceil((stamp + period) / 1000)) }
+    writes = slog_add(key, horizon, stamp, period, cost)
   end
   return state(
     ok,

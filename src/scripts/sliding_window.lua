@@ -9,18 +9,24 @@
 -- the worst case (all of the previous window's traffic at its very end) up to
 -- 2x the limit can pass within one period, the fixed window's bound.
 
+-- The units counted in window w and in window w - 1, as the key holds them
+-- (a key of an older window holds neither).
+local function swc_counts(key, w)
+  local stored = redis.call('HMGET', key, 'w', 'c', 'p')
+  local sw = tonumber(stored[1])
+  if sw == w then
+    return tonumber(stored[2]) or 0, tonumber(stored[3]) or 0
+  elseif sw == w - 1 then
+    return 0, tonumber(stored[2]) or 0
+  end
+  return 0, 0
+end
+
 ALGOS.swc = function(key, limit, period, _burst, cost)
   local w = math.floor(NOW_US / period)
   local start = w * period
   local fraction = (NOW_US - start) / period
-  local stored = redis.call('HMGET', key, 'w', 'c', 'p')
-  local sw = tonumber(stored[1])
-  local cur, prev = 0, 0
-  if sw == w then
-    cur, prev = tonumber(stored[2]) or 0, tonumber(stored[3]) or 0
-  elseif sw == w - 1 then
-    prev = tonumber(stored[2]) or 0
-  end
+  local cur, prev = swc_counts(key, w)
   local estimate = cur + prev * (1 - fraction)
   local ok = estimate + cost <= limit
   local retry = -1
