@@ -81,6 +81,7 @@ async fn slot_migration_under_load() {
         tokio::time::sleep(Duration::from_millis(300)).await;
         common::finish_move(the_slot, to, &masters).await;
     }
+    let moved = t0.elapsed();
     tokio::time::sleep(Duration::from_millis(1000)).await;
     stop.store(true, Ordering::Relaxed);
     let mut samples = scripts_load.await.unwrap();
@@ -102,12 +103,32 @@ async fn slot_migration_under_load() {
                 .unwrap_or_default()
         )],
     );
+    // A known limitation since checks declare their subject's optional
+    // override and block keys: while the slot migrates, Redis answers
+    // TRYAGAIN to a multi-key script some of whose keys exist and some not
+    // (the absent ones never arrive), so checks on the migrating slot fail
+    // with that transient error until the move is done (README, "Failure
+    // behaviour"). Nothing else may fail, and nothing after the move.
+    let unexpected: Vec<&&Sample> = failures
+        .iter()
+        .filter(|s| {
+            let Outcome::Failed(why) = &s.outcome else {
+                return true;
+            };
+            s.group != "scripts" || !why.contains("TryAgain") || s.ended > moved + SCHEDULING_SLACK
+        })
+        .collect();
     assert!(
-        failures.is_empty(),
-        "{} calls failed, first: {:?}",
-        failures.len(),
-        failures[0]
+        unexpected.is_empty(),
+        "{} calls failed other than checks refused with TRYAGAIN mid-move, first: {:?}",
+        unexpected.len(),
+        unexpected[0]
     );
+    let after = samples
+        .iter()
+        .filter(|s| s.group == "scripts" && s.ended > moved + SCHEDULING_SLACK)
+        .count();
+    assert!(after > 0, "no check ran after the move");
     assert_eq!(common::owner(the_slot).await.addr, source.addr);
     common::assert_every_key_has_ttl(cluster.namespace()).await;
 }
