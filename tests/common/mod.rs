@@ -35,10 +35,17 @@ pub async fn cluster(prefix: &str) -> Cluster {
 }
 
 /// A direct (non-cluster) connection to one node, e.g. `"127.0.0.1:7000"`.
+///
+/// Its replies may take up to 10 s: the fault tests send admin commands
+/// (`CLUSTER SETSLOT`, `MIGRATE`) to nodes busy with load and recovering
+/// from the previous scenario, and redis-rs' default response timeout
+/// failed one in a clean CI run.
 pub async fn node(addr: &str) -> redis::aio::MultiplexedConnection {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_response_timeout(Some(std::time::Duration::from_secs(10)));
     redis::Client::open(format!("redis://{addr}"))
         .unwrap()
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&config)
         .await
         .unwrap()
 }
