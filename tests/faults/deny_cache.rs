@@ -50,13 +50,13 @@ async fn the_deny_cache_follows_invalidations_across_a_failover() {
     let other = RateLimiter::builder(&there, "failover", quota)
         .build()
         .unwrap();
-    let subject = subjects_on(7000, 1).await.remove(0);
+    let subject = subjects_on(port(0), 1).await.remove(0);
     assert!(cached.check(&subject).await.unwrap().allowed);
     let first = until_cached(&cached, &subject, Duration::from_secs(20)).await;
     assert!(first.is_some(), "no denial was cached before the failover");
 
     let killed = Instant::now();
-    node("kill", 7000).await;
+    node("kill", port(0)).await;
     // The subscription to 7000 is gone: the cache must notice and stop
     // answering (its denials could be lifted by messages it cannot hear).
     let mut noticed = None;
@@ -73,7 +73,7 @@ async fn the_deny_cache_follows_invalidations_across_a_failover() {
     );
     let mut promoted = None;
     while killed.elapsed() < Duration::from_secs(20) {
-        if is_master(7003).await {
+        if is_master(port(3)).await {
             promoted = Some(killed.elapsed());
             break;
         }

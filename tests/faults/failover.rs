@@ -23,7 +23,7 @@ async fn kill_a_master_under_load() {
     let limiter = RateLimiter::builder(&cluster, "kill", big_quota())
         .build()
         .unwrap();
-    let subjects = Arc::new(subjects_on(7000, 64).await);
+    let subjects = Arc::new(subjects_on(port(0), 64).await);
 
     let bare = redis::cluster::ClusterClient::new(common::node_urls())
         .unwrap()
@@ -64,10 +64,10 @@ async fn kill_a_master_under_load() {
 
     tokio::time::sleep(Duration::from_secs(2)).await;
     let killed_at = t0.elapsed();
-    node("kill", 7000).await;
+    node("kill", port(0)).await;
     let mut promoted_after = None;
     while t0.elapsed() < killed_at + Duration::from_secs(20) {
-        if promoted_after.is_none() && is_master(7003).await {
+        if promoted_after.is_none() && is_master(port(3)).await {
             promoted_after = Some(t0.elapsed() - killed_at);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -146,7 +146,7 @@ async fn hung_master() {
     let closed = RateLimiter::builder(&cluster, "closed", big_quota())
         .build()
         .unwrap();
-    let subjects = Arc::new(subjects_on(7000, 16).await);
+    let subjects = Arc::new(subjects_on(port(0), 16).await);
     let t0 = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
     let open_load = {
@@ -175,10 +175,10 @@ async fn hung_master() {
     let (attempts_before, refreshes_before) =
         (attempts(&cluster), cluster.stats().topology_refreshes);
     let paused_at = t0.elapsed();
-    node("pause", 7000).await;
+    node("pause", port(0)).await;
     let mut promoted_after = None;
     while t0.elapsed() < paused_at + Duration::from_secs(15) {
-        if promoted_after.is_none() && is_master(7003).await {
+        if promoted_after.is_none() && is_master(port(3)).await {
             promoted_after = Some(t0.elapsed() - paused_at);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -187,7 +187,7 @@ async fn hung_master() {
     let outage = (unpaused_at - paused_at).as_secs_f64();
     let reconnects_per_sec = (attempts(&cluster) - attempts_before) as f64 / outage;
     let refreshes_per_sec = (cluster.stats().topology_refreshes - refreshes_before) as f64 / outage;
-    node("unpause", 7000).await;
+    node("unpause", port(0)).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     stop.store(true, Ordering::Relaxed);
     let mut samples = open_load.await.unwrap();
@@ -309,12 +309,12 @@ async fn whole_cluster_down_and_back() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     // Kill all six at once; the cluster is down once the last one is (a
     // master still alive a few hundred ms into the kills keeps deciding).
-    let kills = PORTS.map(|port| node("kill", port));
+    let kills = ports().map(|port| node("kill", port));
     futures::future::join_all(kills).await;
     let down_at = t0.elapsed();
     tokio::time::sleep(Duration::from_secs(4)).await;
     let up_at = t0.elapsed();
-    for port in PORTS {
+    for port in ports() {
         node("start", port).await;
     }
     tokio::task::spawn_blocking(|| node_sh(&["wait-healthy", "90"]).unwrap())

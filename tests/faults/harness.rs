@@ -16,7 +16,31 @@ use crate::common;
 pub(crate) const NODE_TIMEOUT: Duration = Duration::from_secs(2);
 pub(crate) const COMMAND_TIMEOUT: Duration = Duration::from_millis(250);
 pub(crate) const SCHEDULING_SLACK: Duration = Duration::from_millis(250);
-pub(crate) const PORTS: [u16; 6] = [7000, 7001, 7002, 7003, 7004, 7005];
+
+/// The cluster's first port: `SHARDLIMIT_CLUSTER_PORT` as `cluster-compose/`
+/// reads it (default 7000), so the scenarios can run against a second
+/// cluster beside the default one (with `SHARDLIMIT_NODES` pointing there).
+pub(crate) fn port_base() -> u16 {
+    std::env::var("SHARDLIMIT_CLUSTER_PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(7000)
+}
+
+/// Port of node `i` (0–2 start as masters, 3–5 as their replicas).
+pub(crate) fn port(i: u16) -> u16 {
+    port_base() + i
+}
+
+/// `127.0.0.1:<port(i)>`.
+pub(crate) fn addr(i: u16) -> String {
+    format!("127.0.0.1:{}", port(i))
+}
+
+/// Every node's port.
+pub(crate) fn ports() -> [u16; 6] {
+    [0, 1, 2, 3, 4, 5].map(port)
+}
 
 // ---- cluster control ---------------------------------------------------------
 
@@ -47,7 +71,7 @@ pub(crate) async fn node(action: &'static str, port: u16) {
 /// lets the cluster settle (a master killed again right after rejoining
 /// takes noticeably longer to fail over).
 pub(crate) fn restore_cluster() {
-    for port in PORTS {
+    for port in ports() {
         let port = port.to_string();
         match node_sh(&["status", &port]).as_deref() {
             Ok("paused") => node_sh(&["unpause", &port]).map(drop),

@@ -74,7 +74,7 @@ async fn a_dead_master_does_not_slow_the_healthy_ones() {
     let dead = common::masters()
         .await
         .into_iter()
-        .find(|m| m.addr == "127.0.0.1:7000")
+        .find(|m| m.addr == addr(0))
         .unwrap();
     let subjects: Arc<Vec<(String, bool)>> = Arc::new(
         (0..SUBJECTS)
@@ -129,10 +129,10 @@ async fn a_dead_master_does_not_slow_the_healthy_ones() {
 
     tokio::time::sleep(warmup).await;
     let killed_at = t0.elapsed();
-    node("kill", 7000).await;
+    node("kill", port(0)).await;
     let mut promoted_after = None;
     while t0.elapsed() < warmup + after_kill {
-        if promoted_after.is_none() && is_master(7003).await {
+        if promoted_after.is_none() && is_master(port(3)).await {
             promoted_after = Some(t0.elapsed() - killed_at);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

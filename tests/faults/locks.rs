@@ -30,7 +30,7 @@ async fn lock_survives_failover_with_replica_ack() {
             .unwrap()
     };
     let (holder, rival) = (build(&holder_cluster), build(&rival_cluster));
-    let resource = subjects_on(7000, 1).await.remove(0);
+    let resource = subjects_on(port(0), 1).await.remove(0);
     let guard = holder
         .try_acquire(&resource)
         .await
@@ -39,10 +39,10 @@ async fn lock_survives_failover_with_replica_ack() {
     let token = guard.fencing_token();
 
     let killed = Instant::now();
-    node("kill", 7000).await;
+    node("kill", port(0)).await;
     let mut promoted_after = None;
     while killed.elapsed() < Duration::from_secs(20) {
-        if is_master(7003).await {
+        if is_master(port(3)).await {
             promoted_after = Some(killed.elapsed());
             break;
         }
@@ -118,11 +118,11 @@ async fn replica_ack_never_confirms_an_unreplicated_lock() {
     let noise = RateLimiter::builder(&holder_cluster, "noise", big_quota())
         .build()
         .unwrap();
-    let resources = Arc::new(subjects_on(7000, 4000).await);
-    let noisy_subjects = Arc::new(subjects_on(7001, 64).await);
+    let resources = Arc::new(subjects_on(port(0), 4000).await);
+    let noisy_subjects = Arc::new(subjects_on(port(1), 64).await);
 
-    node("pause", 7003).await;
-    node("pause", 7001).await;
+    node("pause", port(3)).await;
+    node("pause", port(1)).await;
     let stop = Arc::new(AtomicBool::new(false));
     let noise_tasks: Vec<_> = (0..64)
         .map(|task| {
@@ -165,24 +165,24 @@ async fn replica_ack_never_confirms_an_unreplicated_lock() {
     for task in noise_tasks {
         task.await.unwrap();
     }
-    node("unpause", 7001).await;
+    node("unpause", port(1)).await;
     // WAITs blocking on a lagging replica run on their own connection: they
     // never make their healthy master look down to everyone else.
     let master = holder_cluster
         .nodes()
         .into_iter()
-        .find(|n| n.addr == "127.0.0.1:7000")
+        .find(|n| n.addr == addr(0))
         .unwrap();
     assert_eq!(master.marked_down, 0, "{master:?}");
 
     // The master dies; its replica, which saw none of these locks, takes
     // over.
-    node("kill", 7000).await;
-    node("unpause", 7003).await;
+    node("kill", port(0)).await;
+    node("unpause", port(3)).await;
     let killed = Instant::now();
     let mut promoted_after = None;
     while killed.elapsed() < Duration::from_secs(30) {
-        if is_master(7003).await {
+        if is_master(port(3)).await {
             promoted_after = Some(killed.elapsed());
             break;
         }

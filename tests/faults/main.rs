@@ -12,7 +12,10 @@
 //! Nodes are controlled through `cluster-compose/node.sh` (docker kill /
 //! pause, or signals in native mode). Every scenario starts from, and
 //! restores — even when it fails — the layout masters 7000–7002 with
-//! replicas 7003–7005. Measurements are printed (`--nocapture`) and written
+//! replicas 7003–7005. Against a second cluster started with
+//! `SHARDLIMIT_CLUSTER_PORT=7100 cluster-compose/up.sh`, run them with the
+//! same `SHARDLIMIT_CLUSTER_PORT` and `SHARDLIMIT_NODES=redis://127.0.0.1:7100`
+//! (the port numbers in the reports stay the default layout's names). Measurements are printed (`--nocapture`) and written
 //! to `target/faults/<scenario>.txt`.
 //!
 //! Timing bounds: the cluster's `cluster-node-timeout` is 2 s; a killed or

@@ -24,16 +24,8 @@ async fn slot_migration_under_load() {
         .build()
         .unwrap();
     let masters = common::masters().await;
-    let source = masters
-        .iter()
-        .find(|m| m.addr == "127.0.0.1:7000")
-        .unwrap()
-        .clone();
-    let target = masters
-        .iter()
-        .find(|m| m.addr == "127.0.0.1:7001")
-        .unwrap()
-        .clone();
+    let source = masters.iter().find(|m| m.addr == addr(0)).unwrap().clone();
+    let target = masters.iter().find(|m| m.addr == addr(1)).unwrap().clone();
     // Eight subjects that share one slot of 7000.
     let the_slot = slot(b"migrating-0");
     assert!(source.owns(the_slot));

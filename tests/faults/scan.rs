@@ -49,12 +49,12 @@ async fn scan_survives_a_failover() {
         }
         if !failover_started && seen.len() >= 300 {
             failover_started = true;
-            common::cmd("127.0.0.1:7003", &["CLUSTER", "FAILOVER"]).await;
+            common::cmd(&addr(3), &["CLUSTER", "FAILOVER"]).await;
         }
     }
     let took = started.elapsed();
     assert!(failover_started);
-    assert!(is_master(7003).await, "the failover did not happen");
+    assert!(is_master(port(3)).await, "the failover did not happen");
     let missing: Vec<&String> = subjects
         .iter()
         .filter(|s| !seen.contains_key(s.as_bytes()))
