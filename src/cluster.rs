@@ -222,18 +222,44 @@ impl Cluster {
         convert(script.name_cow(), value)
     }
 
+    /// Like [`eval`](Self::eval), but a `TRYAGAIN` (the key set is split
+    /// by a slot migration) is returned at once, for a caller that then does
+    /// the work one key at a time (see `limit::migrating`).
+    pub(crate) async fn eval_unless_migrating<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: &KeySet,
+        args: impl ToRedisArgs,
+    ) -> Result<T> {
+        let payload = Payload::script(script, keys, args).split_when_migrating();
+        let value = self.run(script.name_cow(), keys.slot(), payload).await?;
+        convert(script.name_cow(), value)
+    }
+
+    /// The value of `key` (a string key, made by the key builder), read on
+    /// its own: for the steps of an operation done one key at a time while
+    /// its slot migrates.
+    pub(crate) async fn read_alone(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let keys = KeySet::checked(vec![key.to_vec()])?;
+        self.eval(&crate::scripts::KEY_READ, &keys, NO_ARGS).await
+    }
+
     /// Runs `script` like [`eval`](Self::eval), then `then` right behind it
     /// in one pipeline on the same connection to the same node, and returns
     /// both replies. For commands whose meaning depends on the connection,
     /// such as `WAIT` (which counts the writes made on its own connection).
-    pub(crate) async fn eval_then<T: FromRedisValue, U: FromRedisValue>(
+    /// A `TRYAGAIN` comes back at once, as with
+    /// [`eval_unless_migrating`](Self::eval_unless_migrating).
+    pub(crate) async fn eval_then_unless_migrating<T: FromRedisValue, U: FromRedisValue>(
         &self,
         script: &Script,
         keys: &KeySet,
         args: impl ToRedisArgs,
         then: redis::Cmd,
     ) -> Result<(T, U)> {
-        let payload = Payload::script(script, keys, args).then(then);
+        let payload = Payload::script(script, keys, args)
+            .then(then)
+            .split_when_migrating();
         let value = self.run(script.name_cow(), keys.slot(), payload).await?;
         convert(script.name_cow(), value)
     }

@@ -192,6 +192,13 @@ impl Error {
         }
     }
 
+    /// Whether Redis refused the operation with `TRYAGAIN`: its keys are
+    /// split by a slot migration (it did not run).
+    pub(crate) fn is_tryagain(&self) -> bool {
+        matches!(self, Error::Redis { source, .. }
+            if source.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain))
+    }
+
     /// The hash slot the failed operation was pinned to, if it got that far.
     #[must_use]
     pub fn slot(&self) -> Option<u16> {

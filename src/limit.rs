@@ -94,6 +94,7 @@ mod batch;
 mod decision;
 mod deny_cache;
 mod limiter;
+mod migrating;
 mod multi;
 mod quota;
 mod script;

@@ -10,15 +10,17 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use redis::ToRedisArgs;
+
 pub use self::builder::LockBuilder;
 pub use self::guard::LockGuard;
 use self::held::Held;
 use crate::backoff::random_id;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
-use crate::keys::{KeyId, Kind};
+use crate::keys::{KeyId, KeySet, Kind};
 use crate::primitive::{self, Attempt, Core, RetryBackoff};
-use crate::scripts::{LOCK_ACQUIRE, LOCK_RELEASE};
+use crate::scripts::{LOCK_ACQUIRE, LOCK_FENCE, LOCK_RELEASE};
 
 /// How late Redis may answer a `WAIT` that timed out: it notices expired
 /// blocking timeouts on its server cron, every 1/hz seconds (hz 10 by
@@ -268,23 +270,10 @@ impl Lock {
         // in one pipeline on the same connection to the same node: WAIT only
         // counts the writes made earlier on its own connection, so sent
         // anywhere else it would "confirm" a write it never saw.
-        let sent_reply: Result<(Vec<i64>, Option<i64>)> = match inner.replica_ack {
-            None => inner
-                .core
-                .cluster()
-                .eval(&LOCK_ACQUIRE, &keys, args)
-                .await
-                .map(|reply| (reply, None)),
-            Some(ack) => {
-                let mut wait = redis::cmd("WAIT");
-                wait.arg(ack.replicas.get()).arg(ack.timeout_ms);
-                inner
-                    .core
-                    .cluster()
-                    .eval_then(&LOCK_ACQUIRE, &keys, args, wait)
-                    .await
-                    .map(|(reply, acked)| (reply, Some(acked)))
-            }
+        let sent_reply = match self.send_acquire(&keys, args).await {
+            // The slot is migrating: the same acquisition, one key at a time.
+            Err(err) if err.is_tryagain() => self.acquire_migrating(&keys, args).await,
+            other => other,
         };
         let (reply, acked) = match sent_reply {
             Ok(reply) => reply,
@@ -314,6 +303,69 @@ impl Lock {
             ))),
             _ => Err(unexpected(&reply)),
         }
+    }
+
+    /// Sends the acquisition script on `keys` (the lock key and the fence
+    /// key, or — while the slot migrates — the lock key alone, with the
+    /// fence's value as a fourth argument), followed by `WAIT` when replica
+    /// acknowledgement is on. Its reply, and `WAIT`'s.
+    async fn send_acquire(
+        &self,
+        keys: &KeySet,
+        args: impl ToRedisArgs,
+    ) -> Result<(Vec<i64>, Option<i64>)> {
+        let cluster = self.inner.core.cluster();
+        match self.inner.replica_ack {
+            None => cluster
+                .eval_unless_migrating(&LOCK_ACQUIRE, keys, args)
+                .await
+                .map(|reply| (reply, None)),
+            Some(ack) => {
+                let mut wait = redis::cmd("WAIT");
+                wait.arg(ack.replicas.get()).arg(ack.timeout_ms);
+                cluster
+                    .eval_then_unless_migrating(&LOCK_ACQUIRE, keys, args, wait)
+                    .await
+                    .map(|(reply, acked)| (reply, Some(acked)))
+            }
+        }
+    }
+
+    /// The acquisition while the resource's slot migrates, after Redis
+    /// refused the two-key script (`TRYAGAIN`: the fence key exists and the
+    /// lock key does not, so no one node holds both): the fence key is
+    /// read on its own, the lock taken on the lock key alone with that
+    /// value (the same token rule), and the fence key raised to the new
+    /// token afterwards. Every step touches one key, which Redis serves on
+    /// whichever side holds it. Tokens still only grow: a rival's
+    /// acquisition comes after this lock expired, and its token is at least
+    /// its own server time, later than this one's.
+    async fn acquire_migrating(
+        &self,
+        keys: &KeySet,
+        (token, ttl_ms, fence_ttl_ms): (&String, u64, u64),
+    ) -> Result<(Vec<i64>, Option<i64>)> {
+        let cluster = self.inner.core.cluster();
+        let [lock_key, fence_key] = keys.keys() else {
+            return Err(unexpected(&[]));
+        };
+        let previous = cluster.read_alone(fence_key).await?.unwrap_or_default();
+        let lock_alone = KeySet::checked(vec![lock_key.clone()])?;
+        let args = (token, ttl_ms, fence_ttl_ms, previous);
+        let (reply, acked) = self.send_acquire(&lock_alone, args).await?;
+        if let [1, fence] = reply[..] {
+            let fence_alone = KeySet::checked(vec![fence_key.clone()])?;
+            let raised: Result<i64> = cluster
+                .eval(&LOCK_FENCE, &fence_alone, (fence, fence_ttl_ms))
+                .await;
+            if let Err(err) = raised {
+                // The lock is held: keep it. The next token is still larger,
+                // being at least the next acquisition's server time.
+                tracing::debug!(error = %err,
+                    "shardlimit: a fencing token was issued but not recorded in the fence key");
+            }
+        }
+        Ok((reply, acked))
     }
 
     /// With replica acknowledgement on: keeps the lock only if `acked` — the

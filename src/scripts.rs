@@ -121,11 +121,13 @@ scripts! {
     LIMIT_ADJUST => "limit_adjust" [
         "clock", "limit_prelude", "fixed_window", "sliding_log", "sliding_window", "gcra", "limit_adjust",
     ],
+    KEY_READ => "key_read",
     // locks, leases, counters
     LOCK_ACQUIRE => "lock_acquire" ["clock", "lock_acquire"],
     LOCK_EXTEND => "lock_extend",
     LOCK_RELEASE => "lock_release",
     LOCK_TTL => "lock_ttl",
+    LOCK_FENCE => "lock_fence",
     LEASE_ACQUIRE => "lease_acquire" ["clock", "lease_acquire"],
     LEASE_EXTEND => "lease_extend" ["clock", "lease_extend"],
     LEASE_RELEASE => "lease_release" ["clock", "lease_release"],

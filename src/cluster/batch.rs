@@ -121,6 +121,34 @@ impl Cluster {
         T: FromRedisValue,
         A: ToRedisArgs,
     {
+        self.eval_many_with(script, calls, false).await
+    }
+
+    /// [`eval_many`](Self::eval_many), where a call refused with `TRYAGAIN`
+    /// (its key set is split by a slot migration) gets that error at once,
+    /// as with [`eval_unless_migrating`](Self::eval_unless_migrating).
+    pub(crate) async fn eval_many_unless_migrating<'k, T, A>(
+        &self,
+        script: &Script,
+        calls: impl IntoIterator<Item = (&'k KeySet, A)>,
+    ) -> Vec<Result<T>>
+    where
+        T: FromRedisValue,
+        A: ToRedisArgs,
+    {
+        self.eval_many_with(script, calls, true).await
+    }
+
+    async fn eval_many_with<'k, T, A>(
+        &self,
+        script: &Script,
+        calls: impl IntoIterator<Item = (&'k KeySet, A)>,
+        split_when_migrating: bool,
+    ) -> Vec<Result<T>>
+    where
+        T: FromRedisValue,
+        A: ToRedisArgs,
+    {
         let calls: Vec<Call> = calls
             .into_iter()
             .enumerate()
@@ -145,6 +173,7 @@ impl Cluster {
             script,
             deadline: Instant::now() + timeout,
             timeout,
+            split_when_migrating,
         };
         batch
             .run(calls)
@@ -174,6 +203,8 @@ struct Batch<'a> {
     script: &'a Script,
     deadline: Instant,
     timeout: Duration,
+    /// A `TRYAGAIN` goes back to the caller (see `Payload::split_when_migrating`).
+    split_when_migrating: bool,
 }
 
 /// Results by input index.
@@ -319,7 +350,10 @@ impl Batch<'_> {
     /// `replied` is the reply of its first attempt, which proved it did not
     /// run (`None`: not sent yet).
     async fn resend(&self, call: Call, replied: Option<RedisError>) -> (usize, Result<Value>) {
-        let payload = Payload::evalsha(self.script, call.cmd);
+        let mut payload = Payload::evalsha(self.script, call.cmd);
+        if self.split_when_migrating {
+            payload = payload.split_when_migrating();
+        }
         let result = exec::drive(
             self.router,
             self.op,

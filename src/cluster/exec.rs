@@ -10,6 +10,7 @@
 //! | `MOVED slot host:port` | slot owned elsewhere; not executed | update the slot table, ask for a refresh, resend to that node |
 //! | `ASK slot host:port` | slot migrating, key already moved; not executed | resend to that node as `ASKING` + op in one pipeline |
 //! | `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `LOADING`, `READONLY`, no node for the slot | not executed | ask for a refresh, short backoff, resend by slot |
+//! | `TRYAGAIN` for a script sent [`split_when_migrating`](Payload::split_when_migrating) | its keys are split by a migration; not executed | returned at once: the caller does the work on one key at a time |
 //! | the node is known to be down | not sent | returned at once |
 //! | `NOSCRIPT` | script not cached on that node; not executed | resend as `EVAL` with the body |
 //! | timeout, I/O error | **may have run** | never resent; reported to the node's health; returned to the caller |
@@ -139,6 +140,9 @@ pub(super) async fn drive(
                     router.moved(slot, router.node(host, *port)?);
                 }
                 target = next;
+            }
+            Step::Backoff if payload.tryagain_to_caller() && is_tryagain(&err) => {
+                return Err(failed(err));
             }
             Step::Backoff => {
                 router.request_refresh();
@@ -292,6 +296,10 @@ fn cause(err: RedisError) -> RedisError {
         Some(causes) if !causes.is_empty() => causes[0].1.clone().into(),
         _ => err,
     }
+}
+
+fn is_tryagain(err: &RedisError) -> bool {
+    err.kind() == ErrorKind::Server(ServerErrorKind::TryAgain)
 }
 
 fn split_addr(addr: &str) -> Option<(String, u16)> {

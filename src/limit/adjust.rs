@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::limiter::RateLimiter;
 use super::quota::Quota;
+use super::script::LimitSpec;
 use crate::error::{Error, Result};
 use crate::scripts;
 
@@ -180,23 +181,46 @@ impl RateLimiter {
             Op::Read => ("read", 0),
         };
         let publish = if matches!(op, Op::Read) { "" } else { publish };
-        let args: Vec<Vec<u8>> = vec![
-            name.into(),
-            amount.to_string().into(),
-            spec.algorithm.kind().into(),
-            quota.limit().to_string().into(),
-            micros(quota.period()).to_string().into(),
-            quota.burst().to_string().into(),
-            publish.into(),
-            channel.into(),
+        let args = script_args(
+            name,
+            amount,
+            &spec,
+            quota,
+            publish,
+            channel,
             keys.keys()[0].clone(),
-        ];
+        );
         let reply: (String, i64, i64) = core.eval(&scripts::LIMIT_ADJUST, &keys, args).await?;
         if !matches!(op, Op::Read) {
             self.cluster().invalidations().key_changed(&keys.keys()[0]);
         }
         parse_settings(&reply)
     }
+}
+
+/// `limit_adjust.lua`'s `ARGV[1..9]`: `op` of `amount` on the limit
+/// `spec` under `quota`, told to the deny caches with `publish` on
+/// `channel` (`""`: not told) as `message` (the state key).
+pub(crate) fn script_args(
+    op: &str,
+    amount: u64,
+    spec: &LimitSpec,
+    quota: Quota,
+    publish: &str,
+    channel: String,
+    message: Vec<u8>,
+) -> Vec<Vec<u8>> {
+    vec![
+        op.into(),
+        amount.to_string().into(),
+        spec.algorithm.kind().into(),
+        quota.limit().to_string().into(),
+        micros(quota.period()).to_string().into(),
+        quota.burst().to_string().into(),
+        publish.into(),
+        channel.into(),
+        message,
+    ]
 }
 
 fn micros(d: Duration) -> u64 {

@@ -1,6 +1,8 @@
 //! `RateLimiter::check_many`: many subjects' checks in one go, one pipeline
 //! per master.
 
+use futures::future::join_all;
+
 use super::decision::Decision;
 use super::limiter::RateLimiter;
 use super::script::{Invocation, parse_reply};
@@ -61,10 +63,26 @@ impl RateLimiter {
                 }
             }
         }
-        let replies = self
+        let mut replies = self
             .cluster()
-            .eval_many::<Vec<i64>, _>(script, sent.iter().map(|(_, inv)| (&inv.keys, &inv.args)))
+            .eval_many_unless_migrating::<Vec<i64>, _>(
+                script,
+                sent.iter().map(|(_, inv)| (&inv.keys, &inv.args)),
+            )
             .await;
+        // Checks whose slot is migrating: again, one key at a time.
+        let migrating: Vec<usize> = (0..replies.len())
+            .filter(|&j| matches!(&replies[j], Err(err) if err.is_tryagain()))
+            .collect();
+        let redone = join_all(
+            migrating
+                .iter()
+                .map(|&j| sent[j].1.run_migrating(self.cluster(), &specs)),
+        )
+        .await;
+        for (j, reply) in migrating.into_iter().zip(redone) {
+            replies[j] = reply;
+        }
         for ((i, _), reply) in sent.iter().zip(replies) {
             let decided = reply
                 .and_then(|reply| parse_reply(script, &specs, &reply))

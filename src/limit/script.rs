@@ -11,7 +11,7 @@ use super::decision::Decision;
 use super::quota::Quota;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
-use crate::keys::{KeyId, KeySet};
+use crate::keys::{KeyBuilder, KeyId, KeySet};
 use crate::scripts::Script;
 
 /// What the scripts need to know about one limit.
@@ -148,10 +148,20 @@ impl Invocation {
         cost: u32,
         consume: bool,
     ) -> Result<Self> {
+        Self::from_parts(cluster.keys(), script, specs, subject, cost, consume)
+    }
+
+    /// [`new`](Self::new) with the keys of `keys`' namespace.
+    pub(crate) fn from_parts(
+        keys: &KeyBuilder,
+        script: &Script,
+        specs: &[&LimitSpec],
+        subject: &[u8],
+        cost: u32,
+        consume: bool,
+    ) -> Result<Self> {
         check_cost(specs, cost)?;
-        let keys = cluster
-            .keys()
-            .key_set(subject, specs.iter().flat_map(|s| s.ids()))?;
+        let keys = keys.key_set(subject, specs.iter().flat_map(|s| s.ids()))?;
         let mode: &[u8] = if consume { b"1" } else { b"0" };
         let mut args = Vec::with_capacity(2 + 5 * specs.len());
         args.push(cost.to_string().into_bytes());
@@ -175,7 +185,14 @@ impl Invocation {
         cluster: &Cluster,
         specs: &[&LimitSpec],
     ) -> Result<(bool, Vec<Decision>)> {
-        let reply: Vec<i64> = cluster.eval(&self.script, &self.keys, &self.args).await?;
+        let reply = match cluster
+            .eval_unless_migrating(&self.script, &self.keys, &self.args)
+            .await
+        {
+            // The slot is migrating: the same check, one key at a time.
+            Err(err) if err.is_tryagain() => self.run_migrating(cluster, specs).await?,
+            other => other?,
+        };
         parse_reply(&self.script, specs, &reply)
     }
 }

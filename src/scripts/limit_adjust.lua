@@ -19,6 +19,12 @@
 --          that this subject's denials may no longer hold ('' = nobody)
 -- ARGV[8]  the channel (in KEYS' slot, for SPUBLISH)
 -- ARGV[9]  the message: KEYS[1]
+-- ARGV[10] inline mode only (see below): the override's value ('' = none)
+--
+-- Inline mode, for a slot under migration (see limit_prelude.lua): KEYS holds
+-- only KEYS[1], the op is reward, and the override's value comes in
+-- ARGV[10], read by the client just before. The reply is then
+-- { ARGV[10], -2, 0 }: the block and the override's TTL are not read.
 --
 -- Reply: { override ("limit period_us burst" or ""), override_ttl_ms (-2:
 --          none), blocked_for_us (0: not blocked) }, as they are after the op.
@@ -106,6 +112,11 @@ if not ADJUST[code] then
   return redis.error_reply('ERR shardlimit: unknown algorithm ' .. tostring(code))
 end
 
+local inline = #KEYS == 1
+if inline and op ~= 'reward' then
+  return redis.error_reply('ERR shardlimit: only reward runs on the state key alone, not ' .. tostring(op))
+end
+
 local writes
 if op == 'reset' then
   writes = { { 'DEL', KEYS[1] } }
@@ -115,7 +126,12 @@ elseif op == 'block' then
 elseif op == 'unblock' then
   writes = { { 'DEL', KEYS[3] } }
 elseif op == 'penalize' or op == 'reward' then
-  local ol, op_, ob = override(KEYS[2])
+  local ol, op_, ob
+  if inline then
+    ol, op_, ob = parse_override(ARGV[10], KEYS[1] .. ':quota')
+  else
+    ol, op_, ob = override(KEYS[2])
+  end
   if ol then
     limit, period, burst = ol, op_, ob
   end
@@ -141,6 +157,9 @@ if #writes > 0 and (ARGV[7] == 'SPUBLISH' or ARGV[7] == 'PUBLISH') then
   redis.call(ARGV[7], ARGV[8], ARGV[9])
 end
 
+if inline then
+  return { ARGV[10], -2, 0 }
+end
 local current = redis.call('GET', KEYS[2]) or ''
 local ttl = -2
 if current ~= '' then

@@ -3,8 +3,9 @@
 local cost = tonumber(ARGV[1])
 local states = {}
 local all_ok = true
-for i = 1, #KEYS / 3 do
+for i = 1, #KEYS / LIMIT_KEYS do
   local a = 3 + SPEC_ARGS * (i - 1)
+  local key = KEYS[LIMIT_KEYS * (i - 1) + 1]
   local code = ARGV[a]
   local check = ALGOS[code]
   if not check then
@@ -12,7 +13,12 @@ for i = 1, #KEYS / 3 do
   end
   local limit, period, burst = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local flags = 0
-  local ol, op, ob = override(KEYS[3 * i - 1])
+  local ol, op, ob
+  if INLINE then
+    ol, op, ob = parse_override(ARGV[a + 5], key .. ':quota')
+  else
+    ol, op, ob = override(KEYS[3 * i - 1])
+  end
   if ol then
     limit, period, burst, flags = ol, op, ob, 2
   end
@@ -24,12 +30,17 @@ for i = 1, #KEYS / 3 do
   if cost > capacity then
     -- Only an override can make the capacity smaller than the cost: what a
     -- request of the whole capacity would see, but denied for good.
-    s = check(KEYS[3 * i - 2], limit, period, burst, capacity)
+    s = check(key, limit, period, burst, capacity)
     s.ok, s.retry = false, -1
   else
-    s = check(KEYS[3 * i - 2], limit, period, burst, cost)
+    s = check(key, limit, period, burst, cost)
   end
-  local until_us = blocked_until(KEYS[3 * i])
+  local until_us
+  if INLINE then
+    until_us = parse_block(ARGV[a + 6])
+  else
+    until_us = blocked_until(KEYS[3 * i])
+  end
   if until_us > NOW_US then
     -- Blocked: denied until the block ends, or later if the limit itself
     -- would still deny then (never stays never).

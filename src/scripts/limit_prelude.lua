@@ -12,10 +12,20 @@
 -- ARGV[1]   cost: units this request takes (1 <= cost <= every limit's default
 --           capacity, checked by the client; above an override's capacity the
 --           request is denied, never admissible)
--- ARGV[2]   1 = consume if every limit admits; 0 = peek (no writes at all)
+-- ARGV[2]   1 = consume if every limit admits; 0 = peek (no writes at all);
+--           i1 / i0 = the same, "inline": see below
 -- ARGV[3 + 5(i-1) .. 7 + 5(i-1)]  limit i: algorithm code (fw | slog | swc |
 --           gcra), limit, period in microseconds, burst (GCRA capacity; the
 --           others ignore it), shadow (1: its denial refuses nothing)
+--
+-- Inline mode (ARGV[2] = i1 or i0), for a slot under migration: KEYS holds
+-- only the state keys (KEYS[i]: limit i's), and each limit's ARGV has two
+-- more fields, ARGV[3 + 7(i-1) .. 9 + 7(i-1)] = the five above, then the
+-- override's value ('' = none) and the block's value ('' = none), which the
+-- client read on their own just before. While a slot migrates, Redis
+-- refuses (TRYAGAIN) a multi-key script whose keys are not all on one side,
+-- and the override and block keys almost never exist; a script on the
+-- state key alone follows the slot's ASK redirect like any one-key command.
 --
 -- Reply: { all_allowed, then per limit i: allowed, remaining, retry_after_us,
 --          reset_after_us, capacity, flags }
@@ -47,10 +57,13 @@
 -- number that is written, as a last line of defence.
 
 local ALGOS = {}
-local CONSUME = ARGV[2] == '1'
+local MODE = ARGV[2]
+local CONSUME = MODE == '1' or MODE == 'i1'
+local INLINE = MODE == 'i1' or MODE == 'i0'
 
--- Fields per limit in ARGV, after cost and mode.
-local SPEC_ARGS = 5
+-- Keys and ARGV fields per limit (after cost and mode).
+local LIMIT_KEYS = INLINE and 1 or 3
+local SPEC_ARGS = INLINE and 7 or 5
 
 -- 2^53: above it a double no longer holds every integer.
 local MAX_EXACT = 9007199254740992
@@ -81,11 +94,11 @@ local function state(ok, remaining_now, remaining_after, retry, reset_now, reset
   }
 end
 
--- Limit i's override ("limit period_us burst"), or nil. A value that is not
--- three integers (not written by shardlimit) raises: nothing is written.
-local function override(key)
-  local o = redis.call('GET', key)
-  if not o then
+-- An override's value ("limit period_us burst", or false/'' for none) as
+-- three numbers, or nil. A value that is not three integers (not written by
+-- shardlimit) raises: nothing is written. `key` names it in the error.
+local function parse_override(o, key)
+  if not o or o == '' then
     return nil
   end
   local l, p, b = string.match(o, '^(%d+) (%d+) (%d+)$')
@@ -95,8 +108,18 @@ local function override(key)
   return tonumber(l), tonumber(p), tonumber(b)
 end
 
--- The server time (us) a block key holds the subject blocked until; 0 when
--- absent.
+-- Limit i's override, read from its key.
+local function override(key)
+  return parse_override(redis.call('GET', key), key)
+end
+
+-- The server time (us) a block's value (false/'' for none) holds the
+-- subject blocked until; 0 when none.
+local function parse_block(v)
+  return tonumber(v or 0) or 0
+end
+
+-- The same, read from the block key.
 local function blocked_until(key)
-  return tonumber(redis.call('GET', key) or 0) or 0
+  return parse_block(redis.call('GET', key))
 end

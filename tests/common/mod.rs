@@ -263,17 +263,20 @@ pub async fn move_slot(slot: u16, from: &Master, to: &Master, all: &[Master]) {
     finish_move(slot, to, all).await;
 }
 
+/// Up to 1000 keys of `slot` that the node at `addr` holds.
+pub async fn keys_in_slot(addr: &str, slot: u16) -> Vec<Vec<u8>> {
+    let mut conn = node(addr).await;
+    redis::cmd("CLUSTER")
+        .arg("GETKEYSINSLOT")
+        .arg(slot)
+        .arg(1000)
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
 pub async fn migrate_keys(slot: u16, from: &Master, to: &Master) {
-    let keys: Vec<Vec<u8>> = {
-        let mut conn = node(&from.addr).await;
-        redis::cmd("CLUSTER")
-            .arg("GETKEYSINSLOT")
-            .arg(slot)
-            .arg(1000)
-            .query_async(&mut conn)
-            .await
-            .unwrap()
-    };
+    let keys = keys_in_slot(&from.addr, slot).await;
     if keys.is_empty() {
         return;
     }
@@ -291,6 +294,30 @@ pub async fn migrate_keys(slot: u16, from: &Master, to: &Master) {
         migrate.arg(key);
     }
     let _: Value = migrate.query_async(&mut conn).await.unwrap();
+}
+
+/// Ends a test that moved `slot` away from `source` (or only flagged it
+/// migrating): the slot goes back to `source` with its keys, or its flags
+/// are cleared; then the test's own panic, if any, carries on.
+pub async fn hand_back(
+    slot: u16,
+    source: &Master,
+    target: &Master,
+    all: &[Master],
+    outcome: std::thread::Result<()>,
+) {
+    let now = owner(slot).await;
+    if now.addr != source.addr {
+        move_slot(slot, &now, source, all).await;
+    } else {
+        let s = slot.to_string();
+        cmd(&source.addr, &["CLUSTER", "SETSLOT", &s, "STABLE"]).await;
+        cmd(&target.addr, &["CLUSTER", "SETSLOT", &s, "STABLE"]).await;
+    }
+    assert_eq!(owner(slot).await.addr, source.addr);
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
 }
 
 pub async fn finish_move(slot: u16, to: &Master, all: &[Master]) {

@@ -30,6 +30,11 @@ pub(crate) enum Payload<'a> {
         /// A command sent right behind the script on the same connection,
         /// in the same pipeline (`WAIT` after a lock's write).
         then: Option<Cmd>,
+        /// Whether a `TRYAGAIN` (its keys are split by a slot migration)
+        /// goes back to the caller at once instead of being retried until
+        /// the migration moves them: for callers that can do the work
+        /// another way meanwhile (see [`Payload::split_when_migrating`]).
+        tryagain_to_caller: bool,
     },
     Transaction {
         tx: &'a Transaction,
@@ -50,7 +55,33 @@ impl<'a> Payload<'a> {
             cmd,
             sent_body: false,
             then: None,
+            tryagain_to_caller: false,
         }
+    }
+
+    /// Returns a `TRYAGAIN` to the caller at once: a script whose optional
+    /// keys (absent on both sides of a migrating slot, so Redis refuses it
+    /// until the slot has moved) has a one-key form its caller falls back
+    /// to. Retrying would refuse it for as long as the migration lasts.
+    pub(crate) fn split_when_migrating(mut self) -> Self {
+        if let Payload::Script {
+            tryagain_to_caller, ..
+        } = &mut self
+        {
+            *tryagain_to_caller = true;
+        }
+        self
+    }
+
+    /// Whether a `TRYAGAIN` goes back to the caller at once.
+    pub(super) fn tryagain_to_caller(&self) -> bool {
+        matches!(
+            self,
+            Payload::Script {
+                tryagain_to_caller: true,
+                ..
+            }
+        )
     }
 
     /// Sends `then` right behind the script, on the same connection; the
