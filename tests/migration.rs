@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{cmd, finish_move, hand_back, migrate_keys};
+use common::{finish_move, hand_back, migrate_keys, start_move};
 use redis::Value;
 use shardlimit::Error;
 use shardlimit::cluster::{Script, Transaction, TxCommand};
@@ -48,17 +48,7 @@ async fn transactions_and_scripts_follow_ask_and_moved() {
     assert_eq!(n, 1);
 
     let result = async {
-        let s = slot.to_string();
-        cmd(
-            &target.addr,
-            &["CLUSTER", "SETSLOT", &s, "IMPORTING", &source.id],
-        )
-        .await;
-        cmd(
-            &source.addr,
-            &["CLUSTER", "SETSLOT", &s, "MIGRATING", &target.id],
-        )
-        .await;
+        start_move(slot, &source, &target).await;
 
         // Migrating, keys still on the source: served there as usual.
         let (n, _): (i64, i64) = cluster.transaction(&keys, &incr(1)).await.unwrap();
@@ -301,17 +291,7 @@ async fn every_check_decides_while_its_slot_migrates() {
     let first_fence = held.fencing_token();
 
     let result = async {
-        let s = slot.to_string();
-        cmd(
-            &target.addr,
-            &["CLUSTER", "SETSLOT", &s, "IMPORTING", &source.id],
-        )
-        .await;
-        cmd(
-            &source.addr,
-            &["CLUSTER", "SETSLOT", &s, "MIGRATING", &target.id],
-        )
-        .await;
+        start_move(slot, &source, &target).await;
 
         // Flagged, nothing moved yet.
         round(&mut model, "flagged").await;

@@ -256,9 +256,7 @@ pub async fn cmd(addr: &str, args: &[&str]) -> Value {
 
 /// Moves `slot` and its keys from `from` to `to`, then tells every master.
 pub async fn move_slot(slot: u16, from: &Master, to: &Master, all: &[Master]) {
-    let s = slot.to_string();
-    cmd(&to.addr, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &from.id]).await;
-    cmd(&from.addr, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &to.id]).await;
+    start_move(slot, from, to).await;
     migrate_keys(slot, from, to).await;
     finish_move(slot, to, all).await;
 }
@@ -273,6 +271,14 @@ pub async fn keys_in_slot(addr: &str, slot: u16) -> Vec<Vec<u8>> {
         .query_async(&mut conn)
         .await
         .unwrap()
+}
+
+/// Flags `slot` importing on `to` and migrating on `from`: its keys stay
+/// where they are until moved.
+pub async fn start_move(slot: u16, from: &Master, to: &Master) {
+    let s = slot.to_string();
+    cmd(&to.addr, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &from.id]).await;
+    cmd(&from.addr, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &to.id]).await;
 }
 
 pub async fn migrate_keys(slot: u16, from: &Master, to: &Master) {
