@@ -33,4 +33,5 @@ mod failover;
 mod isolation;
 mod locks;
 mod migration;
+mod operational;
 mod scan;
