@@ -31,8 +31,7 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use shardlimit::keys::slot;
 use shardlimit::{
-    Algorithm, Cluster, ConcurrencyLimiter, Counter, Decision, Lock, MultiLimiter, Quota,
-    RateLimiter,
+    Algorithm, Cluster, ConcurrencyLimiter, Counter, Lock, MultiLimiter, Quota, RateLimiter,
 };
 
 use crate::common::{self, Master};
@@ -190,12 +189,19 @@ impl Rig {
         });
     }
 
-    /// A cached denial of `subject` by `limiter`, answered at `at`, checked
-    /// against a peek (which always asks Redis).
-    async fn recheck(&self, tally: &Tally, limiter: &RateLimiter, subject: &str, d: &Decision) {
+    /// A denial answered from a cache now, to wait `wait`, checked against
+    /// `peek` (which always asks Redis: `true` if it admits).
+    async fn recheck(
+        &self,
+        tally: &Tally,
+        what: &str,
+        subject: &str,
+        wait: Option<Duration>,
+        peek: impl std::future::Future<Output = shardlimit::Result<bool>>,
+    ) {
         let at = Instant::now();
-        let until = at + d.retry_after.unwrap_or_default();
-        let Ok(redis) = limiter.peek(subject).await else {
+        let until = at + wait.unwrap_or_default();
+        let Ok(admits) = peek.await else {
             return;
         };
         let reset = self.resets.lock().unwrap().get(subject).copied();
@@ -203,11 +209,10 @@ impl Rig {
             return; // the entry ended, or a reset was still on its way
         }
         tally.cached_checked.fetch_add(1, Ordering::Relaxed);
-        if redis.allowed {
+        if admits {
             tally.disagreements.lock().unwrap().push(format!(
-                "{} {subject} at {:?}: cached {d:?}, Redis admits {redis:?}",
-                limiter.name(),
-                self.started.elapsed()
+                "{what} {subject} at {:.2} s: a cached denial for {wait:?}, Redis admits",
+                self.started.elapsed().as_secs_f64()
             ));
         }
     }
@@ -220,28 +225,20 @@ impl Rig {
             n @ 0..=3 => {
                 let l = &self.limiters[n];
                 match l.check(&subject).await {
-                    Ok(d) if d.cached => self.recheck(tally, l, &subject, &d).await,
+                    Ok(d) if d.cached => {
+                        let peek = async { Ok(l.peek(&subject).await?.allowed) };
+                        self.recheck(tally, l.name(), &subject, d.retry_after, peek)
+                            .await;
+                    }
                     Ok(_) => {}
                     Err(e) => self.fail(tally, &subject, "check", e),
                 }
             }
             4 => match self.multi.check(&subject).await {
                 Ok(d) if d.decisions.iter().any(|d| d.cached) => {
-                    let at = Instant::now();
-                    let Ok(redis) = self.multi.peek(&subject).await else {
-                        return;
-                    };
-                    let reset = self.resets.lock().unwrap().get(&subject).copied();
                     let wait = d.decisions.iter().filter_map(|d| d.retry_after).max();
-                    let until = at + wait.unwrap_or_default();
-                    if Instant::now() < until && !reset.is_some_and(|r| r + DELIVERY > at) {
-                        tally.cached_checked.fetch_add(1, Ordering::Relaxed);
-                        if redis.allowed {
-                            tally.disagreements.lock().unwrap().push(format!(
-                                "multi {subject}: cached {d:?}, Redis admits {redis:?}"
-                            ));
-                        }
-                    }
+                    let peek = async { Ok(self.multi.peek(&subject).await?.allowed) };
+                    self.recheck(tally, "multi", &subject, wait, peek).await;
                 }
                 Ok(_) => {}
                 Err(e) => self.fail(tally, &subject, "multi", e),
@@ -707,6 +704,8 @@ async fn operational_events() {
         // Cleanups of failed acquisitions run in the background.
         tokio::time::sleep(Duration::from_millis(1_500)).await;
         let (healthy_errors, allowed_errors) = judge(event, &tally, &affected);
+        let disagreements = tally.disagreements.lock().unwrap().clone();
+        let orphans = orphans(&namespace, &affected.master).await;
         let mut note = affected.note.clone();
         if let Some((from, to)) = affected.cluster_down {
             note += &format!(
@@ -726,8 +725,8 @@ async fn operational_events() {
             healthy_errors,
             allowed_errors,
             cached_checked: tally.cached_checked.load(Ordering::Relaxed),
-            disagreements: std::mem::take(&mut *tally.disagreements.lock().unwrap()),
-            orphans: orphans(&namespace, &affected.master).await,
+            disagreements,
+            orphans,
             immortal,
             note,
         });
