@@ -99,6 +99,7 @@ use crate::Cluster;
 /// # Ok(()) }
 /// ```
 pub fn router(cluster: &Cluster, options: WebOptions) -> Router {
+    let hosts = options.hosts.clone();
     let state = state::AppState::new(cluster, options);
     Router::new()
         .route("/", get(overview::page))
@@ -123,10 +124,7 @@ pub fn router(cluster: &Cluster, options: WebOptions) -> Router {
                 )
             }),
         )
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            host::check,
-        ))
+        .layer(axum::middleware::from_fn_with_state(hosts, host::check))
         .layer(axum::middleware::map_response(http::security_headers))
         .with_state(state)
 }

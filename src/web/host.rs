@@ -13,18 +13,18 @@
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::http::{StatusCode, Uri, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::state::Shared;
-
 /// The names a request's `Host` may carry besides the loopback ones, in the
-/// form [`canonical`] gives.
+/// form [`canonical`] gives. Shared: the middleware holds a copy per
+/// request.
 #[derive(Clone, Debug, Default)]
-pub(super) struct AllowedHosts(BTreeSet<String>);
+pub(super) struct AllowedHosts(Arc<BTreeSet<String>>);
 
 impl AllowedHosts {
     /// Adds `name` (a host name or an IP address, without port); `Err`
@@ -38,7 +38,7 @@ impl AllowedHosts {
             .unwrap_or(name);
         match canonical(bare) {
             Some(host) => {
-                self.0.insert(host);
+                Arc::make_mut(&mut self.0).insert(host);
                 Ok(())
             }
             None => Err(format!(
@@ -115,9 +115,12 @@ fn authorities(request: &Request) -> Vec<&str> {
 
 /// Middleware: `421 Misdirected Request` for a request to a name this page
 /// does not answer to.
-pub(super) async fn check(State(state): State<Shared>, request: Request, next: Next) -> Response {
+pub(super) async fn check(
+    State(hosts): State<AllowedHosts>,
+    request: Request,
+    next: Next,
+) -> Response {
     let named = authorities(&request);
-    let hosts = &state.options.hosts;
     if !named.is_empty() && named.iter().all(|a| hosts.permits(a)) {
         return next.run(request).await;
     }
