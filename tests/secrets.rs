@@ -96,19 +96,22 @@ async fn builder_debug_and_config_errors_hide_the_password() {
     // parse, or parses with the password's head as the port (`1234`).
     for (bad, parts) in delimited_passwords() {
         let debug = format!("{:?}", Cluster::builder([bad.clone()]));
-        let err = Cluster::builder([bad.clone()]).build().await.unwrap_err();
-        if refused(&bad) {
-            assert!(matches!(err, Error::Config { .. }), "{bad}: {err}");
-        } else {
-            // A bare `@` parses (the userinfo ends at the last one):
-            // nothing listens on port 1.
-            assert!(matches!(err, Error::Connect { .. }), "{bad}: {err}");
-        }
         for part in &parts {
             assert_hidden("builder Debug", &debug, part);
-            assert_hidden("bad URL error", &all_forms(&err), part);
         }
         assert!(debug.contains("redis://app:***@127.0.0.1:1"), "{debug}");
+        // A bare `@` parses (the userinfo ends at the last one), and
+        // building would connect: the CLI test does that in its own
+        // process. (Here it would log "node marked down" while the logs
+        // test captures events, and tracing's per-callsite interest cache
+        // then loses that test's event under load.)
+        if refused(&bad) {
+            let err = Cluster::builder([bad.clone()]).build().await.unwrap_err();
+            assert!(matches!(err, Error::Config { .. }), "{bad}: {err}");
+            for part in &parts {
+                assert_hidden("bad URL error", &all_forms(&err), part);
+            }
+        }
     }
 }
 
