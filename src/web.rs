@@ -32,6 +32,13 @@
 //! * **Escaped**: every value is spliced by maud, which escapes it; a
 //!   subject `<script>…` renders as text. The pages use no JavaScript, and
 //!   the Content-Security-Policy forbids any.
+//! * **Local names only**: `localhost` and loopback addresses, at any
+//!   port, unless [`WebOptionsBuilder::allow_host`] adds names; any other
+//!   `Host` gets `421 Misdirected Request`, so a web page the operator
+//!   visits cannot rebind its name to this machine and read the page (DNS
+//!   rebinding). Mounted in your app and reached by another name (the
+//!   machine's address, a DNS name, a reverse proxy's `Host`), allow it.
+//!   `shardlimit web` adds its `--listen` address and each `--allow-host`.
 //! * **Gentle**: no page runs `KEYS` or a transaction (only the reset's
 //!   POST runs one MULTI/EXEC on the subject's slot), and a page costs the
 //!   same bounded number of `SCAN` calls at a thousand limiters or a
@@ -53,6 +60,7 @@
 mod audit;
 mod base;
 mod csrf;
+mod host;
 mod http;
 mod jobs;
 mod json;
@@ -79,7 +87,8 @@ use crate::Cluster;
 /// follows the prefix.
 ///
 /// Read-only unless `options` enable writes. It brings no authentication:
-/// layer your own on it.
+/// layer your own on it. It answers only to loopback names unless
+/// `options` allow more ([`WebOptionsBuilder::allow_host`]).
 ///
 /// ```no_run
 /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
@@ -90,6 +99,7 @@ use crate::Cluster;
 /// # Ok(()) }
 /// ```
 pub fn router(cluster: &Cluster, options: WebOptions) -> Router {
+    let hosts = options.hosts.clone();
     let state = state::AppState::new(cluster, options);
     Router::new()
         .route("/", get(overview::page))
@@ -114,6 +124,7 @@ pub fn router(cluster: &Cluster, options: WebOptions) -> Router {
                 )
             }),
         )
+        .layer(axum::middleware::from_fn_with_state(hosts, host::check))
         .layer(axum::middleware::map_response(http::security_headers))
         .with_state(state)
 }

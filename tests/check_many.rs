@@ -1,5 +1,6 @@
 //! `RateLimiter::check_many` against the six-node cluster: per-request
-//! results in order, per-request errors, counting, and the deny cache.
+//! results in order, per-request errors, counting, the deny cache, and a
+//! batch after `SCRIPT FLUSH` as the least-privilege ACL user.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -7,7 +8,7 @@ mod common;
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
-use shardlimit::{Algorithm, Error, Quota, RateLimiter};
+use shardlimit::{Algorithm, Cluster, Error, Quota, RateLimiter};
 
 fn nz(n: u32) -> NonZeroU32 {
     NonZeroU32::new(n).unwrap()
@@ -123,4 +124,40 @@ async fn a_batch_is_answered_from_the_deny_cache_where_it_can() {
     }
     let s = cluster.stats().get("gcra", "cached").cloned().unwrap();
     assert!(s.denied_cached >= 50, "{s:?}");
+}
+
+#[tokio::test]
+async fn a_batch_after_script_flush_sends_nothing_the_least_privilege_user_lacks() {
+    // The user's key pattern allows the namespaces `aclsmoke-*`.
+    let cluster = Cluster::builder(common::node_urls())
+        .namespace(common::unique_namespace("aclsmoke"))
+        .username(common::acl::USER)
+        .password_file(common::acl::password_file())
+        .build()
+        .await
+        .expect("the ACL user up.sh creates");
+    let l = RateLimiter::builder(&cluster, "flushed", Quota::per_hour(nz(5)))
+        .build()
+        .unwrap();
+    // Subjects on every master, so every master's pipeline meets NOSCRIPT.
+    let batch: Vec<(String, u32)> = (0..60).map(|i| (format!("user:{i}"), 1)).collect();
+    for d in l.check_many(&batch).await {
+        assert!(d.unwrap().allowed);
+    }
+    let mut admins = Vec::new();
+    for m in common::masters().await {
+        admins.push(common::node(&m.addr).await);
+    }
+    let refused_before = common::acl::script_load_refusals(&mut admins).await;
+    common::acl::flush_scripts(&mut admins).await;
+    for d in l.check_many(&batch).await {
+        let d = d.unwrap();
+        assert!(d.allowed && d.remaining == 3, "{d:?}");
+    }
+    assert_eq!(
+        common::acl::script_load_refusals(&mut admins).await - refused_before,
+        0,
+        "the batch sent SCRIPT LOAD, which the least-privilege user may not (README)"
+    );
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
 }

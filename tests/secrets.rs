@@ -91,6 +91,60 @@ async fn builder_debug_and_config_errors_hide_the_password() {
         assert!(matches!(err, Error::Config { .. }), "{bad}: {err}");
         assert_hidden("bad URL error", &all_forms(&err), &password);
     }
+
+    // Unencoded delimiters (and an `@`) in the password: the URL does not
+    // parse, or parses with the password's head as the port (`1234`).
+    for (bad, parts) in delimited_passwords() {
+        let debug = format!("{:?}", Cluster::builder([bad.clone()]));
+        for part in &parts {
+            assert_hidden("builder Debug", &debug, part);
+        }
+        assert!(debug.contains("redis://app:***@127.0.0.1:1"), "{debug}");
+        // A bare `@` parses (the userinfo ends at the last one), and
+        // building would connect: the CLI test does that in its own
+        // process. (Here it would log "node marked down" while the logs
+        // test captures events, and tracing's per-callsite interest cache
+        // then loses that test's event under load.)
+        if refused(&bad) {
+            let err = Cluster::builder([bad.clone()]).build().await.unwrap_err();
+            assert!(matches!(err, Error::Config { .. }), "{bad}: {err}");
+            for part in &parts {
+                assert_hidden("bad URL error", &all_forms(&err), part);
+            }
+        }
+    }
+}
+
+/// Whether a URL of [`delimited_passwords`] must be refused before anything
+/// is sent: a `/`, `?` or `#` before its last `@` makes where the host
+/// starts ambiguous.
+fn refused(url: &str) -> bool {
+    let (userinfo, _host) = url
+        .strip_prefix("redis://")
+        .unwrap()
+        .rsplit_once('@')
+        .unwrap();
+    userinfo.contains(['/', '?', '#'])
+}
+
+/// `redis://app:<password>@127.0.0.1:1` with a password that holds an
+/// unencoded `/`, `?`, `#` or `@`, with the password's parts (each of
+/// which must stay hidden).
+fn delimited_passwords() -> Vec<(String, Vec<String>)> {
+    let mut urls = Vec::new();
+    for delimiter in ["/", "?", "#", "@", "/?#@"] {
+        let (head, tail) = (secret(), secret());
+        urls.push((
+            format!("redis://app:{head}{delimiter}{tail}@127.0.0.1:1"),
+            vec![head, tail],
+        ));
+    }
+    let tail = secret();
+    urls.push((
+        format!("redis://app:1234#{tail}@127.0.0.1:1"),
+        vec![format!("1234#{tail}"), tail],
+    ));
+    urls
 }
 
 #[tokio::test]
@@ -261,6 +315,23 @@ async fn the_cli_never_prints_the_password() {
         let out = cli(&envs, &args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", all_output(&out));
         assert_hidden("CLI error", &all_output(&out), &password);
+    }
+    for (bad, parts) in delimited_passwords() {
+        for out in [
+            cli(&[], &["--nodes", &bad, "list"]),
+            cli(&[("SHARDLIMIT_NODES", &bad)], &["health"]),
+        ] {
+            for part in &parts {
+                assert_hidden("CLI error", &all_output(&out), part);
+            }
+            assert_eq!(out.status.code(), Some(2), "{}", all_output(&out));
+            assert_eq!(
+                all_output(&out).contains("percent-encode"),
+                refused(&bad),
+                "{}",
+                all_output(&out)
+            );
+        }
     }
 
     // --json output, connected: the test cluster's default user has no

@@ -12,6 +12,9 @@
 //! namespace its key pattern allows (`aclsmoke-*`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "common/acl.rs"]
+mod acl;
+
 use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::process::Command;
@@ -57,7 +60,7 @@ fn builder() -> ClusterBuilder {
     Cluster::builder([seed()])
         .namespace(namespace())
         .tls_ca_file(ca())
-        .username("shardlimit")
+        .username(acl::USER)
         .password_file(acl_password_file())
         .command_timeout(Duration::from_secs(1))
 }
@@ -112,6 +115,32 @@ async fn every_primitive_works_over_tls_as_the_acl_user_from_one_seed() {
         let subject = format!("user:{i}");
         assert!(hour.check(&subject).await.unwrap().allowed);
     }
+    // A batch after `SCRIPT FLUSH` on every master: its `NOSCRIPT`s are
+    // answered without `SCRIPT LOAD`, which this user may not send.
+    let flushed = RateLimiter::builder(&cluster, "flushed", quota)
+        .build()
+        .unwrap();
+    let batch: Vec<(String, u32)> = (0..30).map(|i| (format!("user:{i}"), 1)).collect();
+    for d in flushed.check_many(&batch).await {
+        assert!(d.unwrap().allowed);
+    }
+    let mut admins = Vec::new();
+    for shard in &topology.shards {
+        let addr = shard.master.to_string();
+        admins.push(admin(addr.rsplit(':').next().unwrap().parse().unwrap()).await);
+    }
+    let refused_before = acl::script_load_refusals(&mut admins).await;
+    acl::flush_scripts(&mut admins).await;
+    for d in flushed.check_many(&batch).await {
+        let d = d.unwrap();
+        assert!(d.allowed && d.remaining == 0, "{d:?}");
+    }
+    assert_eq!(
+        acl::script_load_refusals(&mut admins).await - refused_before,
+        0,
+        "the batch sent SCRIPT LOAD, which this user may not (README)"
+    );
+
     let both = MultiLimiter::new([hour.clone(), second]).unwrap();
     assert!(both.check("user:0").await.unwrap().allowed);
     assert!(!both.check("user:0").await.unwrap().allowed, "3rd of 2/h");

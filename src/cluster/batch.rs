@@ -11,7 +11,7 @@
 //! | reply | what happens |
 //! |---|---|
 //! | a value, or any other error of the script or the server | the call's result |
-//! | `NOSCRIPT` | not run: sent again to the same node in a second pipeline, behind one `SCRIPT LOAD` (one copy of the body per node, not one per call) |
+//! | `NOSCRIPT` | not run: sent again to the same node in a second pipeline whose first call is an `EVAL` with the body, which caches the script for the `EVALSHA`s behind it (one copy of the body per node, not one per call; no `SCRIPT LOAD`, which a least-privilege user need not have) |
 //! | `MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `LOADING`, `READONLY` | not run: handed with that reply to the single-call path (`exec::drive`), which follows it as [`Cluster::eval`] would — a `MOVED` updates the slot table — until the same deadline |
 //! | no reply by the deadline, or the connection broke | **may have run**: every call of that pipeline gets the transient error and is never resent |
 //! | the node is known down | nothing sent: every call of the group gets [`Error::NodeDown`] at once |
@@ -31,7 +31,7 @@ use redis::{Cmd, FromRedisValue, Pipeline, RedisError, ToRedisArgs, Value};
 use tokio::time::Instant;
 
 use super::call::{connect, exchange};
-use super::exec::{self, Payload, Step, evalsha, next_step};
+use super::exec::{self, Payload, Step, eval, evalsha, next_step};
 use super::node::{Lane, Node};
 use super::router::Router;
 use super::{Cluster, convert};
@@ -247,8 +247,8 @@ impl Batch<'_> {
             .collect()
     }
 
-    /// One node's calls: one pipeline; the `NOSCRIPT`s again behind a
-    /// `SCRIPT LOAD`; what did not run, alone through the single-call path.
+    /// One node's calls: one pipeline; the `NOSCRIPT`s again, the first
+    /// with the body; what did not run, alone through the single-call path.
     async fn on_node(&self, node: Arc<Node>, calls: Vec<Call>) -> Done {
         let Round {
             mut done,
@@ -256,8 +256,9 @@ impl Batch<'_> {
             mut resend,
         } = self.round(&node, calls, false).await;
         if !reload.is_empty() {
-            // A `NOSCRIPT` now (the cache flushed again, `SCRIPT LOAD`
-            // refused) takes the single path, which sends `EVAL`.
+            // A `NOSCRIPT` now (the cache flushed again, or the `EVAL`
+            // refused before it ran) takes the single path, which sends
+            // `EVAL`.
             let second = self.round(&node, reload, true).await;
             done.extend(second.done);
             resend.extend(second.resend);
@@ -272,23 +273,29 @@ impl Batch<'_> {
         done
     }
 
-    /// Sends `calls` to `node` as one pipeline (behind `SCRIPT LOAD` if
-    /// `load`) and sorts the replies.
+    /// Sends `calls` to `node` as one pipeline (the first as `EVAL` with
+    /// the body if `load`) and sorts the replies.
     async fn round(&self, node: &Arc<Node>, calls: Vec<Call>, load: bool) -> Round {
         let mut pipe = redis::pipe();
-        if load {
-            pipe.cmd("SCRIPT").arg("LOAD").arg(self.script.code());
-        }
-        let skip = pipe.len();
         let mut sent = Vec::with_capacity(calls.len());
+        // The `EVALSHA` of the call sent as `EVAL`, should it be sent again.
+        let mut first_evalsha = None;
         for call in calls {
-            // The pipeline owns the commands; the few sent again are
-            // copied back out of it.
-            pipe.add_command(call.cmd);
+            if load && first_evalsha.is_none() {
+                // Redis caches a script `EVAL` runs, so the `EVALSHA`s
+                // behind it on this connection find it: no `SCRIPT LOAD`
+                // (README: the least-privilege ACL has no `SCRIPT`).
+                pipe.add_command(eval(self.script, &call.cmd));
+                first_evalsha = Some(call.cmd);
+            } else {
+                // The pipeline owns the commands; the few sent again are
+                // copied back out of it.
+                pipe.add_command(call.cmd);
+            }
             sent.push((call.index, call.slot));
         }
         let mut round = Round::default();
-        let replies = match self.send(node, &pipe, skip).await {
+        let replies = match self.send(node, &pipe).await {
             Ok(replies) => replies,
             Err(err) => {
                 round.done = sent
@@ -298,12 +305,14 @@ impl Batch<'_> {
                 return round;
             }
         };
-        let cmds = pipe.cmd_iter().skip(skip);
+        let cmds = pipe.cmd_iter();
         for (((index, slot), cmd), reply) in sent.into_iter().zip(cmds).zip(replies) {
+            // `Some` for the first call only: the one sent as `EVAL`.
+            let evalsha = first_evalsha.take();
             let again = || Call {
                 index,
                 slot,
-                cmd: cmd.clone(),
+                cmd: evalsha.unwrap_or_else(|| cmd.clone()),
             };
             match judge(reply, load) {
                 Verdict::Done(result) => {
@@ -321,14 +330,14 @@ impl Batch<'_> {
         round
     }
 
-    /// Writes `pipe` to `node` and returns its replies after the first
-    /// `skip` (server errors as values), or why there are none.
-    async fn send(&self, node: &Arc<Node>, pipe: &Pipeline, skip: usize) -> Result<Vec<Value>> {
+    /// Writes `pipe` to `node` and returns its replies (server errors as
+    /// values), or why there are none.
+    async fn send(&self, node: &Arc<Node>, pipe: &Pipeline) -> Result<Vec<Value>> {
         let (router, op, deadline, timeout) = (self.router, self.op, self.deadline, self.timeout);
         let live = connect(router, node, Lane::Shared, deadline, op, None, timeout).await?;
         let mut conn = live.conn.clone();
-        let count = pipe.len().saturating_sub(skip);
-        let sent = conn.req_packed_commands(pipe, skip, count);
+        let count = pipe.len();
+        let sent = conn.req_packed_commands(pipe, 0, count);
         match exchange(router, node, &live, deadline, timeout, sent).await {
             Ok(Ok(replies)) if replies.len() == count => Ok(replies),
             Ok(Ok(replies)) => Err(Error::UnexpectedReply {
@@ -383,14 +392,14 @@ struct Round {
 enum Verdict {
     /// The call's result: it ran (or failed in a way resending cannot fix).
     Done(Result<Value, RedisError>),
-    /// `NOSCRIPT` in a first round: load the script, send it again.
+    /// `NOSCRIPT` in a first round: send it again, after the body.
     Reload,
     /// Proven not run: resend through the single-call path with this reply.
     Resend(RedisError),
 }
 
 /// Judges one reply by `exec`'s rules for a single call; `reloaded`: the
-/// script was just loaded on that node.
+/// script's body was just sent to that node, ahead of this call.
 fn judge(reply: Value, reloaded: bool) -> Verdict {
     let err = match reply.extract_error() {
         Ok(value) => return Verdict::Done(Ok(value)),

@@ -47,7 +47,7 @@ use tokio::time::Instant;
 
 mod payload;
 
-pub(crate) use self::payload::{Payload, evalsha};
+pub(crate) use self::payload::{Payload, eval, evalsha};
 use super::call::{connect, exchange};
 use super::router::Router;
 use crate::error::{Error, Result, not_executed_yet};

@@ -4,9 +4,11 @@
 //! A password must never be printed. Everything that shows a node — the
 //! builder's `Debug`, [`Error::Config`], [`Error::Connect`], the router's
 //! and the CLI's messages — goes through [`redact_url`] or [`show`], which
-//! print `redis://user:***@host:port`. The password itself lives only in
-//! [`Secret`] (whose `Debug` is `***`) and in redis-rs' `ConnectionInfo`
-//! (whose `Debug` redacts it too).
+//! print `redis://user:***@host:port`, even for a URL that does not parse
+//! (a password's unencoded `/`, `?` or `#` is refused before parsing, since
+//! a parser would take the password's head for the host and port). The
+//! password itself lives only in [`Secret`] (whose `Debug` is `***`) and in
+//! redis-rs' `ConnectionInfo` (whose `Debug` redacts it too).
 //!
 //! The settings of the *first* seed become the template for every node the
 //! topology reveals (see `router`), so the CA, client certificate and
@@ -110,6 +112,22 @@ impl Security {
         let certificates = self.certificates()?;
         let mut seeds = Vec::with_capacity(nodes.len());
         for node in nodes {
+            if split_userinfo(node)
+                .1
+                .is_some_and(|userinfo| userinfo.contains(URL_DELIMITERS))
+            {
+                // A URL parser would end the host at that character and
+                // read the rest of the password as a port or a path: a
+                // connection to the wrong place, or the password in an
+                // error. Nothing a Redis URL means has an `@` there.
+                return Err(config(
+                    "nodes",
+                    format!(
+                        "{}: a '/', '?' or '#' before the last '@': percent-encode it in a user name or password (%2F, %3F, %23), or give the password apart from the URL",
+                        redact_url(node)
+                    ),
+                ));
+            }
             let mut info = node
                 .as_str()
                 .into_connection_info()
@@ -235,28 +253,49 @@ pub(crate) fn show(info: &ConnectionInfo) -> String {
     format!("{scheme}://{user}{host}:{port}")
 }
 
-/// `url` with any password replaced by `***`, for text that may not even
-/// parse: `scheme://user:pass@host` becomes `scheme://user:***@host`; text
-/// without a scheme but with an `@` loses everything before it.
-pub(crate) fn redact_url(url: &str) -> String {
+/// The characters that end a URL's authority: in a password they must be
+/// percent-encoded.
+const URL_DELIMITERS: [char; 3] = ['/', '?', '#'];
+
+/// `url` as (scheme with its `://`, or "" without one; the userinfo, if
+/// any; the rest), for text that may not parse. The userinfo ends at the
+/// *last* `@`: a password may hold an unencoded `@`, `/`, `?` or `#`, and
+/// everything before that `@` may be part of it.
+fn split_userinfo(url: &str) -> (&str, Option<&str>, &str) {
     let (scheme, rest) = match url.find("://") {
-        Some(at) => url.split_at(at + 3),
-        None => ("", url),
+        Some(at)
+            if url[..at]
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+.-".contains(c)) =>
+        {
+            url.split_at(at + 3)
+        }
+        _ => ("", url),
     };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    let Some(at) = authority.rfind('@') else {
+    match rest.rsplit_once('@') {
+        Some((userinfo, host)) => (scheme, Some(userinfo), host),
+        None => (scheme, None, rest),
+    }
+}
+
+/// `url` with any password replaced by `***`, for text that may not even
+/// parse: `scheme://user:pass@host` becomes `scheme://user:***@host`
+/// whatever the password holds; a user name that is not one (a `/`, `?`
+/// or `#` in it) and text without a scheme lose everything before the
+/// last `@`. Text without an `@` has no userinfo and is shown as it is.
+pub(crate) fn redact_url(url: &str) -> String {
+    let (scheme, Some(userinfo), host) = split_userinfo(url) else {
         return url.to_owned();
     };
-    let (userinfo, host) = authority.split_at(at);
-    if scheme.is_empty() {
-        return format!("***{host}{tail}");
+    let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+    if scheme.is_empty() || user.contains(URL_DELIMITERS) {
+        return format!("{scheme}***@{host}");
     }
-    let user = match userinfo.split_once(':') {
-        Some((user, _password)) => format!("{user}:***"),
-        None => userinfo.to_owned(),
-    };
-    format!("{scheme}{user}{host}{tail}")
+    if user.len() == userinfo.len() {
+        format!("{scheme}{user}@{host}")
+    } else {
+        format!("{scheme}{user}:***@{host}")
+    }
 }
 
 fn config(field: &'static str, reason: impl Into<String>) -> Error {
@@ -283,13 +322,46 @@ mod tests {
                 "redis://app:s3cret@h:notaport",
                 "redis://app:***@h:notaport",
             ),
-            ("redis://h:1/?x=a@b", "redis://h:1/?x=a@b"),
+            // Unencoded delimiters in the password: the URL does not
+            // parse, or parses as something else.
+            ("redis://app:s3/cr3t@h:1", "redis://app:***@h:1"),
+            ("redis://app:s3?cr3t@h:1/0", "redis://app:***@h:1/0"),
+            ("redis://app:6379#s3cret@h:1", "redis://app:***@h:1"),
+            ("redis://app:s3@/?#cr@t@h:1", "redis://app:***@h:1"),
+            ("redis://:s3/cr3t@h:1", "redis://:***@h:1"),
+            ("redis://s3/cr3t@h:1", "redis://***@h:1"),
+            ("app:s3://cr3t@h:1", "***@h:1"),
+            ("app:s3:/cr3t@h:1", "***@h:1"),
+            ("redis://h:1/?x=a@b", "redis://h:***@b"),
         ] {
             assert_eq!(redact_url(url), shown, "{url}");
-            if url.contains("s3") {
-                assert!(!shown.contains("s3"));
-            }
+            assert!(!shown.contains("s3") && !shown.contains("cr"), "{shown}");
         }
+    }
+
+    #[test]
+    fn an_unencoded_delimiter_before_the_last_at_is_refused_unprinted() {
+        for url in [
+            "redis://app:s3/cr3t@h:1",
+            "redis://app:s3?cr3t@h:1",
+            // Parses: as host `app`, port 6379, fragment `s3cr3t@h:1`.
+            "redis://app:6379#s3cr3t@h:1",
+            "redis://app:6379/s3cr3t@h:1",
+            "redis://h:1/?x=a@b",
+        ] {
+            let err = Security::default().apply(&[url.to_owned()]).unwrap_err();
+            let text = format!("{err}\n{err:?}");
+            assert!(
+                matches!(err, Error::Config { field: "nodes", .. }),
+                "{text}"
+            );
+            assert!(text.contains("percent-encode"), "{text}");
+            assert!(!text.contains("s3") && !text.contains("6379"), "{text}");
+        }
+        let seeds = Security::default()
+            .apply(&["redis://app:s3%2Fcr3t@h:1".to_owned()])
+            .unwrap();
+        assert_eq!(seeds[0].redis_settings().password(), Some("s3/cr3t"));
     }
 
     #[test]

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
+use super::host::AllowedHosts;
 use crate::Quota;
 use crate::admin::DEFAULT_SCAN_COUNT;
 use crate::error::{Error, Result};
@@ -38,6 +39,7 @@ pub struct WebOptions {
     pub(super) confirm_ttl: Duration,
     pub(super) audit_list_limit: usize,
     pub(super) quotas: BTreeMap<String, Quota>,
+    pub(super) hosts: AllowedHosts,
 }
 
 impl Default for WebOptions {
@@ -51,6 +53,7 @@ impl Default for WebOptions {
             confirm_ttl: Duration::from_secs(600),
             audit_list_limit: 200,
             quotas: BTreeMap::new(),
+            hosts: AllowedHosts::default(),
         }
     }
 }
@@ -66,6 +69,7 @@ impl WebOptions {
     pub fn builder() -> WebOptionsBuilder {
         WebOptionsBuilder {
             options: WebOptions::default(),
+            hosts: Vec::new(),
         }
     }
 
@@ -77,6 +81,19 @@ impl WebOptions {
     #[must_use]
     pub fn writes(&self) -> bool {
         self.writes
+    }
+
+    /// Whether a request to `authority` (its `Host`, with or without port)
+    /// is answered; see [`WebOptionsBuilder::allow_host`].
+    ///
+    /// ```
+    /// let options = shardlimit::web::WebOptions::default();
+    /// assert!(options.allows_host("localhost:8080") && options.allows_host("[::1]:8080"));
+    /// assert!(!options.allows_host("evil.example:8080"), "DNS rebinding");
+    /// ```
+    #[must_use]
+    pub fn allows_host(&self, authority: &str) -> bool {
+        self.hosts.permits(authority)
     }
 }
 
@@ -93,6 +110,8 @@ impl WebOptions {
 #[must_use]
 pub struct WebOptionsBuilder {
     options: WebOptions,
+    /// [`allow_host`](Self::allow_host)'s names, checked by `build`.
+    hosts: Vec<String>,
 }
 
 impl WebOptionsBuilder {
@@ -218,17 +237,52 @@ impl WebOptionsBuilder {
         self
     }
 
+    /// Also answers requests to `name` — a host name or an IP address,
+    /// without port (any port goes); repeat for more. Default: only
+    /// `localhost` and loopback addresses (`127.0.0.0/8`, `[::1]`); any
+    /// other `Host` gets `421 Misdirected Request`. That keeps a web page
+    /// the operator visits from rebinding its own name to this machine and
+    /// reading every subject (DNS rebinding). Add the address the page
+    /// listens on (`shardlimit web` adds its `--listen` address) and every
+    /// name it is reached by — behind a reverse proxy, the `Host` the proxy
+    /// passes on.
+    ///
+    /// ```
+    /// let options = shardlimit::web::WebOptions::builder()
+    ///     .allow_host("limits.internal")
+    ///     .allow_host("10.0.0.7")
+    ///     .build()?;
+    /// assert!(options.allows_host("limits.internal:8080"));
+    /// assert!(options.allows_host("10.0.0.7:8080"));
+    /// assert!(!options.allows_host("evil.example"));
+    /// # Ok::<(), shardlimit::Error>(())
+    /// ```
+    pub fn allow_host(mut self, name: impl Into<String>) -> Self {
+        self.hosts.push(name.into());
+        self
+    }
+
     /// Checks the settings.
     ///
     /// Errors with [`Error::Config`] for a page size above
-    /// [`MAX_PAGE_SIZE`], a zero SCAN count or a zero confirmation time.
+    /// [`MAX_PAGE_SIZE`], a zero SCAN count, a zero confirmation time or an
+    /// allowed host that is not a host name or an IP address.
     ///
     /// ```
     /// let err = shardlimit::web::WebOptions::builder().scan_count(0).build().unwrap_err();
     /// assert!(err.to_string().contains("scan_count"));
     /// # Ok::<(), shardlimit::Error>(())
     /// ```
-    pub fn build(self) -> Result<WebOptions> {
+    pub fn build(mut self) -> Result<WebOptions> {
+        for name in &self.hosts {
+            self.options
+                .hosts
+                .add(name)
+                .map_err(|reason| Error::Config {
+                    field: "allow_host",
+                    reason,
+                })?;
+        }
         let o = &self.options;
         if o.page_size.get() > MAX_PAGE_SIZE {
             return Err(Error::Config {
@@ -271,6 +325,7 @@ mod tests {
             WebOptions::builder().page_size(too_big),
             WebOptions::builder().scan_count(0),
             WebOptions::builder().confirm_ttl(Duration::ZERO),
+            WebOptions::builder().allow_host("limits.internal:8080"),
         ] {
             let err = builder.build().unwrap_err();
             assert!(matches!(err, Error::Config { .. }), "{err}");

@@ -3,6 +3,7 @@
 //! "every key has a TTL" check.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod acl;
 pub mod child;
 
 use std::collections::BTreeMap;

@@ -34,6 +34,11 @@ fn find(names: &[&str], env: &str) -> Option<PathBuf> {
 impl Browser {
     /// Starts chromedriver and a headless Chromium session.
     pub async fn start() -> Browser {
+        Browser::start_with(&[]).await
+    }
+
+    /// [`start`](Self::start), with more Chromium command-line switches.
+    pub async fn start_with(switches: &[&str]) -> Browser {
         let driver = find(&["chromedriver"], "CHROMEDRIVER").unwrap_or_else(|| {
             panic!(
                 "chromedriver not found (set CHROMEDRIVER or put it on PATH): \
@@ -76,13 +81,18 @@ impl Browser {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let mut caps = serde_json::Map::new();
+        let mut args = vec![
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-dev-shm-usage",
+            "--disable-gpu",
+            "--window-size=1400,1000",
+            "--no-first-run",
+        ];
+        args.extend_from_slice(switches);
         caps.insert(
             "goog:chromeOptions".into(),
-            json!({
-                "binary": chromium,
-                "args": ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                         "--disable-gpu", "--window-size=1400,1000", "--no-first-run"],
-            }),
+            json!({ "binary": chromium, "args": args }),
         );
         let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
             .capabilities(caps)

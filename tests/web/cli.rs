@@ -4,7 +4,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use super::common;
@@ -41,18 +41,14 @@ async fn start(ns: &str, args: &[&str], env: &[(&str, &str)]) -> (Child, String)
 
 /// GET `path` with an optional `Authorization` header: (status, body).
 async fn get(addr: &str, path: &str, auth: Option<&str>) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    get_as(addr, addr, path, auth).await
+}
+
+/// [`get`] with `Host: host`.
+async fn get_as(addr: &str, host: &str, path: &str, auth: Option<&str>) -> (u16, String) {
     let auth = auth.map_or(String::new(), |a| format!("Authorization: {a}\r\n"));
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let status = response[9..12].parse().unwrap();
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{auth}Connection: close\r\n\r\n");
+    super::raw(addr, &request).await
 }
 
 #[tokio::test]
@@ -121,4 +117,34 @@ async fn writes_need_credentials_and_then_every_page_does() {
             .0,
         200
     );
+}
+
+#[tokio::test]
+async fn answers_loopback_names_and_allowed_hosts_only() {
+    let ns = common::unique_namespace("webcli");
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_shardlimit"))
+        .args(["web", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("--allow-host <NAME>") && help.contains("DNS rebinding"),
+        "{help}"
+    );
+    let (_child, addr) = start(&ns, &["--allow-host", "limits.internal"], &[]).await;
+    let port = addr.rsplit(':').next().unwrap();
+    for host in [
+        addr.clone(),
+        format!("localhost:{port}"),
+        format!("[::1]:{port}"),
+        format!("limits.internal:{port}"),
+    ] {
+        let (status, body) = get_as(&addr, &host, "/api/overview", None).await;
+        assert_eq!(status, 200, "{host}: {body}");
+    }
+    for host in [format!("evil.example:{port}"), "other.internal".to_owned()] {
+        let (status, body) = get_as(&addr, &host, "/api/overview", None).await;
+        assert_eq!(status, 421, "{host}: {body}");
+        assert!(body.contains("--allow-host"), "{body}");
+    }
 }

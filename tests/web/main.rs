@@ -9,6 +9,7 @@ mod common;
 mod browser;
 mod bulk;
 mod cli;
+mod hosts;
 mod settings;
 
 use std::num::{NonZeroU32, NonZeroUsize};
@@ -41,14 +42,31 @@ async fn limits_app(cluster: &Cluster, options: WebOptions) -> String {
 
 /// A raw HTTP request to the test server: (status, body).
 async fn http(base: &str, method: &str, path: &str, form: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    http_to(base, None, method, path, form).await
+}
+
+/// [`http`] with `Host: host` (the server's address when `None`).
+async fn http_to(
+    base: &str,
+    host: Option<&str>,
+    method: &str,
+    path: &str,
+    form: &str,
+) -> (u16, String) {
     let rest = base.trim_start_matches("http://");
-    let (host, prefix) = rest.split_once('/').map_or((rest, ""), |(h, p)| (h, p));
-    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
+    let (addr, prefix) = rest.split_once('/').map_or((rest, ""), |(h, p)| (h, p));
+    let host = host.unwrap_or(addr);
     let request = format!(
         "{method} /{prefix}{path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{form}",
         form.len()
     );
+    raw(addr, &request).await
+}
+
+/// Sends `request` as it is to `addr`: (status, body).
+async fn raw(addr: &str, request: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).await.unwrap();

@@ -11,7 +11,7 @@
 //! shardlimit override get <subject> <kind>:<name> [--json]
 //! shardlimit override clear <subject> <kind>:<name> [--json]
 //! shardlimit health
-//! shardlimit web [--listen 127.0.0.1:8080] [--allow-writes]   # feature `web`
+//! shardlimit web [--listen 127.0.0.1:8080] [--allow-writes] [--allow-host NAME]…   # feature `web`
 //! ```
 //!
 //! Global: `--nodes` (or `SHARDLIMIT_NODES`, comma-separated

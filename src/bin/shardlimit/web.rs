@@ -7,6 +7,11 @@
 //! `SHARDLIMIT_WEB_USER` and `SHARDLIMIT_WEB_PASSWORD` (basic auth) — and
 //! whichever is set is then required for every page. Never flags: they
 //! would show in `ps`.
+//!
+//! Answers only to `localhost`, loopback addresses, the `--listen` address
+//! and the names given with `--allow-host`: any other `Host` gets `421`, so
+//! a web page the operator visits cannot rebind its name to this machine
+//! and read the page (DNS rebinding).
 
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
@@ -44,6 +49,32 @@ pub(crate) struct WebArgs {
     /// Rows per limiters page.
     #[arg(long, default_value_t = NonZeroUsize::MIN.saturating_add(49))]
     page_size: NonZeroUsize,
+    /// Also answer to this host name or IP address (repeatable), e.g. the
+    /// machine's DNS name. Default: only localhost, loopback addresses and
+    /// the --listen address; any other Host gets 421, so a web page whose
+    /// name is rebound to this machine cannot read the page (DNS
+    /// rebinding).
+    #[arg(long = "allow-host", value_name = "NAME")]
+    allow_hosts: Vec<String>,
+}
+
+impl WebArgs {
+    /// The router's options: the flags, and the listen address among the
+    /// names answered to.
+    fn options(&self, scan_count: u32) -> shardlimit::Result<WebOptions> {
+        let mut options = WebOptions::builder()
+            .writes(self.allow_writes)
+            .page_size(self.page_size)
+            .scan_count(scan_count);
+        // `0.0.0.0` or `::` is no name a request carries.
+        if !self.listen.ip().is_unspecified() {
+            options = options.allow_host(self.listen.ip().to_string());
+        }
+        for name in &self.allow_hosts {
+            options = options.allow_host(name);
+        }
+        options.build()
+    }
 }
 
 /// What a request must carry.
@@ -124,11 +155,13 @@ pub(crate) async fn run(cluster: &Cluster, scan_count: u32, args: WebArgs) -> An
             args.listen
         );
     }
-    let options = WebOptions::builder()
-        .writes(args.allow_writes)
-        .page_size(args.page_size)
-        .scan_count(scan_count)
-        .build()?;
+    if args.listen.ip().is_unspecified() && args.allow_hosts.is_empty() {
+        eprintln!(
+            "shardlimit web: note: {} answers only to localhost and loopback addresses: add the names and addresses the page is reached by with --allow-host",
+            args.listen
+        );
+    }
+    let options = args.options(scan_count)?;
     let mut app = router(cluster, options);
     if let Some(credentials) = credentials {
         app = app.layer(axum::middleware::from_fn_with_state(
@@ -197,6 +230,30 @@ mod tests {
         ] {
             assert_eq!(base64(plain.as_bytes()), encoded);
         }
+    }
+
+    #[test]
+    fn the_listen_address_and_the_allowed_hosts_are_answered() {
+        let args = |listen: &str, hosts: &[&str]| WebArgs {
+            listen: listen.parse().unwrap(),
+            allow_writes: false,
+            page_size: NonZeroUsize::MIN,
+            allow_hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
+        };
+        let options = args("10.1.2.3:8080", &["limits.internal"])
+            .options(100)
+            .unwrap();
+        for ok in ["10.1.2.3:8080", "limits.internal:8080", "localhost:8080"] {
+            assert!(options.allows_host(ok), "{ok}");
+        }
+        assert!(!options.allows_host("10.1.2.4:8080"));
+        let options = args("[::]:8080", &[]).options(100).unwrap();
+        assert!(!options.allows_host("[::]:8080"));
+        assert!(options.allows_host("[::1]:8080"));
+        let err = args("127.0.0.1:8080", &["http://x"])
+            .options(100)
+            .unwrap_err();
+        assert!(err.to_string().contains("allow_host"), "{err}");
     }
 
     #[test]

@@ -20,6 +20,21 @@ pub(crate) fn evalsha(script: &Script, keys: &KeySet, args: impl ToRedisArgs) ->
     cmd
 }
 
+/// `EVAL body numkeys keys… args…`: the call `evalsha` (made by
+/// [`evalsha`]) with `script`'s body in place of its SHA1 — for a node
+/// that answered `NOSCRIPT`. Running it also caches the script there.
+pub(crate) fn eval(script: &Script, evalsha: &Cmd) -> Cmd {
+    let mut eval = redis::cmd("EVAL");
+    eval.arg(script.code());
+    // Skip "EVALSHA" and the SHA1; keep numkeys, keys and args.
+    for arg in evalsha.args_iter().skip(2) {
+        if let Arg::Simple(bytes) = arg {
+            eval.arg(bytes);
+        }
+    }
+    eval
+}
+
 /// What is being sent.
 pub(crate) enum Payload<'a> {
     Script {
@@ -123,15 +138,7 @@ impl<'a> Payload<'a> {
         if *sent_body {
             return false;
         }
-        let mut eval = redis::cmd("EVAL");
-        eval.arg(script.code());
-        // Skip "EVALSHA" and the SHA1; keep numkeys, keys and args.
-        for arg in cmd.args_iter().skip(2) {
-            if let Arg::Simple(bytes) = arg {
-                eval.arg(bytes);
-            }
-        }
-        *cmd = eval;
+        *cmd = eval(script, cmd);
         *sent_body = true;
         true
     }
