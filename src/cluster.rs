@@ -40,6 +40,7 @@ pub use self::env::{
     SENTINEL_SERVICE_ENV, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, USER_ENV,
 };
 use self::exec::Payload;
+pub(crate) use self::exec::Undo;
 pub(crate) use self::invalidation::{Invalidations, Listener};
 pub use self::node::NodeState;
 use self::router::Router;
@@ -244,24 +245,47 @@ impl Cluster {
         self.eval(&crate::scripts::KEY_READ, &keys, NO_ARGS).await
     }
 
-    /// Runs `script` like [`eval`](Self::eval), then `then` right behind it
-    /// in one pipeline on the same connection to the same node, and returns
-    /// both replies. For commands whose meaning depends on the connection,
-    /// such as `WAIT` (which counts the writes made on its own connection).
-    /// A `TRYAGAIN` comes back at once, as with
-    /// [`eval_unless_migrating`](Self::eval_unless_migrating).
-    pub(crate) async fn eval_then_unless_migrating<T: FromRedisValue, U: FromRedisValue>(
+    /// Runs `script` like [`eval`](Self::eval), for an operation that takes
+    /// something (a lock, a permit) — and gives back what it may have taken
+    /// if it fails.
+    ///
+    /// With `then`, that command goes right behind the script in one
+    /// pipeline on the same connection to the same node (on the node's
+    /// blocking lane), and the reply is `[script reply, then reply]`: for
+    /// commands whose meaning depends on the connection, such as `WAIT`
+    /// (which counts the writes made on its own connection).
+    ///
+    /// When the call fails in a way that leaves it possible that the script
+    /// ran — no reply in time, a broken connection, an error reply other
+    /// than those that prove it did not run (a script error, `NOPERM`, an
+    /// error of `then`), a reply that is not a `T` — `undo` is sent in the
+    /// background, ordered after the script on the wire (see
+    /// `exec::undo`), and the error is returned. A `TRYAGAIN` comes back at
+    /// once, as with [`eval_unless_migrating`](Self::eval_unless_migrating)
+    /// (it proves the script did not run: nothing is undone).
+    pub(crate) async fn eval_or_undo<T: FromRedisValue>(
         &self,
         script: &Script,
         keys: &KeySet,
         args: impl ToRedisArgs,
-        then: redis::Cmd,
-    ) -> Result<(T, U)> {
-        let payload = Payload::script(script, keys, args)
-            .then(then)
+        then: Option<redis::Cmd>,
+        undo: Undo,
+    ) -> Result<T> {
+        let mut payload = Payload::script(script, keys, args)
+            .undo(undo.clone())
             .split_when_migrating();
+        if let Some(then) = then {
+            payload = payload.then(then);
+        }
         let value = self.run(script.name_cow(), keys.slot(), payload).await?;
-        convert(script.name_cow(), value)
+        convert(script.name_cow(), value).inspect_err(|_| self.undo(undo))
+    }
+
+    /// Sends `undo` in the background, for an operation that was answered
+    /// but failed all the same (its reply made no sense): anything sent now
+    /// comes after it on the wire.
+    pub(crate) fn undo(&self, undo: Undo) {
+        exec::spawn_undo(&self.inner.router, undo, None, self.command_timeout());
     }
 
     /// Runs `tx` as one MULTI/EXEC on the master owning the key set's slot and

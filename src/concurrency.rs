@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backoff::{millis, random_id};
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Undo};
 use crate::error::{Error, Result};
 use crate::keys::{KeyId, KeySet, Kind};
 use crate::policy::{BypassReason, FailurePolicy};
@@ -136,9 +136,13 @@ impl ConcurrencyLimiter {
     ///
     /// Errors with [`Error::EmptySubject`] / [`Error::SubjectTooLong`]
     /// before sending, and when Redis did not answer under
-    /// [`FailurePolicy::FailClosed`]. When an attempt fails ambiguously (a
-    /// timeout after sending), the script may have granted the permit; a
-    /// best-effort release of it is sent in the background.
+    /// [`FailurePolicy::FailClosed`], or refused (say, a command of the
+    /// script the ACL does not allow). After any error that leaves it
+    /// possible that the script granted the permit — a timeout after
+    /// sending, a broken connection, a script that failed midway — a
+    /// release of it is sent in the background, on the same connection
+    /// right behind the acquisition (on a new one once the node answers, if
+    /// that one broke), so the permit does not stay taken for its lease.
     ///
     /// ```no_run
     /// # async fn demo(limiter: shardlimit::ConcurrencyLimiter) -> shardlimit::Result<()> {
@@ -205,13 +209,13 @@ impl ConcurrencyLimiter {
         let keys = cluster.keys().key_set(subject, [inner.core.id()])?;
         let id = random_id();
         let args = (&id, inner.max_holders.get(), inner.lease_ms);
-        let reply: Vec<i64> = match cluster.eval(&LEASE_ACQUIRE, &keys, args).await {
-            Ok(reply) => reply,
-            Err(err) => {
-                primitive::release_orphan(cluster, &err, &LEASE_RELEASE, keys, id);
-                return Err(err);
-            }
-        };
+        // Whatever this acquisition may have taken is given back after any
+        // error, behind it on its connection (see `Cluster::eval_or_undo`).
+        let lease = Duration::from_millis(inner.lease_ms);
+        let undo = Undo::new(&LEASE_RELEASE, &keys, &id, lease);
+        let reply: Vec<i64> = cluster
+            .eval_or_undo(&LEASE_ACQUIRE, &keys, args, None, undo.clone())
+            .await?;
         match reply.as_slice() {
             [1, _, _] => Ok(Attempt::Granted(Permit {
                 state: PermitState::Live {
@@ -224,10 +228,13 @@ impl ConcurrencyLimiter {
             [0, _, soonest_ms] => Ok(Attempt::Busy(Duration::from_millis(
                 u64::try_from(*soonest_ms).unwrap_or(0),
             ))),
-            _ => Err(Error::UnexpectedReply {
-                op: LEASE_ACQUIRE.name().to_owned().into(),
-                detail: format!("{reply:?}"),
-            }),
+            _ => {
+                cluster.undo(undo);
+                Err(Error::UnexpectedReply {
+                    op: LEASE_ACQUIRE.name().to_owned().into(),
+                    detail: format!("{reply:?}"),
+                })
+            }
         }
     }
 }

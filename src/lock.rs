@@ -16,7 +16,7 @@ pub use self::builder::LockBuilder;
 pub use self::guard::LockGuard;
 use self::held::Held;
 use crate::backoff::random_id;
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Undo};
 use crate::error::{Error, Result};
 use crate::keys::{KeyId, KeySet, Kind};
 use crate::primitive::{self, Attempt, Core, RetryBackoff};
@@ -71,12 +71,17 @@ const WAIT_LATENESS: Duration = Duration::from_millis(100);
 ///   TTL; a dropped [`LockGuard`] does not block and does not release — its
 ///   lock simply expires. The TTL must exceed the longest plausible hold, or
 ///   use the [watchdog](LockBuilder::watchdog).
-/// * **Locks always fail closed**: an error is never "acquired". When an
-///   acquisition fails ambiguously (a timeout or broken connection after the
-///   script was sent — see
-///   [at-most-once](crate::Cluster#timeouts-and-ambiguous-outcomes)), the
-///   script may have run; a best-effort release with the unused token is sent
-///   in the background so such a lock does not sit there for a whole TTL.
+/// * **Locks always fail closed**: an error is never "acquired", and what a
+///   failed acquisition may have taken does not stay held. After any error
+///   that leaves it possible that the script ran — a timeout or broken
+///   connection after it was sent (see
+///   [at-most-once](crate::Cluster#timeouts-and-ambiguous-outcomes)), an
+///   error reply such as a `WAIT` the ACL refuses — a compare-and-delete
+///   with the unused token is sent in the background, on the same connection
+///   right behind the acquisition, so it cannot overtake an acquisition
+///   still queued there. If that connection broke (the server then runs
+///   nothing more from it), the release goes on a new connection once the
+///   node answers, until the lock would have expired anyway.
 ///
 /// Time decisions (expiry, fencing) use the server's clock; the client only
 /// uses its monotonic clock for the conservative local view behind
@@ -180,10 +185,12 @@ impl Lock {
     ///
     /// Errors (never a guard) with [`Error::EmptySubject`] /
     /// [`Error::SubjectTooLong`] before sending, or when Redis did not
-    /// answer, or — with [`replica_ack`](LockBuilder::replica_ack) — when the
-    /// replicas did not confirm in time: then the lock was released again and
-    /// the error is an [`Error::Timeout`] whose `op` says how many replicas
-    /// acknowledged.
+    /// answer or refused (say, a `WAIT` the ACL does not allow), or — with
+    /// [`replica_ack`](LockBuilder::replica_ack) — when the replicas did not
+    /// confirm in time: then the error is an [`Error::Timeout`] whose `op`
+    /// says how many replicas acknowledged. In every case a lock the attempt
+    /// may have taken is released again, ordered after it (see [What it
+    /// guarantees](Lock#what-it-guarantees)).
     ///
     /// Not cancel-safe: dropping the future after the script ran (e.g. under
     /// a `select!` or an outer timeout) leaves the lock taken, with nobody
@@ -266,25 +273,24 @@ impl Lock {
         let sent = Instant::now();
         let fence_ttl_ms = inner.fence_ttl_ms.max(inner.ttl_ms);
         let args = (&token, inner.ttl_ms, fence_ttl_ms);
-        // With replica acknowledgement, WAIT travels right behind the script
-        // in one pipeline on the same connection to the same node: WAIT only
-        // counts the writes made earlier on its own connection, so sent
-        // anywhere else it would "confirm" a write it never saw.
-        let sent_reply = match self.send_acquire(&keys, args).await {
+        let cluster = inner.core.cluster();
+        // Whatever this acquisition may have taken is released again after
+        // any error, behind it on its connection (see `Cluster::eval_or_undo`).
+        let undo = Undo::new(&LOCK_RELEASE, &keys, &token, inner.ttl);
+        let (reply, acked, undo) = match self.send_acquire(&keys, args, undo.clone()).await {
             // The slot is migrating: the same acquisition, one key at a time.
-            Err(err) if err.is_tryagain() => self.acquire_migrating(&keys, args).await,
-            other => other,
-        };
-        let (reply, acked) = match sent_reply {
-            Ok(reply) => reply,
-            Err(err) => {
-                primitive::release_orphan(inner.core.cluster(), &err, &LOCK_RELEASE, keys, token);
-                return Err(err);
+            Err(err) if err.is_tryagain() => self.acquire_migrating(&keys, args).await?,
+            other => {
+                let (reply, acked) = other?;
+                (reply, acked, undo)
             }
         };
         match reply.as_slice() {
             [1, fence] => {
-                let fence = u64::try_from(*fence).map_err(|_| unexpected(&reply))?;
+                let Ok(fence) = u64::try_from(*fence) else {
+                    cluster.undo(undo);
+                    return Err(unexpected(&reply));
+                };
                 let held = Held::new(
                     Arc::clone(&self.inner),
                     keys,
@@ -294,37 +300,47 @@ impl Lock {
                     sent,
                 );
                 let guard = LockGuard::new(held);
-                let guard = self.confirm_replicas(guard, acked).await?;
+                let guard = self.confirm_replicas(guard, acked, undo).await?;
                 Ok(Attempt::Granted(guard.start_watchdog(runtime)))
             }
             // Held elsewhere: wake when the holder's lock expires at the latest.
             [0, pttl] => Ok(Attempt::Busy(Duration::from_millis(
                 u64::try_from(*pttl).unwrap_or(0),
             ))),
-            _ => Err(unexpected(&reply)),
+            _ => {
+                cluster.undo(undo);
+                Err(unexpected(&reply))
+            }
         }
     }
 
     /// Sends the acquisition script on `keys` (the lock key and the fence
     /// key, or — while the slot migrates — the lock key alone, with the
     /// fence's value as a fourth argument), followed by `WAIT` when replica
-    /// acknowledgement is on. Its reply, and `WAIT`'s.
+    /// acknowledgement is on. Its reply, and `WAIT`'s. Whatever it may have
+    /// taken is released by `undo` after any error, behind it on its
+    /// connection (see `Cluster::eval_or_undo`).
     async fn send_acquire(
         &self,
         keys: &KeySet,
         args: impl ToRedisArgs,
+        undo: Undo,
     ) -> Result<(Vec<i64>, Option<i64>)> {
         let cluster = self.inner.core.cluster();
+        // With replica acknowledgement, WAIT travels right behind the script
+        // in one pipeline on the same connection to the same node: WAIT only
+        // counts the writes made earlier on its own connection, so sent
+        // anywhere else it would "confirm" a write it never saw.
         match self.inner.replica_ack {
             None => cluster
-                .eval_unless_migrating(&LOCK_ACQUIRE, keys, args)
+                .eval_or_undo(&LOCK_ACQUIRE, keys, args, None, undo)
                 .await
                 .map(|reply| (reply, None)),
             Some(ack) => {
                 let mut wait = redis::cmd("WAIT");
                 wait.arg(ack.replicas.get()).arg(ack.timeout_ms);
                 cluster
-                    .eval_then_unless_migrating(&LOCK_ACQUIRE, keys, args, wait)
+                    .eval_or_undo(&LOCK_ACQUIRE, keys, args, Some(wait), undo)
                     .await
                     .map(|(reply, acked)| (reply, Some(acked)))
             }
@@ -344,15 +360,17 @@ impl Lock {
         &self,
         keys: &KeySet,
         (token, ttl_ms, fence_ttl_ms): (&String, u64, u64),
-    ) -> Result<(Vec<i64>, Option<i64>)> {
+    ) -> Result<(Vec<i64>, Option<i64>, Undo)> {
         let cluster = self.inner.core.cluster();
         let [lock_key, fence_key] = keys.keys() else {
             return Err(unexpected(&[]));
         };
         let previous = cluster.read_alone(fence_key).await?.unwrap_or_default();
         let lock_alone = KeySet::checked(vec![lock_key.clone()])?;
+        // The release reads the lock key alone, so it can go where that is.
+        let undo = Undo::new(&LOCK_RELEASE, &lock_alone, token, self.inner.ttl);
         let args = (token, ttl_ms, fence_ttl_ms, previous);
-        let (reply, acked) = self.send_acquire(&lock_alone, args).await?;
+        let (reply, acked) = self.send_acquire(&lock_alone, args, undo.clone()).await?;
         if let [1, fence] = reply[..] {
             let fence_alone = KeySet::checked(vec![fence_key.clone()])?;
             let raised: Result<i64> = cluster
@@ -365,14 +383,20 @@ impl Lock {
                     "shardlimit: a fencing token was issued but not recorded in the fence key");
             }
         }
-        Ok((reply, acked))
+        Ok((reply, acked, undo))
     }
 
     /// With replica acknowledgement on: keeps the lock only if `acked` — the
     /// reply of the `WAIT` sent behind the acquisition — says enough
     /// replicas confirmed it; otherwise releases it again and errors (fail
-    /// closed: a lock a failover could hand to someone else is not held).
-    async fn confirm_replicas(&self, guard: LockGuard, acked: Option<i64>) -> Result<LockGuard> {
+    /// closed: a lock a failover could hand to someone else is not held),
+    /// leaving the release to `undo` in the background if it fails.
+    async fn confirm_replicas(
+        &self,
+        guard: LockGuard,
+        acked: Option<i64>,
+        undo: Undo,
+    ) -> Result<LockGuard> {
         let Some(ack) = self.inner.replica_ack else {
             return Ok(guard);
         };
@@ -391,10 +415,10 @@ impl Lock {
             slot: Some(guard.slot()),
             timeout: ack.timeout,
         };
-        // If this release fails too, the lock expires after its TTL.
         if let Err(err) = guard.release().await {
             tracing::warn!(lock = %self.name(), error = %err,
-                "shardlimit: could not release an unconfirmed lock; it expires after its TTL");
+                "shardlimit: could not release an unconfirmed lock; retrying in the background");
+            self.inner.core.cluster().undo(undo);
         }
         Err(failure)
     }

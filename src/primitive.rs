@@ -160,39 +160,6 @@ where
     }
 }
 
-/// After an acquisition failed ambiguously (`err` is transient: a timeout
-/// or broken connection after the script was sent) the script may have
-/// taken a lock or permit under `token` that nobody will ever hold. Sends
-/// `release` (a compare-and-delete, harmless if the script never ran) in
-/// the background, so it does not sit there for a whole TTL.
-pub(crate) fn release_orphan(
-    cluster: &Cluster,
-    err: &Error,
-    release: &'static Script,
-    keys: KeySet,
-    token: String,
-) {
-    if !err.is_transient() {
-        return;
-    }
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    let cluster = cluster.clone();
-    runtime.spawn(async move {
-        let released: Result<i64> = cluster.eval(release, &keys, &token).await;
-        match released {
-            Ok(1) => tracing::debug!(
-                script = release.name(),
-                "shardlimit: released what a failed acquisition took"
-            ),
-            Ok(_) => {}
-            Err(err) => tracing::debug!(script = release.name(), error = %err,
-                "shardlimit: could not release after a failed acquisition; it expires with its TTL"),
-        }
-    });
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -233,6 +233,41 @@ async fn builder_refuses_bad_settings() {
     common::assert_every_key_has_ttl(cluster.namespace()).await;
 }
 
+/// Issue 23 (5), for leases. As a user without `+pexpire`, the acquire
+/// script adds the permit, then fails at its `PEXPIRE` (Redis checks a
+/// script's commands one by one and keeps what ran before). The caller gets
+/// that refusal — never a bypass, even fail-open — and the permit it did
+/// not get must not stay taken; before the fix it did, in a key the failed
+/// `PEXPIRE` had left without a TTL.
+#[tokio::test]
+async fn a_permit_whose_acquisition_failed_midway_is_returned() {
+    let user = common::AclUser::without("+pexpire").await;
+    let cluster = user.builder().build().await.unwrap();
+    let limiter = ConcurrencyLimiter::builder(&cluster, "jobs")
+        .max_holders(nz(2))
+        .failure_policy(FailurePolicy::FailOpen)
+        .build()
+        .unwrap();
+    let key = lease_key(&cluster, "jobs", "s");
+    for _ in 0..2 {
+        let err = limiter.try_acquire("s").await.unwrap_err();
+        let text = err.to_string();
+        // Redis 7.0 words it so; later versions name the command.
+        assert!(
+            text.contains("can't run this command") || text.contains("'pexpire'"),
+            "{text}"
+        );
+        assert!(!err.is_transient(), "{err}");
+        // The release goes out right after the error: one round trip,
+        // within the command timeout; 1 s of slack.
+        common::wait_until_all_gone(std::slice::from_ref(&key), Duration::from_millis(1250)).await;
+    }
+    let s = cluster.stats();
+    let s = s.get("lease", "jobs").unwrap();
+    assert_eq!((s.allowed, s.bypassed, s.errors), (0, 0, 2));
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
 #[tokio::test]
 async fn unreachable_cluster_fails_closed_or_bypasses_as_configured() {
     let node = fake_node::FakeNode::start().await;

@@ -46,6 +46,19 @@ async fn wait_until_gone(key: &[u8], bound: Duration) {
     }
 }
 
+/// How many clients of the node at `addr` are blocked (in a `WAIT`, say).
+async fn blocked_clients(addr: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("clients")
+        .query_async(&mut common::node(addr).await)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("blocked_clients:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("INFO clients has blocked_clients")
+}
+
 fn assert_strictly_increasing(tokens: &[u64]) {
     for pair in tokens.windows(2) {
         assert!(
@@ -482,6 +495,108 @@ async fn replica_ack_that_cannot_be_met_fails_and_releases_the_lock() {
             .unwrap()
     );
     assert_eq!(cluster.stats().get("lock", "job").unwrap().errors, 1);
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
+/// Issue 23 (4). Acquisitions with `replica_ack` queue on their master's
+/// blocking connection behind each other's `WAIT`s, so most callers time
+/// out before their acquisition has even run. What such a caller sends to
+/// release it must run after it: before the fix, that release went on the
+/// master's other connection, overtook the queued acquisition and found
+/// nothing, and then the acquisition took its lock for the whole hour.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_ack_acquisitions_cut_off_in_the_queue_leave_nothing_held() {
+    const CALLS: u32 = 8;
+    const ACK: Duration = Duration::from_millis(300);
+    let cluster = common::builder("lock-queue")
+        .command_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+    let topology = cluster.topology().await.unwrap();
+    let shard = &topology.shards[0];
+    let on_shard = |r: &String| shard.slots.iter().any(|s| s.contains(&slot(r.as_bytes())));
+    let mut resources: Vec<String> = (0..)
+        .map(|i| format!("r{i}"))
+        .filter(on_shard)
+        .take(CALLS as usize + 1)
+        .collect();
+    let warm_up = resources.pop().unwrap();
+    // One replica more than the master has: every WAIT runs to its timeout.
+    let want = u32::try_from(shard.replicas.len() + 1).unwrap();
+    let lock = Lock::builder(&cluster, "job")
+        .ttl(Duration::from_secs(3600))
+        .replica_ack(ACK)
+        .replica_ack_count(NonZeroU32::new(want).unwrap())
+        .build()
+        .unwrap();
+    // Load the script on the master first: a NOSCRIPT reply would make every
+    // acquisition go round the queue twice.
+    let plain = Lock::builder(&cluster, "job").build().unwrap();
+    let warm = plain.try_acquire(&warm_up).await.unwrap().unwrap();
+    assert!(warm.release().await.unwrap());
+    let results = futures::future::join_all(resources.iter().map(|r| lock.try_acquire(r))).await;
+    for (resource, result) in resources.iter().zip(&results) {
+        assert!(result.is_err(), "{resource}: {result:?}");
+    }
+    // The master runs the acquisitions one after another, each WAIT for ACK
+    // plus up to 100 ms (it notices an expired WAIT on its 10 Hz cron), and
+    // what was sent behind them right after the last; 2 s of slack for a
+    // busy machine. An acquisition still queued sits behind a WAIT that
+    // blocks its connection, so the queue has drained once no client of the
+    // master is blocked (other tests' WAITs only make this wait longer).
+    let bound = (ACK + Duration::from_millis(100)) * CALLS + Duration::from_secs(2);
+    let master = shard.master.to_string();
+    let start = Instant::now();
+    while blocked_clients(&master).await > 0 {
+        assert!(
+            start.elapsed() < bound,
+            "a WAIT still blocks after {bound:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let keys: Vec<Vec<u8>> = resources
+        .iter()
+        .map(|r| lock_keys(&cluster, "job", r).0)
+        .collect();
+    // Releases sent behind the queue ran with it; one sent after a reply
+    // (too few replicas confirmed) is one round trip: 1 s is plenty.
+    common::wait_until_all_gone(&keys, Duration::from_secs(1)).await;
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
+/// Issue 23 (5). As a user without `+wait`, an acquisition with
+/// `replica_ack` takes the lock, then its `WAIT` is refused. The caller
+/// gets that refusal (a configuration fault, not transient), and the lock
+/// it did not get must not stay held for its TTL, as it did before the fix.
+#[tokio::test]
+async fn an_acquisition_whose_wait_is_refused_leaves_nothing_held() {
+    let user = common::AclUser::without("+wait").await;
+    let cluster = user
+        .builder()
+        .command_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+    let lock = Lock::builder(&cluster, "job")
+        .ttl(Duration::from_secs(3600))
+        .replica_ack(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let (key, _) = lock_keys(&cluster, "job", "r");
+    for _ in 0..2 {
+        let err = lock.try_acquire("r").await.unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("no permissions") && text.contains("'wait'"),
+            "{text}"
+        );
+        assert!(!err.is_transient(), "{err}");
+        // The release goes out right after the refusal: one round trip,
+        // within the command timeout; 1 s of slack.
+        common::wait_until_all_gone(std::slice::from_ref(&key), Duration::from_secs(2)).await;
+    }
+    assert_eq!(cluster.stats().get("lock", "job").unwrap().errors, 2);
     common::assert_every_key_has_ttl(cluster.namespace()).await;
 }
 

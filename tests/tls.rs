@@ -12,8 +12,9 @@
 //! namespace its key pattern allows (`aclsmoke-*`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "common/acl.rs"]
-mod acl;
+mod common;
+
+use common::acl;
 
 use std::num::NonZeroU32;
 use std::path::PathBuf;
@@ -315,37 +316,9 @@ async fn user_without(user: &str, missing: &str) -> String {
     let password = format!("pw-{:016x}", rand::random::<u64>());
     let base: u16 = seed().rsplit(':').next().unwrap().parse().unwrap();
     for port in base..base + 6 {
-        let mut conn = admin(port).await;
-        let mut cmd = redis::cmd("ACL");
-        cmd.arg("SETUSER").arg(user).arg("reset").arg("on");
-        cmd.arg(format!(">{password}"));
-        for part in acl_rule_of(&mut conn).await {
-            if part != missing {
-                cmd.arg(part);
-            }
-        }
-        let () = cmd.query_async(&mut conn).await.unwrap();
+        common::acl_set_user_without(&mut admin(port).await, user, &password, missing).await;
     }
     password
-}
-
-/// The `shardlimit` user's rule as a node reports it (`ACL GETUSER` would
-/// be shaped differently per version; `ACL LIST` is one line).
-async fn acl_rule_of(conn: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
-    let list: Vec<String> = redis::cmd("ACL")
-        .arg("LIST")
-        .query_async(conn)
-        .await
-        .unwrap();
-    let line = list
-        .iter()
-        .find(|l| l.starts_with("user shardlimit "))
-        .expect("up.sh created the shardlimit user");
-    line.split_whitespace()
-        .skip(3) // user shardlimit on
-        .filter(|p| !p.starts_with('#') && !p.starts_with('>'))
-        .map(str::to_owned)
-        .collect()
 }
 
 #[tokio::test]

@@ -16,6 +16,12 @@
 //! | timeout, I/O error | **may have run** | never resent; reported to the node's health; returned to the caller |
 //! | anything else | configuration or script error | returned |
 //!
+//! An operation that takes something (a lock, a permit) carries an
+//! [`Undo`]. After an attempt that may have run — no reply, a broken
+//! connection, an error reply other than those above that prove it did
+//! not — the undo is sent in the background, behind the operation on the
+//! same connection (see `undo`), and the error returned as usual.
+//!
 //! `ASKING` must immediately precede the command it applies to, and the
 //! connection is multiplexed, so it always travels in the same pipeline as
 //! the operation (a pipeline is written contiguously). For a transaction the
@@ -46,9 +52,12 @@ use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 use tokio::time::Instant;
 
 mod payload;
+mod undo;
 
-pub(crate) use self::payload::{Payload, eval, evalsha};
-use super::call::{connect, exchange};
+pub(crate) use self::payload::{Payload, Undo, eval, evalsha};
+use self::undo::Behind;
+pub(crate) use self::undo::spawn as spawn_undo;
+use super::call::{Lost, connect, exchange};
 use super::router::Router;
 use crate::error::{Error, Result, not_executed_yet};
 
@@ -202,9 +211,24 @@ async fn attempt_once(
     let asking = matches!(target, Target::Node { asking: true, .. });
     let mut conn = live.conn.clone();
     let sent = send(&mut conn, payload, asking);
-    exchange(router, &node, &live, deadline, timeout, sent)
-        .await
-        .map_err(|lost| lost.into_error(op, Some(slot), timeout))
+    let outcome = exchange(router, &node, &live, deadline, timeout, sent).await;
+    if let Some(undo) = payload.undoing().filter(|_| may_have_run(&outcome)) {
+        let behind = Behind { node, live, asking };
+        undo::spawn(router, undo.clone(), Some(behind), timeout);
+    }
+    outcome.map_err(|lost| lost.into_error(op, Some(slot), timeout))
+}
+
+/// Whether an attempt's outcome leaves it possible that the operation ran
+/// and failed: no reply, or an error reply that does not prove it did not
+/// run (see the table above). A reply that is a value is the caller's to
+/// judge.
+fn may_have_run(outcome: &Result<RedisResult<Value>, Lost>) -> bool {
+    match outcome {
+        Err(_) => true,
+        Ok(Ok(_)) => false,
+        Ok(Err(err)) => matches!(next_step(err, 0), Step::Fail),
+    }
 }
 
 /// No topology yet (a lazy connect): transient, unless the seeds refused

@@ -182,6 +182,12 @@ impl Router {
             .clone()
     }
 
+    /// A weak handle to this router, for background tasks that must end
+    /// with it.
+    pub(crate) fn handle(&self) -> Weak<Router> {
+        self.this.clone()
+    }
+
     /// The node serving `slot`, if the table knows one.
     pub(crate) fn owner(&self, slot: u16) -> Option<Arc<Node>> {
         self.table

@@ -243,6 +243,134 @@ pub async fn on_owner<T: redis::FromRedisValue>(key: &[u8], cmd: &mut redis::Cmd
     cmd.query_async(&mut conn).await.unwrap()
 }
 
+/// Polls until none of `keys` exists (read on their masters directly, not
+/// through the library); after `bound`, fails with each one left and its
+/// PTTL.
+pub async fn wait_until_all_gone(keys: &[Vec<u8>], bound: std::time::Duration) {
+    let start = std::time::Instant::now();
+    loop {
+        let mut left = Vec::new();
+        for key in keys {
+            let pttl = pttl(key).await;
+            if pttl != -2 {
+                left.push(format!("{} (PTTL {pttl} ms)", String::from_utf8_lossy(key)));
+            }
+        }
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            start.elapsed() < bound,
+            "still there after {bound:?}: {}",
+            left.join(", ")
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+// ---- ACL users ----------------------------------------------------------------
+
+/// The least-privilege `shardlimit` user's rule (created by
+/// `cluster-compose/up.sh`) as a node reports it, without its password.
+/// (`ACL GETUSER` would be shaped differently per version; `ACL LIST` is
+/// one line.)
+pub async fn acl_rule_of(conn: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
+    let list: Vec<String> = redis::cmd("ACL")
+        .arg("LIST")
+        .query_async(conn)
+        .await
+        .unwrap();
+    let line = list
+        .iter()
+        .find(|l| l.starts_with("user shardlimit "))
+        .expect("up.sh created the shardlimit user");
+    line.split_whitespace()
+        .skip(3) // user shardlimit on
+        .filter(|p| !p.starts_with('#') && !p.starts_with('>'))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Creates (or resets) `user` with `password` on the node behind `conn`
+/// (an admin connection), with the `shardlimit` user's rule minus
+/// `missing` (e.g. `"+wait"`).
+pub async fn acl_set_user_without(
+    conn: &mut redis::aio::MultiplexedConnection,
+    user: &str,
+    password: &str,
+    missing: &str,
+) {
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER").arg(user).arg("reset").arg("on");
+    cmd.arg(format!(">{password}"));
+    for part in acl_rule_of(conn).await {
+        if part != missing {
+            cmd.arg(part);
+        }
+    }
+    let () = cmd.query_async(conn).await.unwrap();
+}
+
+/// A user like the least-privilege `shardlimit` one but lacking one
+/// permission, on every node of the cluster; deleted from them again when
+/// dropped, whether the test passed or not. Its keys and channels are the
+/// rule's: [`AclUser::builder`] gives a namespace it may use.
+pub struct AclUser {
+    pub name: String,
+    pub password: String,
+    nodes: Vec<String>,
+}
+
+impl AclUser {
+    pub async fn without(missing: &str) -> AclUser {
+        let topology = cluster("acl").await.topology().await.unwrap();
+        let nodes: Vec<String> = topology
+            .shards
+            .iter()
+            .flat_map(|s| std::iter::once(&s.master).chain(&s.replicas))
+            .map(ToString::to_string)
+            .collect();
+        let name = format!("noperm-{:08x}", rand::rng().random::<u32>());
+        let password = format!("pw-{:016x}", rand::rng().random::<u64>());
+        for addr in &nodes {
+            acl_set_user_without(&mut node(addr).await, &name, &password, missing).await;
+        }
+        AclUser {
+            name,
+            password,
+            nodes,
+        }
+    }
+
+    /// A builder logged in as this user, under a fresh namespace its key
+    /// pattern (`~aclsmoke-*`) allows.
+    pub fn builder(&self) -> ClusterBuilder {
+        Cluster::builder(node_urls())
+            .namespace(unique_namespace("aclsmoke"))
+            .username(&self.name)
+            .password(&self.password)
+    }
+}
+
+impl Drop for AclUser {
+    fn drop(&mut self) {
+        // Blocking, from whatever runtime drops it: there is no async drop.
+        for addr in &self.nodes {
+            let deleted = redis::Client::open(format!("redis://{addr}"))
+                .and_then(|client| client.get_connection())
+                .and_then(|mut conn| {
+                    redis::cmd("ACL")
+                        .arg("DELUSER")
+                        .arg(&self.name)
+                        .query::<i64>(&mut conn)
+                });
+            if let Err(err) = deleted {
+                eprintln!("could not delete ACL user {} on {addr}: {err}", self.name);
+            }
+        }
+    }
+}
+
 // ---- slot migration ---------------------------------------------------------
 
 /// Runs a command given as words on one node.

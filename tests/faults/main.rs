@@ -28,6 +28,7 @@
 mod common;
 mod harness;
 
+mod acquire;
 mod deny_cache;
 mod failover;
 mod isolation;

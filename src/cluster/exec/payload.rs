@@ -1,5 +1,8 @@
 //! [`Payload`]: what one slot-pinned operation sends — a script (`EVALSHA`,
-//! `EVAL` after a `NOSCRIPT`) or a transaction.
+//! `EVAL` after a `NOSCRIPT`) or a transaction — and [`Undo`], what takes
+//! back an operation that may have taken something.
+
+use std::time::Duration;
 
 use redis::{Arg, Cmd, ToRedisArgs};
 
@@ -50,6 +53,9 @@ pub(crate) enum Payload<'a> {
         /// the migration moves them: for callers that can do the work
         /// another way meanwhile (see [`Payload::split_when_migrating`]).
         tryagain_to_caller: bool,
+        /// What takes the script back if it may have run but failed
+        /// (boxed: most payloads have none, and it is large).
+        undo: Option<Box<Undo>>,
     },
     Transaction {
         tx: &'a Transaction,
@@ -71,6 +77,7 @@ impl<'a> Payload<'a> {
             sent_body: false,
             then: None,
             tryagain_to_caller: false,
+            undo: None,
         }
     }
 
@@ -108,6 +115,22 @@ impl<'a> Payload<'a> {
         self
     }
 
+    /// When an attempt fails in a way that leaves it possible that the
+    /// script ran, `undo` is sent behind it (see `undo`).
+    pub(crate) fn undo(mut self, taken_back_by: Undo) -> Self {
+        if let Payload::Script { undo, .. } = &mut self {
+            *undo = Some(Box::new(taken_back_by));
+        }
+        self
+    }
+
+    pub(super) fn undoing(&self) -> Option<&Undo> {
+        match self {
+            Payload::Script { undo, .. } => undo.as_deref(),
+            Payload::Transaction { .. } => None,
+        }
+    }
+
     /// A script followed by a command (a lock's `WAIT`) may block on the
     /// server: it gets the node's blocking connection.
     pub(super) fn lane(&self) -> Lane {
@@ -141,5 +164,41 @@ impl<'a> Payload<'a> {
         *cmd = eval(script, cmd);
         *sent_body = true;
         true
+    }
+}
+
+/// What takes back an operation that may have taken something: `script`
+/// on the operation's keys, harmless if the operation never ran (a
+/// compare-and-delete by the operation's random token).
+#[derive(Clone, Debug)]
+pub(crate) struct Undo {
+    pub(super) script: &'static Script,
+    cmd: Cmd,
+    pub(super) slot: u16,
+    /// How long what it undoes lasts at most: after that, nothing is left
+    /// to undo.
+    pub(super) lifetime: Duration,
+}
+
+impl Undo {
+    /// `script` with `KEYS` = `keys` and `ARGV` = `args`, for an operation
+    /// on `keys` whose effect expires within `lifetime`.
+    pub(crate) fn new(
+        script: &'static Script,
+        keys: &KeySet,
+        args: impl ToRedisArgs,
+        lifetime: Duration,
+    ) -> Self {
+        Undo {
+            script,
+            cmd: evalsha(script, keys, args),
+            slot: keys.slot(),
+            lifetime,
+        }
+    }
+
+    /// What is sent to undo.
+    pub(super) fn payload(&self) -> Payload<'static> {
+        Payload::evalsha(self.script, self.cmd.clone())
     }
 }

@@ -108,3 +108,28 @@ fn backoff_is_short_and_capped() {
     assert_eq!(backoff(1), Duration::from_millis(10));
     assert_eq!(backoff(30), Duration::from_millis(80));
 }
+
+#[test]
+fn an_undo_follows_every_outcome_but_a_value_and_a_proof_of_not_running() {
+    let replied = |text: &str| Ok(Err(server_error(text)));
+    for proof in [
+        "MOVED 3999 127.0.0.1:7001",
+        "ASK 3999 127.0.0.1:7002",
+        "TRYAGAIN Multiple keys request during rehashing of slot",
+        "CLUSTERDOWN The cluster is down",
+        "NOSCRIPT No matching script.",
+    ] {
+        assert!(!may_have_run(&replied(proof)), "{proof}");
+    }
+    assert!(!may_have_run(&Ok(Ok(Value::Int(1)))));
+    for doubt in [
+        // A WAIT refused after the script ran, a script that failed midway.
+        "NOPERM this user has no permissions to run the 'wait' command",
+        "ERR The user executing the script can't run this command or subcommand script: x",
+    ] {
+        assert!(may_have_run(&replied(doubt)), "{doubt}");
+    }
+    assert!(may_have_run(&Err(Lost::TimedOut)));
+    let reset = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+    assert!(may_have_run(&Err(Lost::Broken(reset))));
+}
