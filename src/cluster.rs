@@ -20,6 +20,7 @@ mod invalidation;
 mod node;
 mod router;
 mod seeds;
+mod socket;
 mod stats;
 mod subscriber;
 mod topology;
@@ -84,6 +85,22 @@ pub use crate::scripts::{NO_ARGS, Script};
 /// node while some of its keys are still on the source (`TRYAGAIN`); such a
 /// call is retried until the migration moves them or the timeout expires.
 ///
+/// # Idle and closed connections
+///
+/// Servers and networks close connections as a matter of course: Redis'
+/// idle `timeout`, `CLIENT KILL`, a load balancer's idle cut. None of that
+/// costs a call an error or marks a healthy node down:
+///
+/// * A connection that has ended is replaced by a fresh one before the
+///   next request, and so is one unused for longer than
+///   [`ClusterBuilder::connection_max_idle`] (default 60 s), which a
+///   middlebox may have dropped without a word.
+/// * A request that met a connection ending under it is sent again, once,
+///   on a fresh connection when it provably was never written: the
+///   connection had ended and its socket took no byte after the request
+///   was handed to it. Otherwise the at-most-once rule above holds: it may
+///   have run, and it is returned as an error.
+///
 /// # Routing and failure isolation
 ///
 /// The handle keeps its own slot table (`CLUSTER SLOTS`) and one multiplexed
@@ -92,7 +109,8 @@ pub use crate::scripts::{NO_ARGS, Script};
 /// cluster connection stalls every node while it refreshes its slot map
 /// after one node fails; see the README's "Failure behaviour".)
 ///
-/// * A node whose connection breaks, or that times out
+/// * A node whose connection breaks under a request that may have been
+///   written, that refuses a connection, or that times out
 ///   [`ClusterBuilder::node_down_after`] times within
 ///   [`ClusterBuilder::failure_window`], is marked **down**: calls for its
 ///   slots fail at once with the transient [`Error::NodeDown`] (fail-open

@@ -13,7 +13,8 @@
 //! | a value, or any other error of the script or the server | the call's result |
 //! | `NOSCRIPT` | not run: sent again to the same node in a second pipeline whose first call is an `EVAL` with the body, which caches the script for the `EVALSHA`s behind it (one copy of the body per node, not one per call; no `SCRIPT LOAD`, which a least-privilege user need not have) |
 //! | `MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `LOADING`, `READONLY` | not run: handed with that reply to the single-call path (`exec::drive`), which follows it as [`Cluster::eval`] would — a `MOVED` updates the slot table — until the same deadline |
-//! | no reply by the deadline, or the connection broke | **may have run**: every call of that pipeline gets the transient error and is never resent |
+//! | the connection had ended before it wrote the pipeline (the server's idle `timeout`, `CLIENT KILL`, a proxy) | not run: the pipeline is sent once more on a fresh connection |
+//! | no reply by the deadline, or the connection broke after the pipeline may have been written | **may have run**: every call of that pipeline gets the transient error and is never resent |
 //! | the node is known down | nothing sent: every call of the group gets [`Error::NodeDown`] at once |
 //!
 //! Calls for a slot no node serves (yet) take the single-call path from
@@ -30,7 +31,7 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, FromRedisValue, Pipeline, RedisError, ToRedisArgs, Value};
 use tokio::time::Instant;
 
-use super::call::{connect, exchange};
+use super::call::{Op, deliver};
 use super::exec::{self, Payload, Step, eval, evalsha, next_step};
 use super::node::{Lane, Node};
 use super::router::Router;
@@ -59,8 +60,11 @@ impl Cluster {
     ///   outcomes](Cluster#timeouts-and-ambiguous-outcomes)). A call whose
     ///   reply proves it did not run (`NOSCRIPT`, `MOVED`, `ASK`,
     ///   `TRYAGAIN`, `CLUSTERDOWN`, …) is resent, alone, by `eval`'s
-    ///   machinery: redirects are followed and the slot table updated. When
-    ///   a master's pipeline gets no reply in time or its connection breaks,
+    ///   machinery: redirects are followed and the slot table updated. A
+    ///   pipeline the connection never wrote (it had ended, see [Idle and
+    ///   closed connections](Cluster#idle-and-closed-connections)) is sent
+    ///   once more on a fresh one. When a master's pipeline gets no reply
+    ///   in time or its connection breaks after it may have been written,
     ///   every call sent in it gets that transient error
     ///   ([`Error::Timeout`], [`Error::Redis`]) — it may or may not have
     ///   run — and is never resent. Calls on other masters are not
@@ -333,25 +337,33 @@ impl Batch<'_> {
     /// Writes `pipe` to `node` and returns its replies (server errors as
     /// values), or why there are none.
     async fn send(&self, node: &Arc<Node>, pipe: &Pipeline) -> Result<Vec<Value>> {
-        let (router, op, deadline, timeout) = (self.router, self.op, self.deadline, self.timeout);
-        let live = connect(router, node, Lane::Shared, deadline, op, None, timeout).await?;
-        let mut conn = live.conn.clone();
+        let op = Op {
+            name: self.op,
+            slot: None,
+            deadline: self.deadline,
+            timeout: self.timeout,
+        };
         let count = pipe.len();
-        let sent = conn.req_packed_commands(pipe, 0, count);
-        match exchange(router, node, &live, deadline, timeout, sent).await {
-            Ok(Ok(replies)) if replies.len() == count => Ok(replies),
-            Ok(Ok(replies)) => Err(Error::UnexpectedReply {
-                op: op.clone(),
+        let sent = deliver(
+            self.router,
+            node,
+            Lane::Shared,
+            &op,
+            |mut conn| async move { conn.req_packed_commands(pipe, 0, count).await },
+        );
+        match sent.await?.into_reply(&op)? {
+            Ok(replies) if replies.len() == count => Ok(replies),
+            Ok(replies) => Err(Error::UnexpectedReply {
+                op: self.op.clone(),
                 detail: format!("{} replies to a pipeline of {count} calls", replies.len()),
             }),
             // A plain pipeline's server errors are values: this is the
             // client failing to read the replies, so they may have run.
-            Ok(Err(source)) => Err(Error::Redis {
-                op: op.clone(),
+            Err(source) => Err(Error::Redis {
+                op: self.op.clone(),
                 slot: None,
                 source,
             }),
-            Err(lost) => Err(lost.into_error(op, None, timeout)),
         }
     }
 

@@ -15,6 +15,7 @@ use super::env::{
 use super::node::NodeConfig;
 use super::router::{Router, RouterConfig};
 use super::seeds::{self, Pem, Security};
+use super::socket::Connector;
 use super::subscriber::SubscriberConfig;
 use super::{Cluster, Inner, Invalidations};
 use crate::error::{Error, Result};
@@ -119,6 +120,7 @@ pub struct ClusterBuilder {
     refresh_interval: Duration,
     reconnect_min: Duration,
     reconnect_max: Duration,
+    max_idle: Duration,
     lazy: bool,
 }
 
@@ -138,6 +140,7 @@ impl ClusterBuilder {
             refresh_interval: Duration::from_millis(500),
             reconnect_min: Duration::from_millis(500),
             reconnect_max: Duration::from_secs(5),
+            max_idle: Duration::from_secs(60),
             lazy: false,
         }
     }
@@ -253,6 +256,21 @@ impl ClusterBuilder {
         self
     }
 
+    /// How long a node connection may stay unused: one unused for longer is
+    /// replaced by a fresh one before its next request. Default 60 s. Must
+    /// be non-zero.
+    ///
+    /// A connection the server closed (its idle `timeout`, `CLIENT KILL`)
+    /// is noticed and replaced before use anyway; this bound is for the
+    /// ones a load balancer, NAT gateway or firewall drops after a while
+    /// without telling either end, where the next request would be lost.
+    /// Keep it below their idle timeout (often 4 to 10 minutes; Redis' own
+    /// `timeout` needs no margin).
+    pub fn connection_max_idle(mut self, idle: Duration) -> Self {
+        self.max_idle = idle;
+        self
+    }
+
     /// Return from [`build`](Self::build) without connecting, and connect in
     /// the background. Default `false` (connect in `build`, and fail there).
     ///
@@ -315,9 +333,10 @@ impl ClusterBuilder {
             return Err(config("nodes", "at least one node URL is needed"));
         }
         let seeds = self.security.apply(&self.nodes)?;
+        let certificates = self.security.certificates()?;
         let subscriber = SubscriberConfig {
             seeds: seeds.clone(),
-            certificates: self.security.certificates()?,
+            certificates: certificates.clone(),
             connect_timeout: self.connect_timeout,
         };
         for (field, value) in [
@@ -326,6 +345,7 @@ impl ClusterBuilder {
             ("failure_window", self.failure_window),
             ("refresh_interval", self.refresh_interval),
             ("reconnect_backoff", self.reconnect_min),
+            ("connection_max_idle", self.max_idle),
         ] {
             if value.is_zero() {
                 return Err(config(field, "must be greater than zero"));
@@ -346,13 +366,16 @@ impl ClusterBuilder {
         if seeds::any_tls(&seeds) {
             seeds::install_crypto_provider();
         }
+        let connector = Connector::new(&seeds, certificates.as_ref())?;
         let seed_list = seeds.iter().map(seeds::show).collect::<Vec<_>>().join(",");
         let router = Router::new(
             seeds,
             seed_list,
             RouterConfig {
                 node: NodeConfig {
+                    connector,
                     connect_timeout: self.node_connect_timeout(),
+                    max_idle: self.max_idle,
                     down_after: self.node_down_after,
                     failure_window: self.failure_window,
                     reconnect_min: self.reconnect_min,
@@ -411,6 +434,7 @@ impl fmt::Debug for ClusterBuilder {
             .field("refresh_interval", &self.refresh_interval)
             .field("reconnect_min", &self.reconnect_min)
             .field("reconnect_max", &self.reconnect_max)
+            .field("max_idle", &self.max_idle)
             .field("lazy", &self.lazy)
             .finish()
     }

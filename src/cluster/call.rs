@@ -1,6 +1,6 @@
 //! One request to one node, without redirects: the connection (refused at
-//! once while the node is down), the deadline, and what a failure tells the
-//! node's health.
+//! once while the node is down), the deadline, the one resend of a request
+//! the connection never wrote, and what a failure tells the node's health.
 //!
 //! Below the router (which asks nodes for the topology through it), `exec`
 //! (which sends slot-pinned operations through it) and `batch` (which sends
@@ -12,7 +12,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::ConnectionLike;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{Cmd, Pipeline, RedisError, RedisResult, Value};
 use tokio::time::{Instant, timeout_at};
 
@@ -27,12 +27,23 @@ pub(crate) trait Refresh: Sync {
 }
 
 /// What is sent by [`node_request`].
+#[derive(Clone, Copy)]
 pub(crate) enum Request<'a> {
     /// One command; a server error is returned as an error.
     Cmd(&'a Cmd),
     /// A plain (not atomic) pipeline; every reply is returned, server
     /// errors as values.
     Pipeline(&'a Pipeline),
+}
+
+/// One operation as its errors name it, and its bounds: every attempt and
+/// resend ends by `deadline`, which is `timeout` after it started.
+#[derive(Clone, Copy)]
+pub(crate) struct Op<'a> {
+    pub(crate) name: &'a Cow<'static, str>,
+    pub(crate) slot: Option<u16>,
+    pub(crate) deadline: Instant,
+    pub(crate) timeout: Duration,
 }
 
 /// Sends `request` to `node`, without following redirects, within
@@ -44,12 +55,15 @@ pub(crate) async fn node_request(
     timeout: Duration,
     router: &dyn Refresh,
 ) -> Result<Value> {
-    let op = op.into();
+    let name = op.into();
     tokio::task::coop::consume_budget().await; // see `exec::run`
-    let deadline = Instant::now() + timeout;
-    let live = connect(router, node, Lane::Shared, deadline, &op, None, timeout).await?;
-    let mut conn = live.conn.clone();
-    let sent = async {
+    let op = Op {
+        name: &name,
+        slot: None,
+        deadline: Instant::now() + timeout,
+        timeout,
+    };
+    let reply = deliver(router, node, Lane::Shared, &op, |mut conn| async move {
         match request {
             Request::Cmd(cmd) => conn.req_packed_command(cmd).await?.extract_error(),
             Request::Pipeline(pipe) => conn
@@ -57,49 +71,80 @@ pub(crate) async fn node_request(
                 .await
                 .map(Value::Array),
         }
-    };
-    match timeout_at(deadline, sent).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(source)) => {
-            if is_connection_fault(&source) {
-                report(router, node, &live, Fault::Broken);
+    })
+    .await?
+    .into_reply(&op)?;
+    reply.map_err(|source| Error::Redis {
+        op: name.clone(),
+        slot: None,
+        source,
+    })
+}
+
+/// The last attempt of a request: the connection it went on, and what
+/// came of it.
+pub(crate) struct Delivered<T> {
+    pub(crate) live: Live,
+    pub(crate) outcome: Result<RedisResult<T>, Lost>,
+}
+
+impl<T> Delivered<T> {
+    /// The reply, or a server error for the caller to classify; a lost
+    /// request as the error for the caller of `op`.
+    pub(crate) fn into_reply(self, op: &Op<'_>) -> Result<RedisResult<T>> {
+        self.outcome.map_err(|lost| lost.into_error(op))
+    }
+}
+
+/// Sends a request to `node` on `lane` — `send` writes it on the
+/// connection it is given — and awaits the reply until the deadline.
+/// Errors only when no connection could be had: a node known down is
+/// refused at once, without sending anything.
+///
+/// A request the connection provably never wrote is sent once more, on a
+/// fresh connection: the connection had ended (the server's idle
+/// `timeout`, `CLIENT KILL`, a proxy) before it took the request, which
+/// says nothing about the node. Any other failure of the connection may
+/// have come after the request ran: it is the outcome ([`Lost`]), it was
+/// reported to the node's health, and the request is never resent.
+pub(crate) async fn deliver<T, F, Fut>(
+    router: &dyn Refresh,
+    node: &Arc<Node>,
+    lane: Lane,
+    op: &Op<'_>,
+    send: F,
+) -> Result<Delivered<T>>
+where
+    F: Fn(MultiplexedConnection) -> Fut,
+    Fut: Future<Output = RedisResult<T>>,
+{
+    let mut resent = false;
+    loop {
+        let live = connect(router, node, lane, op).await?;
+        let outcome = exchange(router, node, &live, op, send(live.conn.clone())).await;
+        match outcome {
+            Err(Lost::Unsent(err)) if !resent => {
+                tracing::debug!(node = node.addr(), op = %op.name, error = %err,
+                    "shardlimit: the connection ended before the request was written; \
+                     sending it on a fresh one");
+                resent = true;
             }
-            Err(Error::Redis {
-                op,
-                slot: None,
-                source,
-            })
-        }
-        Err(_elapsed) => {
-            report(router, node, &live, Fault::Timeout);
-            Err(Error::Timeout {
-                op,
-                slot: None,
-                timeout,
-            })
+            outcome => return Ok(Delivered { live, outcome }),
         }
     }
 }
 
 /// A connection to `node`, or the error that says why there is none: a node
 /// known down is refused at once, without sending anything.
-#[allow(clippy::ptr_arg)] // as in `exec::run`
-pub(crate) async fn connect(
-    router: &dyn Refresh,
-    node: &Arc<Node>,
-    lane: Lane,
-    deadline: Instant,
-    op: &Cow<'static, str>,
-    slot: Option<u16>,
-    timeout: Duration,
-) -> Result<Live> {
-    match timeout_at(deadline, node.connection(lane)).await {
+async fn connect(router: &dyn Refresh, node: &Arc<Node>, lane: Lane, op: &Op<'_>) -> Result<Live> {
+    let (slot, name) = (op.slot, op.name);
+    match timeout_at(op.deadline, node.connection(lane)).await {
         Ok(Ok(live)) => Ok(live),
         Ok(Err(Unavailable::Down {
             refused: Some(source),
             ..
         })) => Err(Error::Redis {
-            op: op.clone(),
+            op: name.clone(),
             slot,
             source,
         }),
@@ -107,7 +152,7 @@ pub(crate) async fn connect(
             since,
             refused: None,
         })) => Err(Error::NodeDown {
-            op: op.clone(),
+            op: name.clone(),
             slot,
             node: node.addr().to_owned(),
             down_for: since.elapsed(),
@@ -117,69 +162,75 @@ pub(crate) async fn connect(
             // may have moved, so look for the new owner.
             router.request_refresh();
             Err(Error::Redis {
-                op: op.clone(),
+                op: name.clone(),
                 slot,
                 source,
             })
         }
         Err(_elapsed) => Err(Error::Timeout {
-            op: op.clone(),
+            op: name.clone(),
             slot,
-            timeout,
+            timeout: op.timeout,
         }),
     }
 }
 
-/// Why a request written to a node got no reply. Either way it **may have
-/// run**: the caller returns the error and never resends the request.
+/// Why a request handed to a connection got no reply.
 #[derive(Debug)]
 pub(crate) enum Lost {
-    /// No reply by the deadline.
+    /// Never written: the connection ended before its socket took any of
+    /// the request. Safe to send again.
+    Unsent(RedisError),
+    /// No reply by the deadline: **may have run**, never resent.
     TimedOut,
-    /// The connection failed (I/O error, dropped, timed out in the client).
+    /// The connection failed (I/O error, dropped, timed out in the client)
+    /// after the request may have been written: **may have run**, never
+    /// resent.
     Broken(RedisError),
 }
 
 impl Lost {
-    /// The error for the caller of operation `op` on `slot`.
-    #[allow(clippy::ptr_arg)] // as in `exec::run`
-    pub(crate) fn into_error(
-        self,
-        op: &Cow<'static, str>,
-        slot: Option<u16>,
-        timeout: Duration,
-    ) -> Error {
+    /// The error for the caller of `op`.
+    pub(crate) fn into_error(self, op: &Op<'_>) -> Error {
         match self {
             Lost::TimedOut => Error::Timeout {
-                op: op.clone(),
-                slot,
-                timeout,
+                op: op.name.clone(),
+                slot: op.slot,
+                timeout: op.timeout,
             },
-            Lost::Broken(source) => Error::Redis {
-                op: op.clone(),
-                slot,
+            Lost::Unsent(source) | Lost::Broken(source) => Error::Redis {
+                op: op.name.clone(),
+                slot: op.slot,
                 source,
             },
         }
     }
 }
 
-/// Awaits `sent` (a request written on `live`, a connection to `node`) until
-/// `deadline`: its reply, a server error for the caller to classify (the
-/// connection is fine), or [`Lost`] — which is also reported to the node's
-/// health.
+/// Awaits `sent` (a request not yet handed to `live`, a connection to
+/// `node`) until the deadline: its reply, a server error for the caller to
+/// classify (the connection is fine), or [`Lost`] — which, unless the
+/// request was never written, is also reported to the node's health.
 pub(crate) async fn exchange<T>(
     router: &dyn Refresh,
-    node: &Node,
+    node: &Arc<Node>,
     live: &Live,
-    deadline: Instant,
-    timeout: Duration,
+    op: &Op<'_>,
     sent: impl Future<Output = RedisResult<T>>,
 ) -> Result<RedisResult<T>, Lost> {
+    // `sent` is not polled yet, so no byte of it can be on the socket.
+    let written = live.socket.written();
     let sent_at = Instant::now();
-    match timeout_at(deadline, sent).await {
+    live.socket.touch();
+    let outcome = timeout_at(op.deadline, sent).await;
+    live.socket.touch();
+    match outcome {
         Ok(Ok(reply)) => Ok(Ok(reply)),
         Ok(Err(err)) if is_connection_fault(&err) => {
+            if !err.is_timeout() && never_written(live, written, op.deadline).await {
+                node.discard(live);
+                return Err(Lost::Unsent(err));
+            }
             let fault = if err.is_timeout() {
                 Fault::Timeout
             } else {
@@ -193,7 +244,7 @@ pub(crate) async fn exchange<T>(
             // Only a request the node left unanswered for a long time says
             // it may be hung; one cut short by the deadline (a retry after
             // CLUSTERDOWN replies, say) does not.
-            if sent_at.elapsed() >= timeout / 2 {
+            if sent_at.elapsed() >= op.timeout / 2 {
                 report(router, node, live, Fault::Timeout);
             }
             Err(Lost::TimedOut)
@@ -201,9 +252,18 @@ pub(crate) async fn exchange<T>(
     }
 }
 
+/// Whether a request that failed on `live`, handed to it when its socket
+/// had taken `written` bytes, was never written: the connection has ended
+/// — a connection failure ends it at once; waited for until `deadline` —
+/// and its socket took no byte since. Nothing is written after the end, so
+/// none of the request ever will be.
+async fn never_written(live: &Live, written: u64, deadline: Instant) -> bool {
+    timeout_at(deadline, live.socket.ended()).await.is_ok() && live.socket.written() == written
+}
+
 /// Tells the node about a failed request; a node that went down makes the
 /// router look for a new topology (its slots may have moved).
-pub(crate) fn report(router: &dyn Refresh, node: &Node, live: &Live, fault: Fault) {
+fn report(router: &dyn Refresh, node: &Arc<Node>, live: &Live, fault: Fault) {
     if node.report(live, fault) {
         router.request_refresh();
     }

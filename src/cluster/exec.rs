@@ -13,6 +13,7 @@
 //! | `TRYAGAIN` for a script sent [`split_when_migrating`](Payload::split_when_migrating) | its keys are split by a migration; not executed | returned at once: the caller does the work on one key at a time |
 //! | the node is known to be down | not sent | returned at once |
 //! | `NOSCRIPT` | script not cached on that node; not executed | resend as `EVAL` with the body |
+//! | the connection had ended before it wrote the request (the server's idle `timeout`, `CLIENT KILL`, a proxy) | **not written** (see `call::deliver`) | resent once on a fresh connection; says nothing about the node |
 //! | timeout, I/O error | **may have run** | never resent; reported to the node's health; returned to the caller |
 //! | anything else | configuration or script error | returned |
 //!
@@ -57,7 +58,7 @@ mod undo;
 pub(crate) use self::payload::{Payload, Undo, eval, evalsha};
 use self::undo::Behind;
 pub(crate) use self::undo::spawn as spawn_undo;
-use super::call::{Lost, connect, exchange};
+use super::call::{Delivered, Lost, Op, deliver};
 use super::router::Router;
 use crate::error::{Error, Result, not_executed_yet};
 
@@ -198,25 +199,23 @@ async fn attempt_once(
         },
         Target::Node { host, port, .. } => router.node(host, *port)?,
     };
-    let live = connect(
-        router,
-        &node,
-        payload.lane(),
-        deadline,
-        op,
-        Some(slot),
-        timeout,
-    )
-    .await?;
     let asking = matches!(target, Target::Node { asking: true, .. });
-    let mut conn = live.conn.clone();
-    let sent = send(&mut conn, payload, asking);
-    let outcome = exchange(router, &node, &live, deadline, timeout, sent).await;
+    let op = Op {
+        name: op,
+        slot: Some(slot),
+        deadline,
+        timeout,
+    };
+    let Delivered { live, outcome } =
+        deliver(router, &node, payload.lane(), &op, |mut conn| async move {
+            send(&mut conn, payload, asking).await
+        })
+        .await?;
     if let Some(undo) = payload.undoing().filter(|_| may_have_run(&outcome)) {
         let behind = Behind { node, live, asking };
         undo::spawn(router, undo.clone(), Some(behind), timeout);
     }
-    outcome.map_err(|lost| lost.into_error(op, Some(slot), timeout))
+    outcome.map_err(|lost| lost.into_error(&op))
 }
 
 /// Whether an attempt's outcome leaves it possible that the operation ran
@@ -225,8 +224,8 @@ async fn attempt_once(
 /// judge.
 fn may_have_run(outcome: &Result<RedisResult<Value>, Lost>) -> bool {
     match outcome {
-        Err(_) => true,
-        Ok(Ok(_)) => false,
+        Err(Lost::Unsent(_)) | Ok(Ok(_)) => false,
+        Err(Lost::TimedOut | Lost::Broken(_)) => true,
         Ok(Err(err)) => matches!(next_step(err, 0), Step::Fail),
     }
 }

@@ -1,8 +1,14 @@
-//! One Redis node as the router sees it: its multiplexed connection and
+//! One Redis node as the router sees it: its multiplexed connections and
 //! whether it is believed down.
 //!
-//! A node is **down** after its connection broke (an I/O error, a refused
-//! connect) or after `down_after` timeouts within `failure_window` (a hung
+//! A connection that has ended — closed by the server (its idle `timeout`,
+//! `CLIENT KILL`), a proxy or the network — or that has been idle longer
+//! than `max_idle` is replaced by a fresh one before the next request, so
+//! nothing is sent on it. Such an end says nothing about the node.
+//!
+//! A node is **down** after a connection broke under a request (an I/O
+//! error after the request may have been written), after a refused
+//! connect, or after `down_after` timeouts within `failure_window` (a hung
 //! node). While down, callers are refused at once without sending anything
 //! — a dead master must not hold its callers for the whole command timeout,
 //! nor slow the healthy masters — and one background probe per backoff
@@ -10,21 +16,28 @@
 //! doubles after every failed probe up to `reconnect_max`, and is jittered
 //! (half to all of it), so a fleet of services does not reconnect in step.
 //!
-//! The hot path (node up, connected) is one read lock and a clone of the
-//! connection handle.
+//! The hot path (node up, connected) is one read lock, a clone of the
+//! connection handle and two atomic loads.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, RedisError};
+use redis::{AsyncConnectionConfig, Client, ConnectionInfo, RedisError};
+use tokio::time::Instant;
+
+use super::socket::{Connector, Socket};
 
 /// Connection and failure-detection settings shared by every node.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone)]
 pub(crate) struct NodeConfig {
+    /// Opens the sockets (TCP or TLS).
+    pub(crate) connector: Connector,
     /// Bound on one connection attempt (TCP, TLS, `HELLO`/`AUTH`).
     pub(crate) connect_timeout: Duration,
+    /// A connection unused for longer is replaced before its next request.
+    pub(crate) max_idle: Duration,
     /// Timeouts within `failure_window` that mark a node down.
     pub(crate) down_after: u32,
     pub(crate) failure_window: Duration,
@@ -77,8 +90,19 @@ pub(crate) enum Lane {
 #[derive(Clone)]
 pub(crate) struct Live {
     pub(crate) conn: MultiplexedConnection,
+    /// What was written on it, whether it ended, when it was last used.
+    pub(crate) socket: Arc<Socket>,
     id: u64,
     lane: Lane,
+}
+
+impl Live {
+    /// Whether requests may be sent on it: it has not ended and has not
+    /// been idle for longer than `max_idle` (after which a proxy or
+    /// firewall may have dropped it without a word).
+    fn fit(&self, max_idle: Duration) -> bool {
+        !self.socket.has_ended() && self.socket.idle() <= max_idle
+    }
 }
 
 /// A point-in-time view of a node, for stats and health.
@@ -101,6 +125,8 @@ pub struct NodeState {
 pub(crate) struct Node {
     addr: String,
     client: Client,
+    /// The client's address and settings, which `config.connector` opens.
+    info: ConnectionInfo,
     config: NodeConfig,
     /// One connection per [`Lane`].
     live: [RwLock<Option<Live>>; 2],
@@ -134,6 +160,7 @@ impl Node {
     pub(crate) fn new(addr: String, client: Client, config: NodeConfig) -> Self {
         Node {
             addr,
+            info: client.get_connection_info().clone(),
             client,
             config,
             live: [RwLock::new(None), RwLock::new(None)],
@@ -170,18 +197,18 @@ impl Node {
         }
     }
 
-    /// The connection to use now: the open one; or, for a node that is not
-    /// down, a new one (concurrent callers share the attempt). A down node
-    /// is refused at once; if its probe is due, one is started in the
-    /// background.
+    /// The connection to use now: the open one, unless it has ended or
+    /// been idle too long; else, for a node that is not down, a new one
+    /// (concurrent callers share the attempt). A down node is refused at
+    /// once.
     pub(crate) async fn connection(self: &Arc<Self>, lane: Lane) -> Result<Live, Unavailable> {
-        if let Some(live) = self.current(lane) {
+        if let Some(live) = self.usable(lane) {
             return Ok(live);
         }
         self.refuse_if_down()?;
         let _connecting = self.connecting.lock().await;
         // Someone else may have connected, or failed, while we waited.
-        if let Some(live) = self.current(lane) {
+        if let Some(live) = self.usable(lane) {
             return Ok(live);
         }
         self.refuse_if_down()?;
@@ -201,6 +228,31 @@ impl Node {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// The lane's connection if it is [fit](Live::fit); one that is not is
+    /// dropped, and nothing more is sent on it.
+    fn usable(&self, lane: Lane) -> Option<Live> {
+        let live = self.current(lane)?;
+        if live.fit(self.config.max_idle) {
+            return Some(live);
+        }
+        self.discard(&live);
+        None
+    }
+
+    /// Drops `live` from its lane, passing no judgement on the node; false
+    /// if another connection (a reconnect) has replaced it already.
+    pub(crate) fn discard(&self, live: &Live) -> bool {
+        let mut current = self.live[live.lane as usize]
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        if current.as_ref().is_some_and(|c| c.id == live.id) {
+            *current = None;
+            true
+        } else {
+            false
+        }
     }
 
     fn health(&self) -> std::sync::MutexGuard<'_, Health> {
@@ -268,12 +320,11 @@ impl Node {
             .set_response_timeout(None);
         let attempt = tokio::time::timeout(
             self.config.connect_timeout,
-            self.client
-                .get_multiplexed_async_connection_with_config(&config),
+            self.config.connector.open(&self.info, config),
         )
         .await;
-        let conn = match attempt {
-            Ok(Ok(conn)) => conn,
+        let (conn, socket) = match attempt {
+            Ok(Ok(opened)) => opened,
             Ok(Err(err)) => {
                 self.connect_failures.fetch_add(1, Ordering::Relaxed);
                 crate::metrics::node_connect(&self.addr, false);
@@ -293,6 +344,7 @@ impl Node {
         crate::metrics::node_connect(&self.addr, true);
         let live = Live {
             conn,
+            socket: Arc::new(socket),
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             lane,
         };
@@ -302,29 +354,20 @@ impl Node {
         Ok(live)
     }
 
-    /// Records a failed request on `live`. Returns true when this marked
-    /// the node down (the caller then looks for a new topology).
-    pub(crate) fn report(&self, live: &Live, fault: Fault) -> bool {
+    /// Records a failed request on `live` (one that may have been written).
+    /// Returns true when this marked the node down (the caller then looks
+    /// for a new topology).
+    pub(crate) fn report(self: &Arc<Self>, live: &Live, fault: Fault) -> bool {
         let down = match (fault, live.lane) {
             (Fault::Broken, _) => true,
             // A `WAIT` may block for its whole timeout by design.
             (Fault::Timeout, Lane::Blocking) => false,
             (Fault::Timeout, Lane::Shared) => self.count_timeout(),
         };
-        if !down {
-            return false;
-        }
-        // Drop the connection only if it is still the one that failed: a
+        // Mark down only if the connection is still the one that failed: a
         // reconnect may have replaced it already.
-        {
-            let mut current = self.live[live.lane as usize]
-                .write()
-                .unwrap_or_else(PoisonError::into_inner);
-            if current.as_ref().is_some_and(|c| c.id == live.id) {
-                *current = None;
-            } else {
-                return false;
-            }
+        if !down || !self.discard(live) {
+            return false;
         }
         self.mark_down(match fault {
             Fault::Broken => "connection broken",
@@ -375,75 +418,4 @@ fn jittered(interval: Duration) -> Duration {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn config() -> NodeConfig {
-        NodeConfig {
-            connect_timeout: Duration::from_millis(300),
-            down_after: 3,
-            failure_window: Duration::from_secs(60),
-            reconnect_min: Duration::from_millis(100),
-            reconnect_max: Duration::from_millis(400),
-        }
-    }
-
-    fn refused_node() -> Arc<Node> {
-        // Nothing listens on port 1: every connection attempt is refused.
-        let client = Client::open("redis://127.0.0.1:1").unwrap();
-        Arc::new(Node::new("127.0.0.1:1".into(), client, config()))
-    }
-
-    #[tokio::test]
-    async fn a_refused_connect_marks_the_node_down_and_later_calls_fail_fast() {
-        let node = refused_node();
-        assert!(matches!(
-            node.connection(Lane::Shared).await,
-            Err(Unavailable::Connect(_))
-        ));
-        assert!(node.is_down());
-        let started = Instant::now();
-        for _ in 0..100 {
-            assert!(matches!(
-                node.connection(Lane::Shared).await,
-                Err(Unavailable::Down { .. })
-            ));
-        }
-        assert!(started.elapsed() < Duration::from_millis(50));
-        let state = node.state();
-        assert_eq!(state.marked_down, 1);
-        assert!(state.down_for.is_some());
-    }
-
-    #[tokio::test]
-    async fn probes_back_off_with_growth_up_to_the_cap() {
-        let node = refused_node();
-        let _ = node.connection(Lane::Shared).await;
-        let started = Instant::now();
-        // Call constantly for 1.5 s: probes start only when due.
-        while started.elapsed() < Duration::from_millis(1500) {
-            let _ = node.connection(Lane::Shared).await;
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        let attempts = node.state().connect_failures;
-        // First attempt, then probes after 50-100, 100-200, 200-400 and
-        // every 200-400 ms: at most 1 + 8 in 1.5 s, at least 1 + 3.
-        assert!((4..=9).contains(&attempts), "{attempts} connect attempts");
-    }
-
-    #[test]
-    fn timeouts_mark_down_only_after_the_threshold() {
-        let node = refused_node();
-        assert!(!node.count_timeout());
-        assert!(!node.count_timeout());
-        assert!(node.count_timeout(), "the third timeout in the window");
-    }
-
-    #[test]
-    fn jitter_stays_within_half_to_all() {
-        for _ in 0..1000 {
-            let j = jittered(Duration::from_millis(100));
-            assert!(j >= Duration::from_millis(50) && j <= Duration::from_millis(100));
-        }
-    }
-}
+mod tests;

@@ -40,7 +40,7 @@ use crate::error::{Error, Result};
 const SLOTS: usize = 16384;
 
 /// Routing settings, from the builder.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone)]
 pub(crate) struct RouterConfig {
     pub(crate) node: NodeConfig,
     /// Bound on one `CLUSTER SLOTS` request.
@@ -222,7 +222,7 @@ impl Router {
             field: "nodes",
             reason: format!("{addr}: {err}"),
         })?;
-        let node = Arc::new(Node::new(addr.clone(), client, self.config.node));
+        let node = Arc::new(Node::new(addr.clone(), client, self.config.node.clone()));
         nodes.insert(addr, node.clone());
         Ok(node)
     }

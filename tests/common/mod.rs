@@ -354,17 +354,8 @@ impl AclUser {
 
 impl Drop for AclUser {
     fn drop(&mut self) {
-        // Blocking, from whatever runtime drops it: there is no async drop.
         for addr in &self.nodes {
-            let deleted = redis::Client::open(format!("redis://{addr}"))
-                .and_then(|client| client.get_connection())
-                .and_then(|mut conn| {
-                    redis::cmd("ACL")
-                        .arg("DELUSER")
-                        .arg(&self.name)
-                        .query::<i64>(&mut conn)
-                });
-            if let Err(err) = deleted {
+            if let Err(err) = cmd_blocking(addr, &["ACL", "DELUSER", &self.name]) {
                 eprintln!("could not delete ACL user {} on {addr}: {err}", self.name);
             }
         }
@@ -373,14 +364,26 @@ impl Drop for AclUser {
 
 // ---- slot migration ---------------------------------------------------------
 
-/// Runs a command given as words on one node.
-pub async fn cmd(addr: &str, args: &[&str]) -> Value {
-    let mut conn = node(addr).await;
+/// `args` as one command.
+fn words(args: &[&str]) -> redis::Cmd {
     let mut c = redis::cmd(args[0]);
     for a in &args[1..] {
         c.arg(*a);
     }
-    c.query_async(&mut conn).await.unwrap()
+    c
+}
+
+/// Runs a command given as words on one node.
+pub async fn cmd(addr: &str, args: &[&str]) -> Value {
+    let mut conn = node(addr).await;
+    words(args).query_async(&mut conn).await.unwrap()
+}
+
+/// [`cmd`] on a synchronous connection, for `Drop` impls (there is no
+/// async drop; it blocks whatever runtime drops it), errors returned.
+pub fn cmd_blocking(addr: &str, args: &[&str]) -> redis::RedisResult<Value> {
+    let mut conn = redis::Client::open(format!("redis://{addr}"))?.get_connection()?;
+    words(args).query(&mut conn)
 }
 
 /// Moves `slot` and its keys from `from` to `to`, then tells every master.

@@ -33,7 +33,7 @@ use tokio::time::Instant;
 use super::payload::Undo;
 use super::{Step, drive, next_step, send};
 use crate::backoff::Backoff;
-use crate::cluster::call::{Lost, exchange};
+use crate::cluster::call::{Lost, Op, exchange};
 use crate::cluster::node::{Live, Node};
 use crate::cluster::router::Router;
 use crate::error::{Error, Result};
@@ -79,8 +79,13 @@ async fn run(router: Weak<Router>, undo: Undo, behind: Option<Behind>, timeout: 
         let payload = undo.payload();
         let mut conn = live.conn.clone();
         let sent = send(&mut conn, &payload, asking);
-        let deadline = Instant::now() + timeout;
-        match exchange(&*router, &node, &live, deadline, timeout, sent).await {
+        let on = Op {
+            name: &op,
+            slot: Some(undo.slot),
+            deadline: Instant::now() + timeout,
+            timeout,
+        };
+        match exchange(&*router, &node, &live, &on, sent).await {
             Ok(Ok(_)) => return finished(&undo, Ok(())),
             Ok(Err(source)) if matches!(next_step(&source, 0), Step::Fail) => {
                 let slot = Some(undo.slot);
@@ -96,7 +101,9 @@ async fn run(router: Weak<Router>, undo: Undo, behind: Option<Behind>, timeout: 
                 );
                 return;
             }
-            Err(Lost::Broken(_)) => {}
+            // The connection ended (before the undo reached it, or under
+            // it): the server runs nothing more from it.
+            Err(Lost::Broken(_) | Lost::Unsent(_)) => {}
         }
     }
     let mut backoff = Backoff::new(RETRY_MIN, RETRY_MAX);

@@ -1,28 +1,35 @@
 //! Unit tests of the standalone rules and the deployment settling.
 
 use super::*;
+use crate::cluster::socket::Connector;
 use redis::IntoConnectionInfo;
+
+fn config() -> RouterConfig {
+    let second = Duration::from_secs(1);
+    RouterConfig {
+        node: NodeConfig {
+            connector: Connector::default(),
+            connect_timeout: second,
+            max_idle: second,
+            down_after: 3,
+            failure_window: second,
+            reconnect_min: second,
+            reconnect_max: second,
+        },
+        command_timeout: second,
+        refresh_interval: second,
+    }
+}
 
 fn router(seeds: &[&str], deployment: Deployment) -> Result<Arc<Router>> {
     let seeds: Vec<ConnectionInfo> = seeds
         .iter()
         .map(|s| s.into_connection_info().unwrap())
         .collect();
-    let second = Duration::from_secs(1);
     Router::new(
         seeds,
         "test seeds".to_owned(),
-        RouterConfig {
-            node: NodeConfig {
-                connect_timeout: second,
-                down_after: 3,
-                failure_window: second,
-                reconnect_min: second,
-                reconnect_max: second,
-            },
-            command_timeout: second,
-            refresh_interval: second,
-        },
+        config(),
         deployment,
         (deployment == Deployment::Sentinel).then(|| "shardlimit".to_owned()),
     )
@@ -86,23 +93,11 @@ fn a_detected_deployment_is_settled_once() {
 #[test]
 fn a_sentinel_deployment_needs_a_service_and_only_it_takes_one() {
     let seeds = ["redis://127.0.0.1:26400".into_connection_info().unwrap()];
-    let second = Duration::from_secs(1);
-    let config = RouterConfig {
-        node: NodeConfig {
-            connect_timeout: second,
-            down_after: 3,
-            failure_window: second,
-            reconnect_min: second,
-            reconnect_max: second,
-        },
-        command_timeout: second,
-        refresh_interval: second,
-    };
     let make = |deployment, service: Option<&str>| {
         Router::new(
             seeds.to_vec(),
             "s".to_owned(),
-            config,
+            config(),
             deployment,
             service.map(str::to_owned),
         )

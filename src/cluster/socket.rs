@@ -1,0 +1,348 @@
+//! The socket under a node's connection, opened here rather than inside
+//! redis-rs so that two things redis-rs does not tell become known: whether
+//! a request reached the socket, and whether the connection has ended.
+//!
+//! A `MultiplexedConnection` hands each request over a channel to a driver
+//! task, which reads the socket before it writes each request and ends at
+//! the first end of stream or I/O error. So a request that meets a
+//! connection the server has already closed (its idle `timeout`, `CLIENT
+//! KILL`, a proxy's idle cut) is never written — yet it fails with the same
+//! "broken pipe" as a request written just before the connection broke,
+//! which may have run (measured: right after a `CLIENT KILL`, 11 requests
+//! in 200 were handed over before the driver saw the close). Hence:
+//!
+//! * the driver is spawned here and its end is recorded
+//!   ([`Socket::has_ended`], [`Socket::ended`]);
+//! * every byte the driver hands to the socket is counted
+//!   ([`Socket::written`]).
+//!
+//! A request that failed on a connection whose driver has ended, and whose
+//! socket took no byte after the request was handed over, was never
+//! written and never will be: it may be sent again on a fresh connection.
+//!
+//! Opening the socket here means making the TLS session here too, with the
+//! settings redis-rs would use: the CA of [`ClusterBuilder::tls_ca_pem`]
+//! (else the operating system's trust store), the client certificate if
+//! one is given, and the server's name checked against its certificate.
+//!
+//! [`ClusterBuilder::tls_ca_pem`]: crate::ClusterBuilder::tls_ca_pem
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{
+    AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, ErrorKind, RedisError, RedisResult,
+    TlsCertificates,
+};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+
+/// Opens node sockets: plain TCP, or TLS with the deployment's settings.
+#[derive(Clone, Default)]
+pub(crate) struct Connector {
+    /// Built once, not per connection: reading the OS trust store is slow.
+    tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+impl Connector {
+    /// The connector for `seeds` (all TLS or all plain, as the builder
+    /// checked): TLS trusting `certificates`' CA, else the operating
+    /// system's trust store, and presenting its client certificate if any.
+    pub(crate) fn new(
+        seeds: &[ConnectionInfo],
+        certificates: Option<&TlsCertificates>,
+    ) -> Result<Self> {
+        let mut tls = false;
+        for seed in seeds {
+            if let ConnectionAddr::TcpTls { insecure, .. } = seed.addr() {
+                if *insecure {
+                    return Err(tls_config(
+                        "#insecure turns off certificate checks, which shardlimit does not do; \
+                         trust the server's CA with tls_ca_pem or tls_ca_file instead"
+                            .to_owned(),
+                    ));
+                }
+                tls = true;
+            }
+        }
+        if !tls {
+            return Ok(Connector::default());
+        }
+        Ok(Connector {
+            tls: Some(Arc::new(client_config(certificates)?)),
+        })
+    }
+
+    /// A connection to `info`'s address, set up (`AUTH`, `HELLO`, …) by
+    /// redis-rs with `config`, and its socket.
+    pub(crate) async fn open(
+        &self,
+        info: &ConnectionInfo,
+        config: AsyncConnectionConfig,
+    ) -> RedisResult<(MultiplexedConnection, Socket)> {
+        let (host, port, tls) = match info.addr() {
+            ConnectionAddr::Tcp(host, port) => (host, *port, None),
+            ConnectionAddr::TcpTls { host, port, .. } => {
+                let tls = self.tls.clone().ok_or_else(|| {
+                    RedisError::from((
+                        ErrorKind::InvalidClientConfig,
+                        "a rediss:// node, but no TLS settings",
+                    ))
+                })?;
+                (host, *port, Some(tls))
+            }
+            other => {
+                return Err(RedisError::from((
+                    ErrorKind::InvalidClientConfig,
+                    "only TCP and TLS addresses can reach a node",
+                    other.to_string(),
+                )));
+            }
+        };
+        let tcp = connect_tcp(host, port).await?;
+        // The crate sets no TCP option but this one, which redis-rs would
+        // apply from the same settings.
+        tcp.set_nodelay(info.tcp_settings().nodelay())?;
+        let stream: Box<dyn Stream> = match tls {
+            None => Box::new(tcp),
+            Some(config) => {
+                let name = ServerName::try_from(host.as_str())
+                    .map_err(|err| {
+                        RedisError::from((
+                            ErrorKind::InvalidClientConfig,
+                            "not a valid TLS server name",
+                            format!("{host}: {err}"),
+                        ))
+                    })?
+                    .to_owned();
+                let session = tokio_rustls::TlsConnector::from(config)
+                    .connect(name, tcp)
+                    .await?;
+                Box::new(session)
+            }
+        };
+        let shared = Arc::new(Shared {
+            written: AtomicU64::new(0),
+            ended_flag: AtomicBool::new(false),
+            ended: tokio::sync::watch::Sender::new(false),
+            used_ms: AtomicU64::new(0),
+            origin: Instant::now(),
+        });
+        let counted = Counted {
+            inner: Box::into_pin(stream),
+            shared: Arc::clone(&shared),
+        };
+        let (conn, driver) =
+            MultiplexedConnection::new_with_config(info.redis_settings(), counted, config).await?;
+        let ends = Arc::clone(&shared);
+        let driver = tokio::spawn(async move {
+            driver.await;
+            ends.ended_flag.store(true, Ordering::Release);
+            ends.ended.send_replace(true);
+        });
+        Ok((
+            conn,
+            Socket {
+                shared,
+                driver: driver.abort_handle(),
+            },
+        ))
+    }
+}
+
+/// A TCP connection to `host:port`: every address it resolves to is tried
+/// at once and the first to accept wins, as redis-rs does.
+async fn connect_tcp(host: &str, port: u16) -> io::Result<TcpStream> {
+    let attempts: Vec<_> = tokio::net::lookup_host((host, port))
+        .await?
+        .map(|addr| Box::pin(TcpStream::connect(addr)))
+        .collect();
+    if attempts.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{host} resolves to no address"),
+        ));
+    }
+    Ok(futures::future::select_ok(attempts).await?.0)
+}
+
+fn client_config(certificates: Option<&TlsCertificates>) -> Result<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    match certificates.and_then(|c| c.root_cert.as_deref()) {
+        Some(pem) => {
+            for cert in CertificateDer::pem_slice_iter(pem) {
+                let cert = cert.map_err(|err| tls_config(format!("the CA's PEM: {err}")))?;
+                roots
+                    .add(cert)
+                    .map_err(|err| tls_config(format!("the CA's certificate: {err}")))?;
+            }
+        }
+        None => {
+            let native = rustls_native_certs::load_native_certs();
+            // As redis-rs: a trust store that cannot be read in full is an
+            // error, not a silently smaller set of trusted CAs.
+            if let Some(err) = native.errors.first() {
+                return Err(tls_config(format!(
+                    "the operating system's trust store: {err}"
+                )));
+            }
+            roots.add_parsable_certificates(native.certs);
+        }
+    }
+    let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
+    match certificates.and_then(|c| c.client_tls.as_ref()) {
+        None => Ok(builder.with_no_client_auth()),
+        Some(client) => {
+            let chain = CertificateDer::pem_slice_iter(&client.client_cert)
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|err| tls_config(format!("the client certificate's PEM: {err}")))?;
+            let key = PrivateKeyDer::from_pem_slice(&client.client_key)
+                .map_err(|err| tls_config(format!("the client key's PEM: {err}")))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|err| tls_config(format!("the client certificate: {err}")))
+        }
+    }
+}
+
+fn tls_config(reason: String) -> Error {
+    Error::Config {
+        field: "tls",
+        reason,
+    }
+}
+
+/// What the code holding a connection knows of its socket. Dropping it
+/// stops the connection's driver (and closes the socket).
+pub(crate) struct Socket {
+    shared: Arc<Shared>,
+    driver: tokio::task::AbortHandle,
+}
+
+/// Shared by the [`Socket`], the counting stream and the driver task.
+struct Shared {
+    /// Bytes the socket (the TLS session, for `rediss://`) accepted.
+    written: AtomicU64,
+    /// Set when the driver ends: nothing is written after that. The flag
+    /// is what the hot path reads; the channel is for waiting.
+    ended_flag: AtomicBool,
+    ended: tokio::sync::watch::Sender<bool>,
+    /// When the connection was last used, in ms after `origin`.
+    used_ms: AtomicU64,
+    origin: Instant,
+}
+
+impl Socket {
+    /// Bytes written so far. After [`ended`](Self::ended) returned, every
+    /// write is counted here.
+    pub(crate) fn written(&self) -> u64 {
+        self.shared.written.load(Ordering::Relaxed)
+    }
+
+    /// Whether the connection has ended (its driver stopped): nothing sent
+    /// on it now is written.
+    pub(crate) fn has_ended(&self) -> bool {
+        self.shared.ended_flag.load(Ordering::Acquire)
+    }
+
+    /// Waits until the connection has ended.
+    pub(crate) async fn ended(&self) {
+        // The sender lives as long as `self`, so this only returns once set.
+        let _ = self.shared.ended.subscribe().wait_for(|ended| *ended).await;
+    }
+
+    /// Records a use now (a request handed over or answered).
+    pub(crate) fn touch(&self) {
+        let ms = u64::try_from(self.shared.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.shared.used_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Time since the last [`touch`](Self::touch) (or the connect).
+    pub(crate) fn idle(&self) -> Duration {
+        let used = Duration::from_millis(self.shared.used_ms.load(Ordering::Relaxed));
+        self.shared.origin.elapsed().saturating_sub(used)
+    }
+}
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        self.driver.abort();
+    }
+}
+
+trait Stream: AsyncRead + AsyncWrite + Send + Sync {}
+impl<S: AsyncRead + AsyncWrite + Send + Sync> Stream for S {}
+
+/// A stream that counts the bytes it accepts for writing.
+struct Counted {
+    inner: Pin<Box<dyn Stream>>,
+    shared: Arc<Shared>,
+}
+
+impl Counted {
+    fn count(&self, written: &Poll<io::Result<usize>>) {
+        if let Poll::Ready(Ok(n)) = written {
+            // Read after the driver ended, which orders it after this.
+            self.shared
+                .written
+                .fetch_add(u64::try_from(*n).unwrap_or(u64::MAX), Ordering::Relaxed);
+        }
+    }
+}
+
+impl AsyncRead for Counted {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        self.inner.as_mut().poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Counted {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let written = self.inner.as_mut().poll_write(cx, buf);
+        self.count(&written);
+        written
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let written = self.inner.as_mut().poll_write_vectored(cx, bufs);
+        self.count(&written);
+        written
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.inner.as_mut().poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.inner.as_mut().poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,277 @@
+//! Node connections through the everyday events that close them (DESIGN.md
+//! §14): the server's idle `timeout`, `CLIENT KILL`. A connection that
+//! ended before a request reached it is replaced without an error and
+//! without marking the node down.
+//!
+//! These tests change server-wide state (`CONFIG SET timeout`, `CLIENT KILL
+//! TYPE normal` on every master), so they run one at a time, and each
+//! restores `timeout 0` even when it fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use shardlimit::cluster::{Script, Transaction, TxCommand};
+use shardlimit::keys::{KeyId, KeySet, slot};
+use shardlimit::{Cluster, Error, Lock};
+
+/// One scenario at a time: each closes every normal client on the masters.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const SET: &str = "redis.call('SET', KEYS[1], ARGV[1], 'PX', 60000) return 1";
+
+/// `CONFIG SET timeout <seconds>` on every master; `timeout 0` again when
+/// dropped, however the test ends (other tests share the cluster).
+struct ServerTimeout {
+    masters: Vec<String>,
+}
+
+impl ServerTimeout {
+    async fn set(masters: &[common::Master], seconds: u32) -> ServerTimeout {
+        let guard = ServerTimeout {
+            masters: masters.iter().map(|m| m.addr.clone()).collect(),
+        };
+        for addr in &guard.masters {
+            common::cmd(addr, &["CONFIG", "SET", "timeout", &seconds.to_string()]).await;
+        }
+        guard
+    }
+}
+
+impl Drop for ServerTimeout {
+    fn drop(&mut self) {
+        for addr in &self.masters {
+            if let Err(err) = common::cmd_blocking(addr, &["CONFIG", "SET", "timeout", "0"]) {
+                eprintln!("could not restore `timeout 0` on {addr}: {err}");
+            }
+        }
+    }
+}
+
+/// A key set per master, for calls that reach every master: a string the
+/// script sets, a counter the transaction adds to.
+fn key_sets(cluster: &Cluster, masters: &[common::Master]) -> Vec<KeySet> {
+    let (value, counter) = (
+        KeyId::new("conn", "value").unwrap(),
+        KeyId::new("conn", "counter").unwrap(),
+    );
+    let mut sets: Vec<Option<KeySet>> = vec![None; masters.len()];
+    for i in 0.. {
+        if sets.iter().all(Option::is_some) {
+            break;
+        }
+        let keys = cluster
+            .keys()
+            .key_set(format!("s{i}"), [&value, &counter])
+            .unwrap();
+        let at = masters.iter().position(|m| m.owns(keys.slot())).unwrap();
+        sets[at].get_or_insert(keys);
+    }
+    sets.into_iter().map(Option::unwrap).collect()
+}
+
+/// A lock resource per master (a lock's keys are in its resource's slot).
+fn resources(masters: &[common::Master]) -> Vec<String> {
+    let mut found: Vec<Option<String>> = vec![None; masters.len()];
+    for i in 0.. {
+        if found.iter().all(Option::is_some) {
+            break;
+        }
+        let resource = format!("r{i}");
+        let at = masters
+            .iter()
+            .position(|m| m.owns(slot(resource.as_bytes())))
+            .unwrap();
+        found[at].get_or_insert(resource);
+    }
+    found.into_iter().map(Option::unwrap).collect()
+}
+
+/// Every way a call reaches a node.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Script,
+    Transaction,
+    /// `eval_many`: one pipeline per master.
+    Batch,
+    /// A `replica_ack` lock: script and `WAIT` on the blocking connection
+    /// (then a release on the shared one).
+    Lock,
+    /// `CLUSTER SLOTS` from a master.
+    Topology,
+}
+
+const KINDS: [Kind; 5] = [
+    Kind::Script,
+    Kind::Transaction,
+    Kind::Batch,
+    Kind::Lock,
+    Kind::Topology,
+];
+
+/// A handle and, per master, what to call there.
+struct Fixture {
+    cluster: Cluster,
+    masters: Vec<common::Master>,
+    keys: Vec<KeySet>,
+    resources: Vec<String>,
+    lock: Lock,
+    script: Script,
+}
+
+impl Fixture {
+    /// With both connections to every master open, by one call of each
+    /// kind.
+    async fn new(prefix: &str) -> Fixture {
+        let cluster = common::cluster(prefix).await;
+        let masters = common::masters().await;
+        let lock = Lock::builder(&cluster, "job")
+            .replica_ack(Duration::from_millis(100))
+            .build()
+            .unwrap();
+        let fixture = Fixture {
+            keys: key_sets(&cluster, &masters),
+            resources: resources(&masters),
+            masters,
+            lock,
+            script: Script::new("conn_set", SET),
+            cluster,
+        };
+        let warm = fixture.every_call().await;
+        assert!(warm.is_empty(), "{warm:?}");
+        fixture
+    }
+
+    /// A call of `kind` on master `i`.
+    async fn call(&self, kind: Kind, i: usize) -> Result<(), Error> {
+        let keys = &self.keys[i];
+        match kind {
+            Kind::Script => self
+                .cluster
+                .eval::<i64>(&self.script, keys, "v")
+                .await
+                .map(drop),
+            Kind::Transaction => {
+                let tx = Transaction::new()
+                    .command(TxCommand::new("INCR").key(1))
+                    .command(TxCommand::new("PEXPIRE").key(1).arg(60_000));
+                self.cluster
+                    .transaction::<(i64, i64)>(keys, &tx)
+                    .await
+                    .map(drop)
+            }
+            Kind::Batch => {
+                let calls = [(keys, "a"), (keys, "b")];
+                self.cluster
+                    .eval_many::<i64, _>(&self.script, calls)
+                    .await
+                    .into_iter()
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(drop)
+            }
+            Kind::Lock => {
+                let resource = &self.resources[i];
+                let guard = self
+                    .lock
+                    .try_acquire(resource)
+                    .await?
+                    .unwrap_or_else(|| panic!("lock {resource} held by nobody else, yet busy"));
+                guard.release().await.map(drop)
+            }
+            Kind::Topology => self.cluster.topology().await.map(drop),
+        }
+    }
+
+    /// Every kind of call on every master; the errors.
+    async fn every_call(&self) -> Vec<Error> {
+        let mut errors = Vec::new();
+        for kind in KINDS {
+            for i in 0..self.masters.len() {
+                errors.extend(self.call(kind, i).await.err());
+            }
+        }
+        errors
+    }
+
+    fn connects(&self) -> u64 {
+        self.cluster.nodes().iter().map(|n| n.connects).sum()
+    }
+
+    fn assert_no_node_marked_down(&self) {
+        for node in self.cluster.nodes() {
+            assert_eq!(node.marked_down, 0, "{node:?}");
+            assert_eq!(node.down_for, None, "{node:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_the_server_closed_when_idle_are_replaced_without_errors() {
+    let _serial = SERIAL.lock().await;
+    let fixture = Fixture::new("conn-idle").await;
+    let _timeout = ServerTimeout::set(&fixture.masters, 1).await;
+    for round in 0..3 {
+        let before = fixture.connects();
+        // Redis closes a client idle for more than `timeout` whole seconds
+        // on its once-a-second client check: idle 1-2 s, seen within 3 s.
+        tokio::time::sleep(Duration::from_millis(3100)).await;
+        let errors = fixture.every_call().await;
+        assert!(errors.is_empty(), "round {round}: {errors:?}");
+        // The scenario happened: both connections to every master were
+        // closed and made again.
+        let made = fixture.connects() - before;
+        assert!(
+            made >= 2 * fixture.masters.len() as u64,
+            "round {round}: only {made} new connections"
+        );
+    }
+    fixture.assert_no_node_marked_down();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_killed_between_calls_are_replaced_without_errors() {
+    let _serial = SERIAL.lock().await;
+    let fixture = Fixture::new("conn-kill").await;
+    // Kept open, so each kill lands right before its call: CLIENT KILL
+    // spares the client that sends it (SKIPME yes).
+    let mut admins = Vec::new();
+    for master in &fixture.masters {
+        admins.push(common::node(&master.addr).await);
+    }
+    let (rounds, before) = (10, fixture.connects());
+    let mut errors = Vec::new();
+    for _ in 0..rounds {
+        for kind in KINDS {
+            for (i, admin) in admins.iter_mut().enumerate() {
+                let _killed: i64 = redis::cmd("CLIENT")
+                    .arg("KILL")
+                    .arg("TYPE")
+                    .arg("normal")
+                    .query_async(admin)
+                    .await
+                    .unwrap();
+                errors.extend(fixture.call(kind, i).await.err().map(|e| (kind, e)));
+            }
+        }
+    }
+    let node_down = errors
+        .iter()
+        .filter(|(_, e)| matches!(e, Error::NodeDown { .. }))
+        .count();
+    assert!(
+        errors.is_empty(),
+        "{} errors in {rounds} rounds ({node_down} NodeDown), first: {:?}",
+        errors.len(),
+        errors.first()
+    );
+    // Every call but a topology read (any master may answer it) met a
+    // killed connection and made a new one.
+    let made = fixture.connects() - before;
+    let least = rounds * (KINDS.len() as u64 - 1) * fixture.masters.len() as u64;
+    assert!(
+        made >= least,
+        "only {made} new connections, expected {least}"
+    );
+    fixture.assert_no_node_marked_down();
+}
