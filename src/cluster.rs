@@ -115,9 +115,10 @@ pub use crate::scripts::{NO_ARGS, Script};
 ///   [`ClusterBuilder::failure_window`], is marked **down**: calls for its
 ///   slots fail at once with the transient [`Error::NodeDown`] (fail-open
 ///   limiters bypass, fail-closed callers are freed) instead of waiting for
-///   the timeout. One probe per backoff interval
-///   ([`ClusterBuilder::reconnect_backoff`], jittered, growing to its cap)
-///   tries to reconnect.
+///   the timeout. The node then probes itself in the background, one
+///   reconnect per backoff interval ([`ClusterBuilder::reconnect_backoff`],
+///   jittered, growing to its cap), until one succeeds — whichever of its
+///   connections broke, and whether or not anything calls it.
 /// * The topology is refreshed in the background (single flight, at most
 ///   every [`ClusterBuilder::refresh_interval`]) after a `MOVED`, when a
 ///   node goes down, and while a slot is served by a down node — so the

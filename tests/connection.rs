@@ -1,7 +1,8 @@
 //! Node connections through the everyday events that close them (DESIGN.md
-//! §14): the server's idle `timeout`, `CLIENT KILL`. A connection that
-//! ended before a request reached it is replaced without an error and
-//! without marking the node down.
+//! §14): the server's idle `timeout`, `CLIENT KILL`, a connection broken
+//! while a request waits on it. A connection that ended before a request
+//! reached it is replaced without an error and without marking the node
+//! down; a node marked down recovers by probing, with no caller needed.
 //!
 //! These tests change server-wide state (`CONFIG SET timeout`, `CLIENT KILL
 //! TYPE normal` on every master), so they run one at a time, and each
@@ -10,8 +11,10 @@
 
 mod common;
 
-use std::time::Duration;
+use std::num::NonZeroU32;
+use std::time::{Duration, Instant};
 
+use redis::Value;
 use shardlimit::cluster::{Script, Transaction, TxCommand};
 use shardlimit::keys::{KeyId, KeySet, slot};
 use shardlimit::{Cluster, Error, Lock};
@@ -274,4 +277,90 @@ async fn connections_killed_between_calls_are_replaced_without_errors() {
         "only {made} new connections, expected {least}"
     );
     fixture.assert_no_node_marked_down();
+}
+
+/// The `id` of the client blocked in `WAIT` on `addr`, if one is.
+async fn blocked_in_wait(addr: &str) -> Option<String> {
+    let Value::BulkString(list) = common::cmd(addr, &["CLIENT", "LIST", "TYPE", "normal"]).await
+    else {
+        return None;
+    };
+    String::from_utf8_lossy(&list).lines().find_map(|line| {
+        let field = |name: &str| {
+            line.split(' ')
+                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+        };
+        (field("cmd") == Some("wait") && field("flags").is_some_and(|f| f.contains('b')))
+            .then(|| field("id").unwrap().to_owned())
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_marked_down_by_its_blocking_connection_recovers_without_callers() {
+    let _serial = SERIAL.lock().await;
+    let refresh_interval = Duration::from_millis(100);
+    let cluster = common::builder("conn-blocking")
+        .command_timeout(Duration::from_secs(3))
+        .refresh_interval(refresh_interval)
+        .reconnect_backoff(Duration::from_millis(100), Duration::from_millis(400))
+        .build()
+        .await
+        .unwrap();
+    let masters = common::masters().await;
+    let resource = &resources(&masters)[0];
+    let master = masters
+        .iter()
+        .find(|m| m.owns(slot(resource.as_bytes())))
+        .unwrap();
+    // One replica more than the master has: the WAIT behind the acquisition
+    // blocks its whole 2 s on the blocking connection.
+    let lock = Lock::builder(&cluster, "job")
+        .replica_ack(Duration::from_secs(2))
+        .replica_ack_count(NonZeroU32::new(2).unwrap())
+        .build()
+        .unwrap();
+    let acquire = {
+        let (lock, resource) = (lock.clone(), resource.clone());
+        tokio::spawn(async move { lock.try_acquire(resource).await })
+    };
+    let waiting = Instant::now();
+    let id = loop {
+        if let Some(id) = blocked_in_wait(&master.addr).await {
+            break id;
+        }
+        assert!(waiting.elapsed() < Duration::from_secs(2), "no WAIT seen");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    // Breaks only the blocking connection, while a request is on it: that
+    // request may have run, so its caller gets the error, and the node is
+    // marked down.
+    common::cmd(&master.addr, &["CLIENT", "KILL", "ID", &id]).await;
+    let err = acquire.await.unwrap().unwrap_err();
+    assert!(err.is_transient(), "{err}");
+    let node = |cluster: &Cluster| {
+        cluster
+            .nodes()
+            .into_iter()
+            .find(|n| n.addr == master.addr)
+            .unwrap()
+    };
+    assert_eq!(node(&cluster).marked_down, 1, "{:?}", node(&cluster));
+    // No call from here on: the node's own probes must bring it back. The
+    // first is due within the first reconnect wait (100 ms, jittered); 2 s
+    // leaves room for a busy machine.
+    let down = Instant::now();
+    while node(&cluster).down_for.is_some() {
+        assert!(
+            down.elapsed() < Duration::from_secs(2),
+            "still down without callers: {:?}",
+            node(&cluster)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Up again, the topology is settled: no more refreshes (one may have
+    // been under way).
+    tokio::time::sleep(refresh_interval * 3).await;
+    let settled = cluster.stats().topology_refreshes;
+    tokio::time::sleep(refresh_interval * 10).await;
+    assert_eq!(cluster.stats().topology_refreshes, settled);
 }

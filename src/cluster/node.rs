@@ -9,18 +9,20 @@
 //! A node is **down** after a connection broke under a request (an I/O
 //! error after the request may have been written), after a refused
 //! connect, or after `down_after` timeouts within `failure_window` (a hung
-//! node). While down, callers are refused at once without sending anything
-//! — a dead master must not hold its callers for the whole command timeout,
-//! nor slow the healthy masters — and one background probe per backoff
-//! interval tries to reconnect. The interval starts at `reconnect_min`,
-//! doubles after every failed probe up to `reconnect_max`, and is jittered
-//! (half to all of it), so a fleet of services does not reconnect in step.
+//! node). While down, callers that have no connection are refused at once
+//! without sending anything — a dead master must not hold its callers for
+//! the whole command timeout, nor slow the healthy masters — and the node
+//! probes itself in the background, one reconnect per backoff interval,
+//! until one succeeds: whichever connection broke, and whether or not
+//! anyone calls. The interval starts at `reconnect_min`, doubles after
+//! every failed probe up to `reconnect_max`, and is jittered (half to all
+//! of it), so a fleet of services does not reconnect in step.
 //!
 //! The hot path (node up, connected) is one read lock, a clone of the
 //! connection handle and two atomic loads.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
@@ -153,7 +155,6 @@ struct Down {
     since: Instant,
     backoff: Duration,
     next_probe: Instant,
-    probing: bool,
 }
 
 impl Node {
@@ -259,30 +260,28 @@ impl Node {
         self.health.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn refuse_if_down(self: &Arc<Self>) -> Result<(), Unavailable> {
-        let mut health = self.health();
-        let Some(down) = health.down.as_mut() else {
-            return Ok(());
-        };
-        if !down.probing && Instant::now() >= down.next_probe {
-            down.probing = true;
-            let weak = Arc::downgrade(self);
-            tokio::spawn(async move {
-                if let Some(node) = weak.upgrade() {
-                    node.probe().await;
-                }
-            });
+    fn refuse_if_down(&self) -> Result<(), Unavailable> {
+        let health = self.health();
+        match health.down.as_ref() {
+            None => Ok(()),
+            Some(down) => Err(Unavailable::Down {
+                since: down.since,
+                refused: health.refused.clone(),
+            }),
         }
-        Err(Unavailable::Down {
-            since: down.since,
-            refused: health.refused.clone(),
-        })
     }
 
-    /// One reconnect attempt to a down node, in the background.
-    async fn probe(self: Arc<Self>) {
+    /// One reconnect attempt to a down node; true if it is up again.
+    async fn probe(&self) -> bool {
         let _connecting = self.connecting.lock().await;
-        let result = self.open(Lane::Shared).await;
+        // The lane that broke has no connection: reconnect that one, so a
+        // node whose shared connection still works is not left down
+        // because its blocking one broke.
+        let lane = [Lane::Shared, Lane::Blocking]
+            .into_iter()
+            .find(|&lane| self.usable(lane).is_none())
+            .unwrap_or(Lane::Shared);
+        let result = self.open(lane).await;
         let mut health = self.health();
         match result {
             Ok(_) => {
@@ -296,17 +295,18 @@ impl Node {
                     down_for = ?since.map(|s| s.elapsed()),
                     "shardlimit: node reachable again"
                 );
+                true
             }
             Err(err) => {
                 health.refused = (!crate::error::is_transient_redis(&err)).then(|| err.clone());
                 if let Some(down) = health.down.as_mut() {
                     down.backoff = (down.backoff * 2).min(self.config.reconnect_max);
                     down.next_probe = Instant::now() + jittered(down.backoff);
-                    down.probing = false;
                 }
                 drop(health);
                 tracing::debug!(node = %self.addr, error = %err,
                     "shardlimit: reconnect to a down node failed");
+                false
             }
         }
     }
@@ -389,8 +389,9 @@ impl Node {
         health.timeouts >= self.config.down_after
     }
 
-    /// Marks the node down (if it is not already); true if it was up.
-    fn mark_down(&self, why: &str) -> bool {
+    /// Marks the node down (if it is not already) and starts probing it;
+    /// true if it was up.
+    fn mark_down(self: &Arc<Self>, why: &str) -> bool {
         let mut health = self.health();
         if health.down.is_some() {
             return false;
@@ -400,15 +401,33 @@ impl Node {
             since: now,
             backoff: self.config.reconnect_min,
             next_probe: now + jittered(self.config.reconnect_min),
-            probing: false,
         });
         health.timeouts = 0;
         drop(health);
+        tokio::spawn(probe_until_up(Arc::downgrade(self)));
         self.marked_down.fetch_add(1, Ordering::Relaxed);
         crate::metrics::node_down(&self.addr, true);
         tracing::warn!(node = %self.addr, reason = why,
             "shardlimit: node marked down; its calls fail fast until it answers again or its slots move");
         true
+    }
+}
+
+/// Probes a down node when each probe is due until one succeeds; ends
+/// early when the node is gone (its router dropped).
+async fn probe_until_up(weak: Weak<Node>) {
+    loop {
+        let Some(node) = weak.upgrade() else { return };
+        let Some(due) = node.health().down.as_ref().map(|down| down.next_probe) else {
+            return;
+        };
+        // Only a `Weak` while waiting: the probes end with the node.
+        drop(node);
+        tokio::time::sleep_until(due).await;
+        let Some(node) = weak.upgrade() else { return };
+        if node.probe().await {
+            return;
+        }
     }
 }
 

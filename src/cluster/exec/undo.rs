@@ -40,8 +40,8 @@ use crate::error::{Error, Result};
 
 /// Bounds of the jittered, growing wait between two attempts of an undo
 /// sent again by slot. A node that is down is refused without sending and
-/// reconnects only when a probe (started by a call, once per reconnect
-/// backoff) succeeds: trying more often than this gains nothing.
+/// reconnects only when its probe (once per reconnect backoff) succeeds:
+/// trying more often than this gains nothing.
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(2);
 

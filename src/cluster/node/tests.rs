@@ -57,6 +57,17 @@ async fn probes_back_off_with_growth_up_to_the_cap() {
     assert!((4..=9).contains(&attempts), "{attempts} connect attempts");
 }
 
+#[tokio::test]
+async fn a_down_node_is_probed_without_callers() {
+    let node = refused_node();
+    let _ = node.connection(Lane::Shared).await;
+    // No call from here on: the node probes itself, as often as above.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let attempts = node.state().connect_failures;
+    assert!((4..=9).contains(&attempts), "{attempts} connect attempts");
+    assert!(node.is_down());
+}
+
 #[test]
 fn timeouts_mark_down_only_after_the_threshold() {
     let node = refused_node();
