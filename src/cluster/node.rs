@@ -19,7 +19,7 @@
 //! of it), so a fleet of services does not reconnect in step.
 //!
 //! The hot path (node up, connected) is one read lock, a clone of the
-//! connection handle and two atomic loads.
+//! connection handle, two atomic loads and a clock read.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};

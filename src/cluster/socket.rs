@@ -144,11 +144,11 @@ impl Connector {
         };
         let (conn, driver) =
             MultiplexedConnection::new_with_config(info.redis_settings(), counted, config).await?;
-        let ends = Arc::clone(&shared);
+        let ends = Ends(Arc::clone(&shared));
         let driver = tokio::spawn(async move {
+            // Set however the driver goes: done, panicked or aborted.
+            let _ends = ends;
             driver.await;
-            ends.ended_flag.store(true, Ordering::Release);
-            ends.ended.send_replace(true);
         });
         Ok((
             conn,
@@ -277,6 +277,17 @@ impl Socket {
 impl Drop for Socket {
     fn drop(&mut self) {
         self.driver.abort();
+    }
+}
+
+/// Records the end of a connection's driver when dropped, after the last
+/// write it made.
+struct Ends(Arc<Shared>);
+
+impl Drop for Ends {
+    fn drop(&mut self) {
+        self.0.ended_flag.store(true, Ordering::Release);
+        self.0.ended.send_replace(true);
     }
 }
 
