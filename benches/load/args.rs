@@ -73,6 +73,11 @@ pub(crate) struct Args {
     /// `--baseline plain`.
     #[arg(long)]
     pub(crate) plain_nodes: Option<String>,
+    /// Instead of a load run: what one check costs Redis, on one master,
+    /// against a minimal one-key GCRA script and a bare INCR, at pipeline
+    /// depth 1 and 16 (see server_cost.rs).
+    #[arg(long)]
+    pub(crate) server_cost: bool,
     /// Instead of a load run: create this many limiters and measure memory.
     #[arg(long)]
     pub(crate) populate: Option<u64>,

@@ -27,6 +27,9 @@
 //! * `--batch 64 --baseline single` (the baseline is implied):
 //!   `check_many` of 64 subjects per call against single checks at the
 //!   same number of decisions in flight (see batch.rs).
+//! * `--server-cost`: what one check costs Redis itself, on one master,
+//!   against a minimal one-key GCRA script and a bare `INCR` (see
+//!   server_cost.rs).
 //! * `--populate N` measures memory: `used_memory` summed over the masters
 //!   before and after creating N limiters (one operation per subject),
 //!   divided by N, next to N minimal raw keys of the same value and TTL.
@@ -45,6 +48,7 @@ mod drive;
 mod memory;
 mod raw;
 mod report;
+mod server_cost;
 mod target;
 
 use std::sync::Arc;
@@ -106,6 +110,9 @@ pub(crate) async fn run(args: Args) {
         Some("attack") => return attack::attack(&cluster, &args).await,
         Some(other) => panic!("unknown workload {other:?} (`attack`)"),
         None => {}
+    }
+    if args.server_cost {
+        return server_cost::server_cost(&cluster, &args).await;
     }
     if let Some(per_call) = args.batch {
         return batch::batch(&cluster, &args, per_call).await;
