@@ -300,9 +300,10 @@ impl Cluster {
         convert(script.name_cow(), value).inspect_err(|_| self.undo(undo))
     }
 
-    /// Sends `undo` in the background, for an operation that was answered
-    /// but failed all the same (its reply made no sense): anything sent now
-    /// comes after it on the wire.
+    /// Sends `undo` in the background by slot: for an operation that was
+    /// answered but failed all the same (its reply made no sense), as
+    /// anything sent now comes after it on the wire; and for a release that
+    /// failed, which is harmless to send twice and has nothing to overtake.
     pub(crate) fn undo(&self, undo: Undo) {
         exec::spawn_undo(&self.inner.router, undo, None, self.command_timeout());
     }

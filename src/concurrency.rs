@@ -336,7 +336,10 @@ impl Permit {
     /// Removing the last permit of a subject deletes its key.
     ///
     /// An error means Redis did not answer: the release may or may not have
-    /// happened; if not, the permit expires with its lease.
+    /// happened. It is then sent again in the background while Redis
+    /// refuses it for a transient reason (a `CLUSTERDOWN` window, a failover,
+    /// a broken connection), until it is answered or the lease would have
+    /// run out anyway.
     ///
     /// ```no_run
     /// # async fn demo(permit: shardlimit::Permit) -> shardlimit::Result<()> {
@@ -349,7 +352,11 @@ impl Permit {
         let PermitState::Live { limiter, keys, id } = &self.state else {
             return Ok(true);
         };
-        let released: i64 = limiter.core.eval(&LEASE_RELEASE, keys, id).await?;
+        let lease = Duration::from_millis(limiter.lease_ms);
+        let released = limiter
+            .core
+            .release(&LEASE_RELEASE, keys, id, lease)
+            .await?;
         Ok(released == 1)
     }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use redis::{FromRedisValue, ToRedisArgs};
 
 use crate::backoff::Backoff;
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Undo};
 use crate::error::{Error, Result};
 use crate::keys::{KeyId, KeySet};
 use crate::outcomes::Outcomes;
@@ -79,6 +79,27 @@ impl Core {
             .eval(script, keys, args)
             .await
             .inspect_err(|_| self.outcomes.error())
+    }
+    /// Gives back what a caller holds — `release`, a compare-and-delete by
+    /// the holder's token, on `keys` with `args` — counting an error.
+    ///
+    /// When it fails the release may not have happened (a timeout, a
+    /// broken connection, a `CLUSTERDOWN` window longer than the command
+    /// timeout): the same release is then sent again in the background,
+    /// retried while the error is transient, for at most `lifetime` (after
+    /// that what it releases has expired anyway). The caller still gets the
+    /// error. Sending it twice is harmless: a second one finds nothing of
+    /// this holder's, and another holder's entry is left alone.
+    pub(crate) async fn release<A: ToRedisArgs + Copy>(
+        &self,
+        release: &'static Script,
+        keys: &KeySet,
+        args: A,
+        lifetime: Duration,
+    ) -> Result<i64> {
+        self.eval(release, keys, args).await.inspect_err(|_| {
+            self.cluster.undo(Undo::new(release, keys, args, lifetime));
+        })
     }
 }
 

@@ -213,7 +213,11 @@ impl LockGuard {
     /// that holder's lock was left alone. Stops the watchdog first.
     ///
     /// An error means Redis did not answer: the release may or may not have
-    /// happened, and if not, the lock expires after its TTL.
+    /// happened. It is then sent again in the background while Redis
+    /// refuses it for a transient reason (a `CLUSTERDOWN` window, a failover,
+    /// a broken connection), until it is answered or the lock would have
+    /// expired anyway — so a lock is never left held by no one for longer
+    /// than the outage.
     ///
     /// ```no_run
     /// # async fn demo(guard: shardlimit::LockGuard) -> shardlimit::Result<()> {
@@ -225,10 +229,14 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<bool> {
         drop(self.stop.take());
         let held = &self.held;
-        let released: i64 = held
-            .lock
+        let lock = &held.lock;
+        // How long a failed release is retried: the lock lasts at most its
+        // TTL from the last extension, which may have asked for more.
+        let left = held.valid_until().saturating_duration_since(Instant::now());
+        let lifetime = lock.ttl.max(left);
+        let released = lock
             .core
-            .eval(&LOCK_RELEASE, &held.keys, &held.token)
+            .release(&LOCK_RELEASE, &held.keys, &held.token, lifetime)
             .await?;
         if !held.lost.send_replace(true) && released != 1 {
             crate::metrics::lock_lost(held.lock.core.name());

@@ -161,35 +161,45 @@ async fn master_connections() -> Vec<redis::aio::MultiplexedConnection> {
     }
 }
 
+/// Every key under `namespace` on one node (`SCAN`, which has no key, is
+/// answered even while the node says `CLUSTERDOWN`).
+pub async fn scan_keys(
+    conn: &mut redis::aio::MultiplexedConnection,
+    namespace: &str,
+) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{namespace}:*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await
+            .unwrap();
+        out.extend(keys);
+        cursor = next;
+        if cursor == 0 {
+            return out;
+        }
+    }
+}
+
 /// Every key under `namespace` on every master, with its PTTL.
 pub async fn keys_with_pttl(namespace: &str) -> Vec<(Vec<u8>, i64)> {
     let mut out = Vec::new();
     for mut conn in master_connections().await {
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(format!("{namespace}:*"))
-                .arg("COUNT")
-                .arg(1000)
+        for key in scan_keys(&mut conn, namespace).await {
+            let pttl: i64 = redis::cmd("PTTL")
+                .arg(&key)
                 .query_async(&mut conn)
                 .await
                 .unwrap();
-            for key in keys {
-                let pttl: i64 = redis::cmd("PTTL")
-                    .arg(&key)
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
-                // -2: expired between SCAN and PTTL, which is fine.
-                if pttl != -2 {
-                    out.push((key, pttl));
-                }
-            }
-            cursor = next;
-            if cursor == 0 {
-                break;
+            // -2: expired between SCAN and PTTL, which is fine.
+            if pttl != -2 {
+                out.push((key, pttl));
             }
         }
     }

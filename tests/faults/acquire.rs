@@ -25,6 +25,20 @@ fn keys_of(cluster: &shardlimit::Cluster, subjects: &[String]) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// A lock `job` and a concurrency limiter `jobs`, both with a 60 s TTL: a
+/// lock or permit left held by no one is still there when looked for.
+fn lock_and_leases(cluster: &shardlimit::Cluster) -> (Lock, ConcurrencyLimiter) {
+    let lock = Lock::builder(cluster, "job")
+        .ttl(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let leases = ConcurrencyLimiter::builder(cluster, "jobs")
+        .lease_ttl(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    (lock, leases)
+}
+
 /// Master 7000 hangs (paused) while locks and permits are taken on its
 /// slots: every call times out, and the handle marks the node down and
 /// drops its connection. The node resumes before the cluster would fail it
@@ -39,14 +53,7 @@ async fn acquisitions_cut_off_by_a_hung_master_leave_nothing_held() {
     restore_cluster();
     let _restore = RestoreOnDrop;
     let cluster = cluster_builder("hungacq").build().await.unwrap();
-    let lock = Lock::builder(&cluster, "job")
-        .ttl(Duration::from_secs(60))
-        .build()
-        .unwrap();
-    let leases = ConcurrencyLimiter::builder(&cluster, "jobs")
-        .lease_ttl(Duration::from_secs(60))
-        .build()
-        .unwrap();
+    let (lock, leases) = lock_and_leases(&cluster);
     let mut subjects = subjects_on(port(0), CALLS + 1).await;
     // Connected, and both scripts loaded on the node (a NOSCRIPT reply could
     // not come back from a hung node anyway).
@@ -155,6 +162,98 @@ async fn acquisitions_whose_connection_is_killed_leave_nothing_held() {
             "{CALLS} replica_ack acquisitions queued on 7000; CLIENT KILL after {:?} killed {killed:?}; \
              every call failed within {took:?}; every lock gone {:?} later",
             ACK / 2,
+            gone.elapsed()
+        )],
+    );
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
+/// Puts master 7000 in Redis' own `CLUSTERDOWN` state — as every master is
+/// for about a second while a failed master's replica is promoted — by
+/// having it forget one of its empty slots: it then answers every command
+/// with `CLUSTERDOWN` until the slot is added back. Added back on drop too.
+struct ClusterDown {
+    addr: String,
+    slot: String,
+}
+
+impl ClusterDown {
+    async fn start(slot: u16) -> Self {
+        let (addr, slot) = (addr(0), slot.to_string());
+        common::cmd(&addr, &["CLUSTER", "DELSLOTS", &slot]).await;
+        ClusterDown { addr, slot }
+    }
+}
+
+impl Drop for ClusterDown {
+    fn drop(&mut self) {
+        // An error here means it was added back already.
+        let _ = common::cmd_blocking(&self.addr, &["CLUSTER", "ADDSLOTS", &self.slot]);
+    }
+}
+
+/// Locks and permits are held on master 7000's slots when every command it
+/// gets is answered `CLUSTERDOWN` for longer than the command timeout, and
+/// their holders release them then: each release fails. Once the master
+/// answers again, nothing is left held by no one. Before the fix a failed
+/// release was not sent again and every lock and permit stayed held for
+/// its TTL (60 s); the operational-events scenario met it as one lock left
+/// on a healthy master after a killed master's `CLUSTERDOWN` window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fault injection: run by scripts/test.sh, serially"]
+async fn releases_refused_during_clusterdown_are_sent_again() {
+    restore_cluster();
+    let _restore = RestoreOnDrop;
+    let cluster = cluster_builder("downrel").build().await.unwrap();
+    let (lock, leases) = lock_and_leases(&cluster);
+    let subjects = subjects_on(port(0), CALLS).await;
+    let mut guards = Vec::new();
+    let mut permits = Vec::new();
+    for s in &subjects {
+        guards.push(lock.try_acquire(s).await.unwrap().unwrap());
+        permits.push(leases.try_acquire(s).await.unwrap().unwrap());
+    }
+    // An empty slot of 7000's that none of the subjects is in.
+    let used: Vec<u16> = subjects
+        .iter()
+        .map(|s| shardlimit::keys::slot(s.as_bytes()))
+        .collect();
+    let master = common::owner(used[0]).await;
+    let mut empty = None;
+    for slot in (0..=16383u16).filter(|s| master.owns(*s) && !used.contains(s)) {
+        if common::keys_in_slot(&master.addr, slot).await.is_empty() {
+            empty = Some(slot);
+            break;
+        }
+    }
+    let down = ClusterDown::start(empty.expect("7000 has an empty slot")).await;
+    let started = Instant::now();
+    let (released, returned) = futures::join!(
+        join_all(guards.into_iter().map(|g| g.release())),
+        join_all(permits.into_iter().map(|p| p.release())),
+    );
+    let took = started.elapsed();
+    assert!(released.iter().all(Result::is_err), "{released:?}");
+    assert!(returned.iter().all(Result::is_err), "{returned:?}");
+    let keys = keys_of(&cluster, &subjects);
+    // SCAN, as it has no key, is answered in CLUSTERDOWN (PTTL is not).
+    let mut conn = common::node(&master.addr).await;
+    let present = common::scan_keys(&mut conn, cluster.namespace()).await;
+    assert!(
+        keys.iter().all(|k| present.contains(k)),
+        "every lock and permit is still held while CLUSTERDOWN lasts"
+    );
+    drop(down);
+
+    // The releases are retried at most 2 s apart (RETRY_MAX).
+    let gone = Instant::now();
+    common::wait_until_all_gone(&keys, Duration::from_secs(3) + SCHEDULING_SLACK).await;
+    report(
+        "releases_refused_during_clusterdown_are_sent_again",
+        &[format!(
+            "{CALLS} locks and {CALLS} permits on 7000 released while it answered CLUSTERDOWN: \
+             every release failed within {took:?}; every lock and permit gone {:?} after \
+             the master answered again",
             gone.elapsed()
         )],
     );

@@ -709,8 +709,9 @@ async fn operational_events() {
         for task in load {
             task.await.unwrap();
         }
-        // Cleanups of failed acquisitions run in the background.
-        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        // Cleanups of failed acquisitions and failed releases run in the
+        // background, retried at most 2 s apart while refused.
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
         let (healthy_errors, allowed_errors) = judge(event, &tally, &affected);
         let disagreements = tally.disagreements.lock().unwrap().clone();
         let (orphans, orphans_on_failed) = orphans(&namespace, &affected.master).await;
