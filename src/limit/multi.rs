@@ -190,13 +190,14 @@ impl MultiLimiter {
     }
 
     /// Exactly what [`check_n`](Self::check_n) sends for `subject` and
-    /// `cost`: the multi-limit script, one key per limiter and their `ARGV`;
-    /// see [`RateLimiter::invocation`].
+    /// `cost`: the multi-limit script, three keys per limiter (its state, the
+    /// subject's override and block) and their `ARGV`; see
+    /// [`RateLimiter::invocation`].
     ///
     /// ```no_run
     /// # fn demo(api: shardlimit::MultiLimiter) -> shardlimit::Result<()> {
     /// let call = api.invocation("api-key:7f3a", 1)?;
-    /// assert_eq!(call.keys.keys().len(), api.limiters().len());
+    /// assert_eq!(call.keys.keys().len(), 3 * api.limiters().len());
     /// # Ok(()) }
     /// ```
     pub fn invocation(&self, subject: impl AsRef<[u8]>, cost: u32) -> Result<Invocation> {

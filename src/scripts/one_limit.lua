@@ -1,0 +1,61 @@
+-- The shared part of the one-limit checks (gcra_check.lua, fw_check.lua):
+-- the generic check (limit_prelude.lua, limit_main.lua) for a single limit,
+-- without the tables and functions it makes per call for any number of
+-- limits. Straight-line code, concatenated before the algorithm's own part,
+-- which reads the locals it sets.
+--
+-- KEYS  as the generic check for one limit: KEYS[1] the state key, KEYS[2]
+--       the override key, KEYS[3] the block key; inline mode: KEYS[1] alone.
+-- ARGV  as the generic check for one limit: cost, mode (1 | 0 | i1 | i0),
+--       algorithm code, limit, period_us, burst, shadow; inline mode adds
+--       the override's value and the block's value ('' = none).
+-- Reply (made by the algorithm's part) { all_allowed, allowed, remaining,
+--       retry_after_us, reset_after_us, capacity, flags }: see
+--       limit_prelude.lua.
+-- Sets: MODE, KEY, VALUE (the state key's string, or false), BLOCK (the
+-- block's value), COST, LIMIT, PERIOD, BURST (the override's, if any) and
+-- FLAGS (2 if the override applied); defines blocked().
+
+local MODE = ARGV[2]
+local KEY = KEYS[1]
+local VALUE, OVERRIDE, BLOCK
+if MODE == 'i1' or MODE == 'i0' then
+  VALUE, OVERRIDE, BLOCK = redis.call('GET', KEY), ARGV[8], ARGV[9]
+else
+  -- GET, not MGET: it refuses a state key of another type (WRONGTYPE)
+  -- where MGET would read it as absent and the write replace it, and it is
+  -- in every ACL the crate documents.
+  VALUE, OVERRIDE, BLOCK = redis.call('GET', KEY), redis.call('GET', KEYS[2]), redis.call('GET', KEYS[3])
+end
+
+local COST = tonumber(ARGV[1])
+local LIMIT, PERIOD, BURST = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local FLAGS = 0
+if OVERRIDE and OVERRIDE ~= '' then
+  local l, p, b = string.match(OVERRIDE, '^(%d+) (%d+) (%d+)$')
+  if not l then
+    return redis.error_reply('ERR shardlimit: malformed override in ' .. KEY .. ':quota')
+  end
+  LIMIT, PERIOD, BURST, FLAGS = tonumber(l), tonumber(p), tonumber(b), 2
+end
+
+-- The limit's own verdict `ok` and `retry` (-1: admitted, or never) after
+-- the block, the flags, whether the request is admitted (shadow mode
+-- refuses nothing) and whether the state is to be written: limit_main.lua's
+-- rules for one limit.
+local function blocked(ok, retry)
+  local flags = FLAGS
+  local until_us = tonumber(BLOCK or 0) or 0
+  if until_us > NOW_US then
+    local wait = until_us - NOW_US
+    if ok then
+      retry = wait
+    elseif retry >= 0 and wait > retry then
+      retry = wait
+    end
+    ok = false
+    flags = flags + 1
+  end
+  local all_ok = ok or ARGV[7] == '1'
+  return ok, retry, flags, all_ok, ok and all_ok and (MODE == '1' or MODE == 'i1')
+end
