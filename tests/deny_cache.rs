@@ -299,3 +299,65 @@ async fn an_admin_reset_elsewhere_lifts_a_cached_denial() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// Checks a multi-limiter on `subject` until a denial comes from the cache.
+async fn until_multi_cached(m: &MultiLimiter, subject: &str) -> shardlimit::MultiDecision {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let d = m.check(subject).await.unwrap();
+        if d.cached() {
+            return d;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no denial was ever cached: {d:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Issue 23, item 9: a shadow limit never denies, so its wait (an hour)
+/// never sets the multi-limit's `retry_after`, nor the cached entry's end:
+/// only the enforcing limit that denied does (2 s).
+#[tokio::test]
+async fn a_shadow_limit_does_not_set_a_multi_limits_wait() {
+    let cluster = common::cluster("deny-shadow-multi").await;
+    let warm = cached_limiter(&cluster, "warm", Algorithm::Gcra, Quota::per_hour(nz(1)));
+    until_cached(&warm, "warmup", 1).await;
+    let shadow = RateLimiter::builder(&cluster, "sh-1h", Quota::per_hour(nz(1)))
+        .shadow(true)
+        .build()
+        .unwrap();
+    let enforcing = RateLimiter::builder(
+        &cluster,
+        "en-2s",
+        Quota::with_period(nz(1), Duration::from_secs(2)),
+    )
+    .algorithm(Algorithm::SlidingLog)
+    .build()
+    .unwrap();
+    let both = MultiLimiter::new([shadow, enforcing])
+        .unwrap()
+        .with_deny_cache(100)
+        .unwrap();
+    assert!(both.check("s").await.unwrap().allowed);
+    let denied = both.check("s").await.unwrap();
+    assert!(!denied.allowed && !denied.cached(), "{denied:?}");
+    assert!(denied.decisions[0].allowed && denied.decisions[0].would_deny);
+    let wait = denied.retry_after().unwrap();
+    assert!(wait <= Duration::from_secs(2), "{denied:?}");
+    assert_eq!(denied.binding().retry_after, Some(wait));
+    let cached = until_multi_cached(&both, "s").await;
+    let sent = Instant::now();
+    let left = cached.retry_after().unwrap();
+    assert!(left <= Duration::from_secs(2), "{cached:?}");
+    // Once the enforcing limit admits again, so does the check: the entry
+    // ended with the enforcing limit's wait, not the shadow limit's hour.
+    tokio::time::sleep(left + Duration::from_millis(100)).await;
+    let after = both.check("s").await.unwrap();
+    assert!(
+        after.allowed && !after.cached(),
+        "{:?} later: {after:?}",
+        sent.elapsed()
+    );
+}

@@ -103,10 +103,19 @@ impl MultiDecision {
     }
 
     /// When the request could next be admitted: the longest wait among the
-    /// limits that denied it; `None` when it was admitted.
+    /// limits that denied it; `None` when it was admitted. A limit in shadow
+    /// mode never denies (its decision is `allowed`, with
+    /// [`would_deny`](Decision::would_deny) set), so its wait never counts.
     #[must_use]
     pub fn retry_after(&self) -> Option<Duration> {
-        self.decisions.iter().filter_map(|d| d.retry_after).max()
+        if self.allowed {
+            return None;
+        }
+        self.decisions
+            .iter()
+            .filter(|d| !d.allowed)
+            .filter_map(|d| d.retry_after)
+            .max()
     }
 
     /// Whether the decision was made without Redis.
@@ -168,5 +177,14 @@ mod tests {
         };
         assert_eq!(allowed.binding().remaining, 2);
         assert_eq!(allowed.retry_after(), None);
+        // A shadow limit's wait (it would deny, and admits) never counts.
+        let mut shadow = d(true, 0, Some(3_600_000));
+        shadow.would_deny = true;
+        let denied = MultiDecision {
+            allowed: false,
+            decisions: vec![shadow, d(false, 0, Some(2000))],
+        };
+        assert_eq!(denied.retry_after(), Some(Duration::from_secs(2)));
+        assert_eq!(denied.binding().retry_after, Some(Duration::from_secs(2)));
     }
 }
