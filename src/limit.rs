@@ -52,7 +52,8 @@
 //! time `T`; a denial carries `r`, the earliest server time `T + r` at which
 //! the same request could be admitted if nothing but time changed. The cache
 //! answers requests of cost `c' >= c` under the same quota fingerprint
-//! (limiter name, algorithm, limit, period, burst) until `s + r <= T + r`.
+//! (limiter name, algorithm, limit, period, burst, shadow mode) until
+//! `s + r <= T + r`.
 //! That holds because (1) admission is monotone in the cost: admitting `c'`
 //! would admit `c` at the same moment; (2) until `T + r`, only writes that
 //! make admission harder happen unannounced: other checks and penalties add
@@ -72,7 +73,9 @@
 //!   all must admit.
 //!
 //! Whatever can make admission easier is either a new fingerprint
-//! ([`RateLimiter::set_quota`], which also clears the cache) or is
+//! ([`RateLimiter::set_quota`] and [`RateLimiter::set_shadow`], which also
+//! clear the cache; shadow mode never denies, so a limiter in it is never
+//! answered from the cache, alone or in a multi-limit) or is
 //! published by the script that makes it — [`RateLimiter::reset`],
 //! [`unblock`](RateLimiter::unblock), [`reward`](RateLimiter::reward),
 //! [`set_override`](RateLimiter::set_override),

@@ -361,3 +361,44 @@ async fn a_shadow_limit_does_not_set_a_multi_limits_wait() {
         sent.elapsed()
     );
 }
+
+/// Issue 23, item 10: shadow mode never denies, so `set_shadow(true)`
+/// stops cached denials at once, for the limiter and for a multi-limiter
+/// holding it.
+#[tokio::test]
+async fn set_shadow_stops_cached_denials_at_once() {
+    let cluster = common::cluster("deny-set-shadow").await;
+    let l = cached_limiter(
+        &cluster,
+        "to-shadow",
+        Algorithm::Gcra,
+        Quota::per_hour(nz(1)),
+    );
+    assert!(l.check("s").await.unwrap().allowed);
+    until_cached(&l, "s", 1).await;
+    l.set_shadow(true);
+    let d = l.check("s").await.unwrap();
+    assert!(d.allowed && d.would_deny && !d.cached, "{d:?}");
+
+    let one = RateLimiter::builder(&cluster, "m-to-shadow", Quota::per_hour(nz(1)))
+        .algorithm(Algorithm::FixedWindow)
+        .build()
+        .unwrap();
+    let other = RateLimiter::builder(&cluster, "m-other", Quota::per_hour(nz(100)))
+        .build()
+        .unwrap();
+    let both = MultiLimiter::new([one.clone(), other])
+        .unwrap()
+        .with_deny_cache(100)
+        .unwrap();
+    assert!(both.check("s").await.unwrap().allowed);
+    let cached = until_multi_cached(&both, "s").await;
+    assert!(!cached.allowed);
+    one.set_shadow(true);
+    let d = both.check("s").await.unwrap();
+    assert!(d.allowed && !d.cached() && d.would_deny(), "{d:?}");
+    // Back to enforcing: Redis denies again (nothing was consumed by it).
+    one.set_shadow(false);
+    let d = both.check("s").await.unwrap();
+    assert!(!d.allowed, "{d:?}");
+}

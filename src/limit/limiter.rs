@@ -217,13 +217,22 @@ impl RateLimiter {
     }
 
     /// Turns shadow mode on or off for this live limiter (see
-    /// [`RateLimiterBuilder::shadow`]).
+    /// [`RateLimiterBuilder::shadow`]), for this handle and its clones (and
+    /// the multi-limiters holding them): the next check uses it. Shadow
+    /// mode never denies, so from then on no denial cached before is
+    /// answered, by this limiter's deny cache (which forgets every subject)
+    /// or a multi-limiter's.
     pub fn set_shadow(&self, shadow: bool) {
         let spec = self.inner.spec.load();
         if spec.shadow != shadow {
-            // The same quota, already validated once.
+            // The same quota, already validated once. Its fingerprint
+            // differs: a denial cached under the other mode, even by a
+            // check still in flight, never answers a check under this one.
             if let Ok(next) = spec.with(spec.quota, shadow) {
                 self.inner.spec.store(Arc::new(next));
+            }
+            if let Some(cache) = &self.inner.cache {
+                cache.clear();
             }
         }
     }

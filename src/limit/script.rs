@@ -27,8 +27,10 @@ pub(crate) struct LimitSpec {
     pub(crate) capacity: u32,
     /// Shadow mode: decisions are computed and counted, nothing is refused.
     pub(crate) shadow: bool,
-    /// Identifies the quota (and name) a denial was computed under: a deny
-    /// cache answers only checks of the same fingerprint.
+    /// Identifies the quota, name and mode (enforcing or shadow) a denial
+    /// was computed under: a deny cache answers only checks of the same
+    /// fingerprint, so a limiter put in shadow mode (which never denies) is
+    /// never answered by a denial cached before, alone or in a multi-limit.
     pub(crate) fingerprint: u64,
     /// `code, limit, period_us, burst, shadow`, formatted once.
     args: [String; 5],
@@ -57,7 +59,7 @@ impl LimitSpec {
             u8::from(shadow).to_string(),
         ];
         let mut hasher = std::hash::DefaultHasher::new();
-        (name, &args[..4]).hash(&mut hasher);
+        (name, &args).hash(&mut hasher);
         Ok(LimitSpec {
             override_id: id.with_part(OVERRIDE_PART)?,
             block_id: id.with_part(BLOCK_PART)?,
@@ -267,10 +269,11 @@ mod tests {
         assert_eq!(s.id.kind(), "gcra");
         assert_eq!(s.override_id.part(), Some("quota"));
         assert_eq!(s.block_id.part(), Some("block"));
-        // Another quota is another fingerprint; shadow mode is not.
+        // Another quota is another fingerprint, and so is shadow mode.
         assert_ne!(s.fingerprint, spec(11).fingerprint);
         let shadow = s.with(s.quota, true).unwrap();
-        assert_eq!(shadow.fingerprint, s.fingerprint);
+        assert_ne!(shadow.fingerprint, s.fingerprint);
+        assert_eq!(s.with(s.quota, false).unwrap().fingerprint, s.fingerprint);
         assert_eq!(shadow.args[4], "1");
     }
 
