@@ -53,11 +53,14 @@
 //! the same request could be admitted if nothing but time changed. The cache
 //! answers requests of cost `c' >= c` under the same quota fingerprint
 //! (limiter name, algorithm, limit, period, burst, shadow mode) until
-//! `s + r <= T + r`.
-//! That holds because (1) admission is monotone in the cost: admitting `c'`
-//! would admit `c` at the same moment; (2) until `T + r`, only writes that
-//! make admission harder happen unannounced: other checks and penalties add
-//! usage; (3) `r` is the earliest time, never late:
+//! `s + min(r, e) <= T + min(r, e)`, where `e` is how long the subject's
+//! override and block that the check read (if any) have left to live (their
+//! `PTTL`, returned by the script). That holds because (1) admission is
+//! monotone in the cost: admitting `c'` would admit `c` at the same moment;
+//! (2) until `T + min(r, e)`, only writes that make admission harder happen
+//! unannounced: other checks and penalties add usage, and the one unannounced
+//! change that could make it easier, an override or block expiring, is
+//! past `T + e`; (3) `r` is the earliest time, never late:
 //!
 //! * **fixed window**: the end of the window; before it the count cannot
 //!   fall.
@@ -75,7 +78,8 @@
 //! Whatever can make admission easier is either a new fingerprint
 //! ([`RateLimiter::set_quota`] and [`RateLimiter::set_shadow`], which also
 //! clear the cache; shadow mode never denies, so a limiter in it is never
-//! answered from the cache, alone or in a multi-limit) or is
+//! answered from the cache, alone or in a multi-limit), or an override's
+//! or block's expiry (bounded above), or is
 //! published by the script that makes it — [`RateLimiter::reset`],
 //! [`unblock`](RateLimiter::unblock), [`reward`](RateLimiter::reward),
 //! [`set_override`](RateLimiter::set_override),
@@ -85,7 +89,9 @@
 //! process that made the change forgets at once. A denial is cached only
 //! while that subscription is live and only if no invalidation arrived
 //! while its check was in flight, so a message racing the reply is never
-//! lost. A process that misses a message anyway (its subscription broke and
+//! lost. A check made one key at a time while its slot migrates reads the
+//! override and block on their own, without their expiry: if either exists,
+//! its denial is not cached. A process that misses a message anyway (its subscription broke and
 //! it has not noticed yet) answers from a stale denial **at most until that
 //! denial's `retry_after` ends**. Peeks always ask Redis. A cached decision
 //! has [`Decision::cached`] set, and is counted as `denied_cached` in

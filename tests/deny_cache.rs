@@ -402,3 +402,35 @@ async fn set_shadow_stops_cached_denials_at_once() {
     let d = both.check("s").await.unwrap();
     assert!(!d.allowed, "{d:?}");
 }
+
+/// Issue 23, item 8: an override's expiry is announced by no one, so it
+/// bounds a denial cached under it: once the override (1/hour, 3 s TTL) is
+/// gone, the check asks Redis again, which admits under the default quota
+/// (100/min), instead of answering from the cache for the rest of the hour.
+#[tokio::test]
+async fn an_expiring_override_ends_a_cached_denial() {
+    let cluster = common::cluster("deny-override-ttl").await;
+    let l = cached_limiter(
+        &cluster,
+        "ovr-ttl",
+        Algorithm::FixedWindow,
+        Quota::per_minute(nz(100)),
+    );
+    until_cached(&l, "warmup", 100).await;
+    let set = Instant::now();
+    l.set_override("s", Quota::per_hour(nz(1)), Duration::from_secs(3))
+        .await
+        .unwrap();
+    assert!(l.check("s").await.unwrap().allowed);
+    until_cached(&l, "s", 1).await;
+    let d = l.check("s").await.unwrap();
+    assert!(d.cached && d.overridden, "{d:?}");
+    tokio::time::sleep(
+        (set + Duration::from_millis(3500)).saturating_duration_since(Instant::now()),
+    )
+    .await;
+    let peek = l.peek("s").await.unwrap();
+    assert!(peek.allowed && !peek.overridden, "{peek:?}");
+    let d = l.check("s").await.unwrap();
+    assert!(d.allowed && !d.cached && !d.overridden, "{d:?}");
+}

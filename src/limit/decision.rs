@@ -55,6 +55,45 @@ pub struct Decision {
     /// ([`RateLimiter::set_override`](crate::RateLimiter::set_override));
     /// `limit` is then the override's capacity.
     pub overridden: bool,
+    /// How long what Redis decided this by stays as it is unannounced: the
+    /// end of a denial cached from it.
+    pub(crate) settled: Settled,
+}
+
+/// How long a limit's per-subject settings (override, block) stay as they
+/// are unless changed by a call that announces it (an invalidation): their
+/// expiry is announced by no one, so a cached denial must end by then.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// Neither exists (or neither expires): no bound.
+    Unbounded,
+    /// The earliest of their expiries, this long after the check ran.
+    For(Duration),
+    /// Not known (read on their own while the slot migrated, or not from
+    /// Redis at all): nothing may be cached from the decision.
+    #[default]
+    Unknown,
+}
+
+impl Settled {
+    /// The script's `settled_ms`: -1 no bound, -2 not known, else ms.
+    pub(crate) fn from_reply(ms: i64) -> Self {
+        match ms {
+            -1 => Settled::Unbounded,
+            ms => u64::try_from(ms).map_or(Settled::Unknown, |ms| {
+                Settled::For(Duration::from_millis(ms))
+            }),
+        }
+    }
+
+    /// `wait` cut short by this bound; `None` when not known.
+    pub(crate) fn bound(self, wait: Duration) -> Option<Duration> {
+        match self {
+            Settled::Unbounded => Some(wait),
+            Settled::For(settled) => Some(wait.min(settled)),
+            Settled::Unknown => None,
+        }
+    }
 }
 
 impl Decision {
@@ -70,6 +109,7 @@ impl Decision {
             would_deny: false,
             blocked: false,
             overridden: false,
+            settled: Settled::Unknown,
         }
     }
 }
@@ -153,6 +193,7 @@ mod tests {
             would_deny: false,
             blocked: false,
             overridden: false,
+            settled: Settled::Unbounded,
         }
     }
 

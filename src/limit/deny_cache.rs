@@ -16,20 +16,21 @@ use crate::cluster::{Cluster, Invalidations, Listener};
 
 /// A decision that can be answered again from the cache.
 pub(crate) trait Cacheable: Clone + Send + Sync + 'static {
-    /// When the same request could be admitted, if it was denied by Redis
-    /// (not bypassed, not in shadow mode) and can be admitted at all.
+    /// How long the same request is denied for sure, if it was denied by
+    /// Redis (not bypassed, not in shadow mode) and can be admitted at all:
+    /// until it could be admitted, or until an override or block it was
+    /// decided under expires (announced by no one), whichever is first.
     fn denied_for(&self) -> Option<Duration>;
-    /// The decision answered `elapsed` after this one, `left` before the
-    /// entry ends.
-    fn replay(&self, elapsed: Duration, left: Duration) -> Self;
+    /// The decision answered `elapsed` after this one.
+    fn replay(&self, elapsed: Duration) -> Self;
 }
 
-fn replay_one(d: &Decision, elapsed: Duration, left: Duration) -> Decision {
+/// `d` answered again `elapsed` later: its wait counts down from the one
+/// Redis gave.
+fn replay_one(d: &Decision, elapsed: Duration) -> Decision {
     let mut d = d.clone();
     d.cached = true;
-    if d.retry_after.is_some() {
-        d.retry_after = Some(left);
-    }
+    d.retry_after = d.retry_after.map(|w| w.saturating_sub(elapsed));
     d.reset_after = d.reset_after.saturating_sub(elapsed);
     d
 }
@@ -41,14 +42,15 @@ impl Cacheable for Decision {
                 allowed: false,
                 bypassed: None,
                 retry_after: Some(wait),
+                settled,
                 ..
-            } => Some(*wait),
+            } => settled.bound(*wait),
             _ => None,
         }
     }
 
-    fn replay(&self, elapsed: Duration, left: Duration) -> Self {
-        replay_one(self, elapsed, left)
+    fn replay(&self, elapsed: Duration) -> Self {
+        replay_one(self, elapsed)
     }
 }
 
@@ -61,10 +63,13 @@ impl Cacheable for MultiDecision {
         if self.allowed || never || self.bypassed().is_some() {
             return None;
         }
-        self.retry_after()
+        // Any limit's override or block expiring may change the decision.
+        self.decisions
+            .iter()
+            .try_fold(self.retry_after()?, |wait, d| d.settled.bound(wait))
     }
 
-    fn replay(&self, elapsed: Duration, left: Duration) -> Self {
+    fn replay(&self, elapsed: Duration) -> Self {
         MultiDecision {
             allowed: false,
             decisions: self
@@ -76,9 +81,7 @@ impl Cacheable for MultiDecision {
                         d.cached = true;
                         d
                     } else {
-                        // A denying limit's own wait is at most the whole's.
-                        let own = d.retry_after.map_or(left, |w| w.saturating_sub(elapsed));
-                        replay_one(d, elapsed, own.min(left))
+                        replay_one(d, elapsed)
                     }
                 })
                 .collect(),
@@ -172,11 +175,7 @@ impl<D: Cacheable> DenyCache<D> {
         if entry.fingerprint != fingerprint || cost < entry.cost || now >= entry.until {
             return None;
         }
-        Some(
-            entry
-                .decision
-                .replay(now.duration_since(entry.sent), entry.until - now),
-        )
+        Some(entry.decision.replay(now.duration_since(entry.sent)))
     }
 
     /// Taken just before a check is sent.

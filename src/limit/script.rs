@@ -7,7 +7,7 @@ use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use super::algorithm::Algorithm;
-use super::decision::Decision;
+use super::decision::{Decision, Settled};
 use super::quota::Quota;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
@@ -200,14 +200,14 @@ impl Invocation {
 }
 
 /// Values per limit in a check's reply.
-const REPLY_FIELDS: usize = 6;
+pub(crate) const REPLY_FIELDS: usize = 7;
 /// Reply flag: the subject is blocked.
 const FLAG_BLOCKED: i64 = 1;
 /// Reply flag: the subject's override applied.
 const FLAG_OVERRIDDEN: i64 = 2;
 
 /// `[all, then allowed, remaining, retry_after_us, reset_after_us,
-/// capacity, flags per limit]` into decisions. A limit in shadow mode that
+/// capacity, flags, settled_ms per limit]` into decisions. A limit in shadow mode that
 /// denied is reported admitted, with [`Decision::would_deny`] set.
 pub(crate) fn parse_reply(
     script: &Script,
@@ -240,6 +240,7 @@ pub(crate) fn parse_reply(
                 would_deny: !admitted && spec.shadow,
                 blocked: f[5] & FLAG_BLOCKED != 0,
                 overridden: f[5] & FLAG_OVERRIDDEN != 0,
+                settled: Settled::from_reply(f[6]),
             }
         })
         .collect();
@@ -308,19 +309,22 @@ mod tests {
     fn replies_become_decisions() {
         let s = spec(10);
         let script = Script::new("gcra", "");
-        let (all, d) = parse_reply(&script, &[&s], &[0, 0, 3, 250_000, 1_000_000, 10, 0]).unwrap();
+        let (all, d) =
+            parse_reply(&script, &[&s], &[0, 0, 3, 250_000, 1_000_000, 10, 0, -1]).unwrap();
         assert!(!all);
         assert!(!d[0].allowed && !d[0].would_deny && !d[0].blocked);
         assert_eq!(d[0].remaining, 3);
         assert_eq!(d[0].retry_after, Some(Duration::from_millis(250)));
         assert_eq!(d[0].reset_after, Duration::from_secs(1));
-        let (all, d) = parse_reply(&script, &[&s], &[1, 1, 9, -1, 100, 20, 2]).unwrap();
+        let (all, d) = parse_reply(&script, &[&s], &[1, 1, 9, -1, 100, 20, 2, 5000]).unwrap();
         assert!(all && d[0].allowed && d[0].retry_after.is_none());
         // The capacity is the reply's: an override's.
         assert_eq!(d[0].limit, 20);
         assert!(d[0].overridden && !d[0].blocked);
-        let (_, d) = parse_reply(&script, &[&s], &[0, 0, 0, 5, 0, 10, 3]).unwrap();
+        assert_eq!(d[0].settled, Settled::For(Duration::from_secs(5)));
+        let (_, d) = parse_reply(&script, &[&s], &[0, 0, 0, 5, 0, 10, 3, -2]).unwrap();
         assert!(d[0].blocked && d[0].overridden);
+        assert_eq!(d[0].settled, Settled::Unknown);
         assert!(parse_reply(&script, &[&s], &[1, 1, 9, -1, 100]).is_err());
     }
 
@@ -330,7 +334,7 @@ mod tests {
             .with(Quota::per_second(NonZeroU32::new(10).unwrap()), true)
             .unwrap();
         let script = Script::new("gcra", "");
-        let (all, d) = parse_reply(&script, &[&s], &[1, 0, 0, 50, 60, 10, 0]).unwrap();
+        let (all, d) = parse_reply(&script, &[&s], &[1, 0, 0, 50, 60, 10, 0, -1]).unwrap();
         assert!(all && d[0].allowed && d[0].would_deny);
         assert_eq!(d[0].retry_after, Some(Duration::from_micros(50)));
     }
