@@ -86,10 +86,12 @@
 //! [`clear_override`](RateLimiter::clear_override) — with `SPUBLISH` on a
 //! channel in the subject's own slot (`PUBLISH` on a standalone server or a
 //! Sentinel primary), which every process with a deny cache follows; the
-//! process that made the change forgets at once. A denial is cached only
-//! while that subscription is live and only if no invalidation arrived
-//! while its check was in flight, so a message racing the reply is never
-//! lost. A check made one key at a time while its slot migrates reads the
+//! process that made the change forgets at once. A denial is cached and
+//! answered only while the subscription of its subject's slot is live —
+//! confirmed on the node the router names as the slot's owner now, that
+//! node not held down, its connection answering a `PING` every second —
+//! and only if no invalidation arrived while its check was in flight, so a
+//! message racing the reply is never lost. A check made one key at a time while its slot migrates reads the
 //! override and block on their own, without their expiry: if either exists,
 //! its denial is not cached. A process that misses a message anyway (its subscription broke and
 //! it has not noticed yet) answers from a stale denial **at most until that

@@ -199,6 +199,15 @@ impl Router {
             .flatten()
     }
 
+    /// The node serving each slot, as the table knows it now.
+    pub(crate) fn owners(&self) -> Vec<Option<Arc<Node>>> {
+        self.table
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .owners
+            .clone()
+    }
+
     /// Whether a topology was ever installed.
     pub(crate) fn loaded(&self) -> bool {
         self.table

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::decision::{Decision, MultiDecision};
 use crate::cluster::{Cluster, Invalidations, Listener};
+use crate::keys::subject_slot;
 
 /// A decision that can be answered again from the cache.
 pub(crate) trait Cacheable: Clone + Send + Sync + 'static {
@@ -171,6 +172,11 @@ impl<D: Cacheable> DenyCache<D> {
     pub(crate) fn lookup(&self, subject: &[u8], fingerprint: u64, cost: u32) -> Option<D> {
         self.cluster.follow_invalidations();
         let entry = self.entries.cache.get(subject)?;
+        // Its slot's invalidations may be missed now (the entry goes with
+        // the rest of the cache, but maybe not yet).
+        if !self.hub.is_live(subject_slot(subject)) {
+            return None;
+        }
         let now = Instant::now();
         if entry.fingerprint != fingerprint || cost < entry.cost || now >= entry.until {
             return None;
@@ -188,8 +194,8 @@ impl<D: Cacheable> DenyCache<D> {
 
     /// Caches `decision` if it is a denial that may be cached: Redis denied
     /// it (no bypass, no shadow), it can be admitted some day, the
-    /// subscription is live and nothing was invalidated while it was in
-    /// flight.
+    /// subscription of the subject's slot is live and nothing was
+    /// invalidated while it was in flight.
     pub(crate) fn offer(
         &self,
         subject: &[u8],
@@ -201,7 +207,10 @@ impl<D: Cacheable> DenyCache<D> {
         let Some(wait) = decision.denied_for() else {
             return;
         };
-        if !self.hub.is_live() || self.hub.epoch() != ticket.epoch || wait.is_zero() {
+        if self.hub.epoch() != ticket.epoch
+            || wait.is_zero()
+            || !self.hub.is_live(subject_slot(subject))
+        {
             return;
         }
         let Some(until) = ticket.sent.checked_add(wait) else {
