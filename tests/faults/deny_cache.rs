@@ -273,3 +273,75 @@ async fn the_deny_cache_follows_each_moved_slot() {
     common::hand_back(first_slot, &source, &target, &masters, Ok(())).await;
     common::hand_back(second_slot, &source, &target, &masters, outcome).await;
 }
+
+/// Issue 23, item 8, while the slot migrates: a check then reads the
+/// subject's override on its own (without its expiry) and runs on the state
+/// key alone, so its denial is not cached — an override expiring 3 s later
+/// is honoured at once, not after the hour it denied for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fault injection: run by scripts/test.sh, serially"]
+async fn an_override_read_while_migrating_is_not_cached_past_its_expiry() {
+    restore_cluster();
+    let _restore = RestoreOnDrop;
+    let here = cluster_builder("denymigovr").build().await.unwrap();
+    let limiter = RateLimiter::builder(
+        &here,
+        "migovr",
+        Quota::per_minute(NonZeroU32::new(100).unwrap()),
+    )
+    .algorithm(shardlimit::Algorithm::FixedWindow)
+    .deny_cache(100)
+    .build()
+    .unwrap();
+    let masters = common::masters().await;
+    let source = masters.iter().find(|m| m.addr == addr(0)).unwrap().clone();
+    let target = masters.iter().find(|m| m.addr == addr(1)).unwrap().clone();
+    let mut subjects = subjects_on(port(0), 2).await.into_iter();
+    let (warm, subject) = (subjects.next().unwrap(), subjects.next().unwrap());
+    let the_slot = slot(subject.as_bytes());
+    // The subscription is live: a denial elsewhere is cached.
+    for _ in 0..100 {
+        assert!(limiter.check(&warm).await.unwrap().allowed);
+    }
+    assert!(
+        until_cached(&limiter, &warm, Duration::from_secs(20))
+            .await
+            .is_some()
+    );
+
+    let set = Instant::now();
+    let hour = Quota::per_hour(NonZeroU32::MIN);
+    limiter
+        .set_override(&subject, hour, Duration::from_secs(3))
+        .await
+        .unwrap();
+    let result = async {
+        // Flagged migrating: the check script's keys are not all on one
+        // side (the block does not exist), so checks go key by key.
+        common::start_move(the_slot, &source, &target).await;
+        assert!(limiter.check(&subject).await.unwrap().allowed);
+        let mut denials = 0;
+        while set.elapsed() < Duration::from_secs(2) {
+            let d = limiter.check(&subject).await.unwrap();
+            assert!(!d.allowed && d.overridden, "{d:?}");
+            assert!(!d.cached, "cached from a check made key by key: {d:?}");
+            denials += 1;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(
+            (set + Duration::from_millis(3500)).saturating_duration_since(Instant::now()),
+        )
+        .await;
+        let d = limiter.check(&subject).await.unwrap();
+        report(
+            "an_override_read_while_migrating_is_not_cached_past_its_expiry",
+            &[format!(
+                "{denials} denials under a 3 s override while the slot migrated, none cached; \
+                 3.5 s after it was set: {d:?}"
+            )],
+        );
+        assert!(d.allowed && !d.overridden, "{d:?}");
+    };
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(result)).await;
+    common::hand_back(the_slot, &source, &target, &masters, outcome).await;
+}
