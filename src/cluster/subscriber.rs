@@ -433,7 +433,23 @@ impl Follower<'_> {
                     }
                     Err(err) => {
                         *state = SlotState::Off;
-                        warn_failure(self.warn, &err);
+                        // A slot that just moved is refused by its old
+                        // owner until the table is read again: expected
+                        // while slots move, not worth a warning.
+                        let moving = matches!(
+                            err.kind(),
+                            redis::ErrorKind::Server(
+                                redis::ServerErrorKind::Moved
+                                    | redis::ServerErrorKind::Ask
+                                    | redis::ServerErrorKind::TryAgain
+                            )
+                        );
+                        if moving {
+                            tracing::debug!(slot, error = %err,
+                                "shardlimit: deny-cache subscription redirected");
+                        } else {
+                            warn_failure(self.warn, &err);
+                        }
                         if let Some(addr) = self.addr_of(id) {
                             self.back_off(&addr);
                         }
