@@ -167,6 +167,12 @@ struct Follower<'a> {
     retry: HashMap<String, Retry>,
     next_id: u64,
     all_live: bool,
+    /// What the last full comparison saw: the table's version, and each
+    /// owner with whether it was down. While neither changed, no event
+    /// came and every slot was live, a tick has nothing to do.
+    compared: Option<u64>,
+    nodes: Vec<(Arc<Node>, bool)>,
+    dirty: bool,
 }
 
 /// Follows a cluster's slot channels until the hub or the router is gone,
@@ -187,6 +193,9 @@ async fn follow_cluster(
         retry: HashMap::new(),
         next_id: 0,
         all_live: false,
+        compared: None,
+        nodes: Vec::new(),
+        dirty: true,
     };
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -215,13 +224,23 @@ impl Follower<'_> {
         if router.is_standalone() {
             return false;
         }
+        let unchanged = !self.dirty
+            && self.compared == Some(router.table_version())
+            && self
+                .nodes
+                .iter()
+                .all(|(node, down)| node.is_down() == *down);
+        if unchanged {
+            return true;
+        }
         let now = Instant::now();
         let mut lost = Vec::new();
         let mut owners: HashMap<String, (Arc<Node>, Vec<u16>)> = HashMap::new();
         // Per distinct node (a handful): whether it is up, and the id of
         // its open subscription connection.
         let mut seen: Vec<(Arc<Node>, bool, Option<u64>)> = Vec::new();
-        for (slot, owner) in (0..SLOT_COUNT).zip(router.owners()) {
+        let (version, table) = router.owners();
+        for (slot, owner) in (0..SLOT_COUNT).zip(table) {
             let (owner, open) = match owner {
                 None => (None, None),
                 Some(node) => {
@@ -290,6 +309,14 @@ impl Follower<'_> {
             }
         }
         self.report_all_live(&hub);
+        self.compared = Some(version);
+        self.nodes = seen.into_iter().map(|(node, up, _)| (node, !up)).collect();
+        // Anything not live yet (pending, refused, waiting for a retry, or
+        // without an owner) is looked at again next tick.
+        self.dirty = !self
+            .slots
+            .iter()
+            .all(|state| matches!(state, SlotState::Live(_)));
         true
     }
 
@@ -370,6 +397,8 @@ impl Follower<'_> {
         let Some(hub) = self.hub.upgrade() else {
             return false;
         };
+        // Whatever happened, the next tick compares again.
+        self.dirty = true;
         match event {
             Event::Push(id, push) => match push.kind {
                 // The server dropped a channel (its slot moved away): not
