@@ -434,3 +434,132 @@ async fn an_expiring_override_ends_a_cached_denial() {
     let d = l.check("s").await.unwrap();
     assert!(d.allowed && !d.cached && !d.overridden, "{d:?}");
 }
+
+/// The re-check of every cached denial against Redis (as in
+/// `every_cached_denial_agrees_with_redis`), through what can end or forbid
+/// a denial without the usual announcement (issue 23, items 8 to 10): an
+/// override (1/min) that keeps expiring after 400 ms and being set again a
+/// second later, a multi-limit holding a shadow limit, and a limiter
+/// switched in and out of shadow mode every 250 ms (a cached denial while
+/// it is in shadow mode is a disagreement by itself).
+#[tokio::test]
+async fn every_cached_denial_agrees_through_expiring_overrides_and_shadow_mode() {
+    let cluster = common::cluster("deny-agree-more").await;
+    let overridden = cached_limiter(
+        &cluster,
+        "agree-ovr",
+        Algorithm::FixedWindow,
+        Quota::per_second(nz(5)),
+    );
+    let toggled = cached_limiter(
+        &cluster,
+        "agree-toggle",
+        Algorithm::Gcra,
+        Quota::per_second(nz(5)),
+    );
+    let shadow = RateLimiter::builder(&cluster, "agree-sh", Quota::per_second(nz(1)))
+        .shadow(true)
+        .build()
+        .unwrap();
+    let enforcing = RateLimiter::builder(&cluster, "agree-en", Quota::per_second(nz(5)))
+        .algorithm(Algorithm::SlidingWindow)
+        .build()
+        .unwrap();
+    let multi = MultiLimiter::new([shadow, enforcing])
+        .unwrap()
+        .with_deny_cache(10_000)
+        .unwrap();
+    until_cached(&overridden, "warmup", 5).await;
+    let stop = Instant::now() + Duration::from_secs(5);
+    // Odd while a change (overrides set, shadow mode switched) is under
+    // way; a comparison counts only if no change happened from the check
+    // to the peek: a change made meanwhile is not the cache's to know.
+    let switches = Arc::new(AtomicU64::new(0));
+    let background = {
+        let (toggled, overridden, switches) =
+            (toggled.clone(), overridden.clone(), switches.clone());
+        tokio::spawn(async move {
+            let mut n = 0u32;
+            while Instant::now() < stop {
+                if n % 4 == 0 {
+                    switches.fetch_add(1, Ordering::SeqCst);
+                    for i in 0..2 {
+                        let quota = Quota::per_minute(nz(1));
+                        overridden
+                            .set_override(format!("user:{i}"), quota, Duration::from_millis(400))
+                            .await
+                            .unwrap();
+                    }
+                    switches.fetch_add(1, Ordering::SeqCst);
+                }
+                switches.fetch_add(1, Ordering::SeqCst);
+                toggled.set_shadow(!toggled.is_shadow());
+                switches.fetch_add(1, Ordering::SeqCst);
+                n += 1;
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+    };
+    // Re-checked denials per kind: overridden, toggled, multi.
+    let checked: Arc<[AtomicU64; 3]> = Arc::new(Default::default());
+    let disagreements = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..6 {
+        let (overridden, toggled, multi) = (overridden.clone(), toggled.clone(), multi.clone());
+        let (checked, disagreements, switches) =
+            (checked.clone(), disagreements.clone(), switches.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u32;
+            while Instant::now() < stop {
+                n += 1;
+                let subject = format!("user:{}", n % 3);
+                let before = switches.load(Ordering::SeqCst);
+                // What was answered from the cache and when its entry ends,
+                // then what Redis says now (a peek), and when.
+                let (until, admitted, what) = match t % 3 {
+                    0 | 1 => {
+                        let l = if t % 3 == 0 { &overridden } else { &toggled };
+                        let d = l.check(&subject).await.unwrap();
+                        if !d.cached {
+                            continue;
+                        }
+                        let until = Instant::now() + d.retry_after.unwrap();
+                        (until, l.peek(&subject).await.unwrap().allowed, l.name().to_owned())
+                    }
+                    _ => {
+                        let d = multi.check(&subject).await.unwrap();
+                        if !d.cached() {
+                            continue;
+                        }
+                        let until = Instant::now() + d.retry_after().unwrap();
+                        (until, multi.peek(&subject).await.unwrap().allowed, "multi".into())
+                    }
+                };
+                let after = switches.load(Ordering::SeqCst);
+                if Instant::now() >= until || (t % 3 != 2 && (before != after || before % 2 == 1)) {
+                    continue; // nothing to compare
+                }
+                checked[t % 3].fetch_add(1, Ordering::Relaxed);
+                let shadowed = t % 3 == 1 && toggled.is_shadow();
+                if admitted || shadowed {
+                    disagreements.fetch_add(1, Ordering::Relaxed);
+                    eprintln!("{what}: cached denial of {subject}; Redis admits: {admitted}, shadow mode: {shadowed}");
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    background.await.unwrap();
+    let checked = checked.each_ref().map(|c| c.load(Ordering::Relaxed));
+    assert!(
+        checked.iter().all(|&c| c >= 20),
+        "too few cached denials re-checked (overridden, toggled, multi): {checked:?}"
+    );
+    assert_eq!(disagreements.load(Ordering::Relaxed), 0, "of {checked:?}");
+    eprintln!(
+        "re-checked {checked:?} cached denials (overridden, toggled, multi) against Redis: \
+         0 disagreements"
+    );
+}

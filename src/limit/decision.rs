@@ -39,8 +39,9 @@ pub struct Decision {
     pub bypassed: Option<BypassReason>,
     /// Answered from the local deny cache, without Redis (see
     /// [`RateLimiterBuilder::deny_cache`](crate::RateLimiterBuilder::deny_cache)):
-    /// `allowed` is then `false`, and `retry_after` counts down from the
-    /// denial Redis gave.
+    /// `allowed` is then `false`, and `retry_after` counts down to the end
+    /// of the cached denial: the wait Redis gave, or sooner if an override
+    /// or block the denial was decided under expires first.
     pub cached: bool,
     /// Shadow mode (see
     /// [`RateLimiterBuilder::shadow`](crate::RateLimiterBuilder::shadow)):

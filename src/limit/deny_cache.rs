@@ -22,16 +22,21 @@ pub(crate) trait Cacheable: Clone + Send + Sync + 'static {
     /// until it could be admitted, or until an override or block it was
     /// decided under expires (announced by no one), whichever is first.
     fn denied_for(&self) -> Option<Duration>;
-    /// The decision answered `elapsed` after this one.
-    fn replay(&self, elapsed: Duration) -> Self;
+    /// The decision answered `elapsed` after this one, `left` before the
+    /// entry ends.
+    fn replay(&self, elapsed: Duration, left: Duration) -> Self;
 }
 
-/// `d` answered again `elapsed` later: its wait counts down from the one
-/// Redis gave.
-fn replay_one(d: &Decision, elapsed: Duration) -> Decision {
+/// `d` answered again `elapsed` later, `left` before its entry ends: its
+/// wait is what is left of the entry (the wait Redis gave, or less when an
+/// override or block it was decided under expires first, after which Redis
+/// may admit it).
+fn replay_one(d: &Decision, elapsed: Duration, left: Duration) -> Decision {
     let mut d = d.clone();
     d.cached = true;
-    d.retry_after = d.retry_after.map(|w| w.saturating_sub(elapsed));
+    if d.retry_after.is_some() {
+        d.retry_after = Some(left);
+    }
     d.reset_after = d.reset_after.saturating_sub(elapsed);
     d
 }
@@ -50,8 +55,8 @@ impl Cacheable for Decision {
         }
     }
 
-    fn replay(&self, elapsed: Duration) -> Self {
-        replay_one(self, elapsed)
+    fn replay(&self, elapsed: Duration, left: Duration) -> Self {
+        replay_one(self, elapsed, left)
     }
 }
 
@@ -70,7 +75,7 @@ impl Cacheable for MultiDecision {
             .try_fold(self.retry_after()?, |wait, d| d.settled.bound(wait))
     }
 
-    fn replay(&self, elapsed: Duration) -> Self {
+    fn replay(&self, elapsed: Duration, left: Duration) -> Self {
         MultiDecision {
             allowed: false,
             decisions: self
@@ -82,7 +87,9 @@ impl Cacheable for MultiDecision {
                         d.cached = true;
                         d
                     } else {
-                        replay_one(d, elapsed)
+                        // A denying limit's own wait is at most the whole's.
+                        let own = d.retry_after.map_or(left, |w| w.saturating_sub(elapsed));
+                        replay_one(d, elapsed, own.min(left))
                     }
                 })
                 .collect(),
@@ -181,7 +188,11 @@ impl<D: Cacheable> DenyCache<D> {
         if entry.fingerprint != fingerprint || cost < entry.cost || now >= entry.until {
             return None;
         }
-        Some(entry.decision.replay(now.duration_since(entry.sent)))
+        Some(
+            entry
+                .decision
+                .replay(now.duration_since(entry.sent), entry.until - now),
+        )
     }
 
     /// Taken just before a check is sent.
