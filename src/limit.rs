@@ -125,8 +125,9 @@
 //!   as soon as this process notices: at once for a closed connection or a
 //!   dropped channel (`SUNSUBSCRIBE`), at the next refresh of the router's
 //!   table for a slot that moved or failed over, and within two seconds (a
-//!   `PING` every second, answered within a second) for a server that hangs
-//!   without closing anything; until then, it may answer a denial a lost
+//!   `PING` every second, answered within a second) for a cluster master
+//!   that hangs without closing anything (a hung standalone or Sentinel
+//!   primary: when the router names another one); until then, it may answer a denial a lost
 //!   message would have lifted. A message lost without any of those signs
 //!   (none is known in Redis 7, whose output-buffer limits close the
 //!   connection) leaves a stale denial answered **at most until its entry

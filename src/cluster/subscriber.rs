@@ -21,7 +21,8 @@
 //! * A standalone server or Sentinel primary: one `SUBSCRIBE` to the
 //!   server's channel, on the node serving the slots now; when that node
 //!   changes (a Sentinel failover) or the connection ends, it subscribes
-//!   again on the new one.
+//!   again on the new one. This connection has no `PING` health check yet:
+//!   a hung primary is noticed when the router names another one.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
