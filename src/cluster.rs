@@ -433,7 +433,7 @@ impl Cluster {
     /// Starts following other processes' invalidations (once; needs a
     /// running tokio runtime, else the next call tries again).
     pub(crate) fn follow_invalidations(&self) {
-        if !self.inner.invalidations.is_live() {
+        if !self.inner.invalidations.is_started() {
             subscriber::start(
                 &self.inner.invalidations,
                 &self.inner.router,

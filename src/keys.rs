@@ -51,6 +51,7 @@ mod kind;
 mod parse;
 mod slot;
 
+pub(crate) use builder::subject_slot;
 pub use builder::{KeyBuilder, MAX_SUBJECT_LEN};
 pub use hashed::HashedSubject;
 pub use ident::{KeyId, MAX_IDENT_LEN};

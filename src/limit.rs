@@ -46,17 +46,23 @@
 //! [`RateLimiterBuilder::deny_cache`] (and [`MultiLimiter::with_deny_cache`])
 //! keep denials in the process and answer the same or costlier requests
 //! from them until the earliest time Redis could admit them. It **never
-//! denies what Redis would admit**:
+//! denies what Redis would admit** (within the scope stated in
+//! [What "never" covers](#what-never-covers): clocks, one delivery latency,
+//! missed invalidations):
 //!
 //! A check of cost `c` sent at client time `s` runs on the server at a later
 //! time `T`; a denial carries `r`, the earliest server time `T + r` at which
 //! the same request could be admitted if nothing but time changed. The cache
 //! answers requests of cost `c' >= c` under the same quota fingerprint
-//! (limiter name, algorithm, limit, period, burst) until `s + r <= T + r`.
-//! That holds because (1) admission is monotone in the cost: admitting `c'`
-//! would admit `c` at the same moment; (2) until `T + r`, only writes that
-//! make admission harder happen unannounced: other checks and penalties add
-//! usage; (3) `r` is the earliest time, never late:
+//! (limiter name, algorithm, limit, period, burst, shadow mode) until
+//! `s + min(r, e) <= T + min(r, e)`, where `e` is how long the subject's
+//! override and block that the check read (if any) have left to live (their
+//! `PTTL`, returned by the script). That holds because (1) admission is
+//! monotone in the cost: admitting `c'` would admit `c` at the same moment;
+//! (2) until `T + min(r, e)`, only writes that make admission harder happen
+//! unannounced: other checks and penalties add usage, and the one unannounced
+//! change that could make it easier, an override or block expiring, is
+//! past `T + e`; (3) `r` is the earliest time, never late:
 //!
 //! * **fixed window**: the end of the window; before it the count cannot
 //!   fall.
@@ -72,21 +78,60 @@
 //!   all must admit.
 //!
 //! Whatever can make admission easier is either a new fingerprint
-//! ([`RateLimiter::set_quota`], which also clears the cache) or is
+//! ([`RateLimiter::set_quota`] and [`RateLimiter::set_shadow`], which also
+//! clear the cache; shadow mode never denies, so a limiter in it is never
+//! answered from the cache, alone or in a multi-limit), or an override's
+//! or block's expiry (bounded above), or is
 //! published by the script that makes it — [`RateLimiter::reset`],
 //! [`unblock`](RateLimiter::unblock), [`reward`](RateLimiter::reward),
 //! [`set_override`](RateLimiter::set_override),
 //! [`clear_override`](RateLimiter::clear_override) — with `SPUBLISH` on a
 //! channel in the subject's own slot (`PUBLISH` on a standalone server or a
 //! Sentinel primary), which every process with a deny cache follows; the
-//! process that made the change forgets at once. A denial is cached only
-//! while that subscription is live and only if no invalidation arrived
-//! while its check was in flight, so a message racing the reply is never
-//! lost. A process that misses a message anyway (its subscription broke and
-//! it has not noticed yet) answers from a stale denial **at most until that
-//! denial's `retry_after` ends**. Peeks always ask Redis. A cached decision
-//! has [`Decision::cached`] set, and is counted as `denied_cached` in
-//! [`Cluster::stats`](crate::Cluster::stats) and the metrics.
+//! process that made the change forgets at once. A denial is cached and
+//! answered only while the subscription of its subject's slot is live —
+//! confirmed on the node the router names as the slot's owner now, that
+//! node not held down, its connection answering a `PING` every second —
+//! and only if no invalidation arrived while its check was in flight, so a
+//! message racing the reply is never lost. A check made one key at a time
+//! while its slot migrates reads the override and block on their own,
+//! without their expiry: if either exists, its denial is not cached. Peeks
+//! always ask Redis. A cached decision has [`Decision::cached`] set, and is
+//! counted as `denied_cached` in [`Cluster::stats`](crate::Cluster::stats)
+//! and the metrics.
+//!
+//! ## What "never" covers
+//!
+//! The argument above is exact under three assumptions; where they fail, a
+//! cached denial can refuse what Redis would admit, by at most this much:
+//!
+//! * **Clocks.** `r` and `e` are measured by the server's clock (`TIME`,
+//!   `PTTL`), and the entry runs on the client's monotonic clock from `s`.
+//!   That is exact while the server's clock advances no faster than the
+//!   client's. A forward step of the server's clock (an NTP step, or a
+//!   failover to a replica whose clock is ahead) makes Redis admit earlier,
+//!   by up to the size of the step; a server clock that runs faster by a
+//!   rate `x` (drift; a few parts per million on a disciplined host) admits
+//!   up to `x × r` earlier. Backward steps and a slower server clock only
+//!   make the cache end early.
+//! * **Delivery.** A change made in another process reaches this one one
+//!   delivery latency after it took effect (the script's `SPUBLISH`, then
+//!   the server's push to this process's subscription, then its handling);
+//!   until then this process may answer the denial the change lifted. The
+//!   process that makes a change forgets at once.
+//! * **Missed invalidations.** Pub/sub delivers at most once: a message
+//!   sent while a subscription is broken is lost. A slot whose subscription
+//!   broke stops being answered from the cache (and every cache is cleared)
+//!   as soon as this process notices: at once for a closed connection or a
+//!   dropped channel (`SUNSUBSCRIBE`), at the next refresh of the router's
+//!   table for a slot that moved or failed over, and within two seconds (a
+//!   `PING` every second, answered within a second) for a cluster master
+//!   that hangs without closing anything (a hung standalone or Sentinel
+//!   primary: when the router names another one); until then, it may answer a denial a lost
+//!   message would have lifted. A message lost without any of those signs
+//!   (none is known in Redis 7, whose output-buffer limits close the
+//!   connection) leaves a stale denial answered **at most until its entry
+//!   ends**: `min(r, e)` after its check was sent.
 
 mod adjust;
 mod algorithm;

@@ -299,3 +299,267 @@ async fn an_admin_reset_elsewhere_lifts_a_cached_denial() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// Checks a multi-limiter on `subject` until a denial comes from the cache.
+async fn until_multi_cached(m: &MultiLimiter, subject: &str) -> shardlimit::MultiDecision {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let d = m.check(subject).await.unwrap();
+        if d.cached() {
+            return d;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no denial was ever cached: {d:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Issue 23, item 9: a shadow limit never denies, so its wait (an hour)
+/// never sets the multi-limit's `retry_after`, nor the cached entry's end:
+/// only the enforcing limit that denied does (2 s).
+#[tokio::test]
+async fn a_shadow_limit_does_not_set_a_multi_limits_wait() {
+    let cluster = common::cluster("deny-shadow-multi").await;
+    let warm = cached_limiter(&cluster, "warm", Algorithm::Gcra, Quota::per_hour(nz(1)));
+    until_cached(&warm, "warmup", 1).await;
+    let shadow = RateLimiter::builder(&cluster, "sh-1h", Quota::per_hour(nz(1)))
+        .shadow(true)
+        .build()
+        .unwrap();
+    let enforcing = RateLimiter::builder(
+        &cluster,
+        "en-2s",
+        Quota::with_period(nz(1), Duration::from_secs(2)),
+    )
+    .algorithm(Algorithm::SlidingLog)
+    .build()
+    .unwrap();
+    let both = MultiLimiter::new([shadow, enforcing])
+        .unwrap()
+        .with_deny_cache(100)
+        .unwrap();
+    assert!(both.check("s").await.unwrap().allowed);
+    let denied = both.check("s").await.unwrap();
+    assert!(!denied.allowed && !denied.cached(), "{denied:?}");
+    assert!(denied.decisions[0].allowed && denied.decisions[0].would_deny);
+    let wait = denied.retry_after().unwrap();
+    assert!(wait <= Duration::from_secs(2), "{denied:?}");
+    assert_eq!(denied.binding().retry_after, Some(wait));
+    let cached = until_multi_cached(&both, "s").await;
+    let sent = Instant::now();
+    let left = cached.retry_after().unwrap();
+    assert!(left <= Duration::from_secs(2), "{cached:?}");
+    // Once the enforcing limit admits again, so does the check: the entry
+    // ended with the enforcing limit's wait, not the shadow limit's hour.
+    tokio::time::sleep(left + Duration::from_millis(100)).await;
+    let after = both.check("s").await.unwrap();
+    assert!(
+        after.allowed && !after.cached(),
+        "{:?} later: {after:?}",
+        sent.elapsed()
+    );
+}
+
+/// Issue 23, item 10: shadow mode never denies, so `set_shadow(true)`
+/// stops cached denials at once, for the limiter and for a multi-limiter
+/// holding it.
+#[tokio::test]
+async fn set_shadow_stops_cached_denials_at_once() {
+    let cluster = common::cluster("deny-set-shadow").await;
+    let l = cached_limiter(
+        &cluster,
+        "to-shadow",
+        Algorithm::Gcra,
+        Quota::per_hour(nz(1)),
+    );
+    assert!(l.check("s").await.unwrap().allowed);
+    until_cached(&l, "s", 1).await;
+    l.set_shadow(true);
+    let d = l.check("s").await.unwrap();
+    assert!(d.allowed && d.would_deny && !d.cached, "{d:?}");
+
+    let one = RateLimiter::builder(&cluster, "m-to-shadow", Quota::per_hour(nz(1)))
+        .algorithm(Algorithm::FixedWindow)
+        .build()
+        .unwrap();
+    let other = RateLimiter::builder(&cluster, "m-other", Quota::per_hour(nz(100)))
+        .build()
+        .unwrap();
+    let both = MultiLimiter::new([one.clone(), other])
+        .unwrap()
+        .with_deny_cache(100)
+        .unwrap();
+    assert!(both.check("s").await.unwrap().allowed);
+    let cached = until_multi_cached(&both, "s").await;
+    assert!(!cached.allowed);
+    one.set_shadow(true);
+    let d = both.check("s").await.unwrap();
+    assert!(d.allowed && !d.cached() && d.would_deny(), "{d:?}");
+    // Back to enforcing: Redis denies again (nothing was consumed by it).
+    one.set_shadow(false);
+    let d = both.check("s").await.unwrap();
+    assert!(!d.allowed, "{d:?}");
+}
+
+/// Issue 23, item 8: an override's expiry is announced by no one, so it
+/// bounds a denial cached under it: once the override (1/hour, 3 s TTL) is
+/// gone, the check asks Redis again, which admits under the default quota
+/// (100/min), instead of answering from the cache for the rest of the hour.
+#[tokio::test]
+async fn an_expiring_override_ends_a_cached_denial() {
+    let cluster = common::cluster("deny-override-ttl").await;
+    let l = cached_limiter(
+        &cluster,
+        "ovr-ttl",
+        Algorithm::FixedWindow,
+        Quota::per_minute(nz(100)),
+    );
+    until_cached(&l, "warmup", 100).await;
+    let set = Instant::now();
+    l.set_override("s", Quota::per_hour(nz(1)), Duration::from_secs(3))
+        .await
+        .unwrap();
+    assert!(l.check("s").await.unwrap().allowed);
+    until_cached(&l, "s", 1).await;
+    let d = l.check("s").await.unwrap();
+    assert!(d.cached && d.overridden, "{d:?}");
+    tokio::time::sleep(
+        (set + Duration::from_millis(3500)).saturating_duration_since(Instant::now()),
+    )
+    .await;
+    let peek = l.peek("s").await.unwrap();
+    assert!(peek.allowed && !peek.overridden, "{peek:?}");
+    let d = l.check("s").await.unwrap();
+    assert!(d.allowed && !d.cached && !d.overridden, "{d:?}");
+}
+
+/// The re-check of every cached denial against Redis (as in
+/// `every_cached_denial_agrees_with_redis`), through what can end or forbid
+/// a denial without the usual announcement (issue 23, items 8 to 10): an
+/// override (1/min) that keeps expiring after 400 ms and being set again a
+/// second later, a multi-limit holding a shadow limit, and a limiter
+/// switched in and out of shadow mode every 250 ms (a cached denial while
+/// it is in shadow mode is a disagreement by itself).
+#[tokio::test]
+async fn every_cached_denial_agrees_through_expiring_overrides_and_shadow_mode() {
+    let cluster = common::cluster("deny-agree-more").await;
+    let overridden = cached_limiter(
+        &cluster,
+        "agree-ovr",
+        Algorithm::FixedWindow,
+        Quota::per_second(nz(5)),
+    );
+    let toggled = cached_limiter(
+        &cluster,
+        "agree-toggle",
+        Algorithm::Gcra,
+        Quota::per_second(nz(5)),
+    );
+    let shadow = RateLimiter::builder(&cluster, "agree-sh", Quota::per_second(nz(1)))
+        .shadow(true)
+        .build()
+        .unwrap();
+    let enforcing = RateLimiter::builder(&cluster, "agree-en", Quota::per_second(nz(5)))
+        .algorithm(Algorithm::SlidingWindow)
+        .build()
+        .unwrap();
+    let multi = MultiLimiter::new([shadow, enforcing])
+        .unwrap()
+        .with_deny_cache(10_000)
+        .unwrap();
+    until_cached(&overridden, "warmup", 5).await;
+    let stop = Instant::now() + Duration::from_secs(5);
+    // Odd while a change (overrides set, shadow mode switched) is under
+    // way; a comparison counts only if no change happened from the check
+    // to the peek: a change made meanwhile is not the cache's to know.
+    let switches = Arc::new(AtomicU64::new(0));
+    let background = {
+        let (toggled, overridden, switches) =
+            (toggled.clone(), overridden.clone(), switches.clone());
+        tokio::spawn(async move {
+            let mut n = 0u32;
+            while Instant::now() < stop {
+                if n % 4 == 0 {
+                    switches.fetch_add(1, Ordering::SeqCst);
+                    for i in 0..2 {
+                        let quota = Quota::per_minute(nz(1));
+                        overridden
+                            .set_override(format!("user:{i}"), quota, Duration::from_millis(400))
+                            .await
+                            .unwrap();
+                    }
+                    switches.fetch_add(1, Ordering::SeqCst);
+                }
+                switches.fetch_add(1, Ordering::SeqCst);
+                toggled.set_shadow(!toggled.is_shadow());
+                switches.fetch_add(1, Ordering::SeqCst);
+                n += 1;
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+    };
+    // Re-checked denials per kind: overridden, toggled, multi.
+    let checked: Arc<[AtomicU64; 3]> = Arc::new(Default::default());
+    let disagreements = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..6 {
+        let (overridden, toggled, multi) = (overridden.clone(), toggled.clone(), multi.clone());
+        let (checked, disagreements, switches) =
+            (checked.clone(), disagreements.clone(), switches.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u32;
+            while Instant::now() < stop {
+                n += 1;
+                let subject = format!("user:{}", n % 3);
+                let before = switches.load(Ordering::SeqCst);
+                // What was answered from the cache and when its entry ends,
+                // then what Redis says now (a peek), and when.
+                let (until, admitted, what) = match t % 3 {
+                    0 | 1 => {
+                        let l = if t % 3 == 0 { &overridden } else { &toggled };
+                        let d = l.check(&subject).await.unwrap();
+                        if !d.cached {
+                            continue;
+                        }
+                        let until = Instant::now() + d.retry_after.unwrap();
+                        (until, l.peek(&subject).await.unwrap().allowed, l.name().to_owned())
+                    }
+                    _ => {
+                        let d = multi.check(&subject).await.unwrap();
+                        if !d.cached() {
+                            continue;
+                        }
+                        let until = Instant::now() + d.retry_after().unwrap();
+                        (until, multi.peek(&subject).await.unwrap().allowed, "multi".into())
+                    }
+                };
+                let after = switches.load(Ordering::SeqCst);
+                if Instant::now() >= until || (t % 3 != 2 && (before != after || before % 2 == 1)) {
+                    continue; // nothing to compare
+                }
+                checked[t % 3].fetch_add(1, Ordering::Relaxed);
+                let shadowed = t % 3 == 1 && toggled.is_shadow();
+                if admitted || shadowed {
+                    disagreements.fetch_add(1, Ordering::Relaxed);
+                    eprintln!("{what}: cached denial of {subject}; Redis admits: {admitted}, shadow mode: {shadowed}");
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    background.await.unwrap();
+    let checked = checked.each_ref().map(|c| c.load(Ordering::Relaxed));
+    assert!(
+        checked.iter().all(|&c| c >= 20),
+        "too few cached denials re-checked (overridden, toggled, multi): {checked:?}"
+    );
+    assert_eq!(disagreements.load(Ordering::Relaxed), 0, "of {checked:?}");
+    eprintln!(
+        "re-checked {checked:?} cached denials (overridden, toggled, multi) against Redis: \
+         0 disagreements"
+    );
+}

@@ -131,17 +131,40 @@ impl Side {
     }
 }
 
-/// Sets (or with `None` deletes) `key` on both sides' names.
+/// The last field of a reply (`settled_ms`) is a PTTL, read a moment apart
+/// by the two sides: compared on its own.
+fn without_settled(reply: &Result<Vec<i64>, String>) -> Result<Vec<i64>, String> {
+    reply.clone().map(|mut r| {
+        r.pop();
+        r
+    })
+}
+
+/// Both `settled_ms` say the same (-1: no bound, -2: not known), or are the
+/// same PTTL read up to a second apart.
+fn settled_agree(got: &Result<Vec<i64>, String>, want: &Result<Vec<i64>, String>) -> bool {
+    match (got, want) {
+        (Ok(g), Ok(w)) => {
+            let (g, w) = (*g.last().unwrap(), *w.last().unwrap());
+            g == w || (g >= 0 && w >= 0 && (g - w).abs() <= 1_000)
+        }
+        _ => true,
+    }
+}
+
+/// Sets (or with `None` deletes) `key` on both sides' names, with the same
+/// expiry: at least 30 s, longer than the test, so both sides always see the
+/// same keys (deleted at the end); random, so the checks' `settled_ms` (the
+/// smaller of the override's and the block's PTTL) has two to choose from.
 async fn set_both(conn: &mut MultiplexedConnection, keys: [&str; 2], value: Option<&str>) {
+    let expiry_ms = server_time_us(conn).await / 1000 + rand::rng().random_range(30_000..60_000);
     for key in keys {
         let cmd = match value {
-            // A minute: longer than the test, so both sides always see the
-            // same keys; deleted at the end.
             Some(v) => redis::cmd("SET")
                 .arg(key)
                 .arg(v)
-                .arg("PX")
-                .arg(60_000)
+                .arg("PXAT")
+                .arg(expiry_ms)
                 .clone(),
             None => redis::cmd("DEL").arg(key).clone(),
         };
@@ -173,6 +196,7 @@ async fn agree(pair: &Pair) {
     let mut compared = 0usize;
     let mut admitted = 0usize;
     let mut denied_for_good = 0usize;
+    let (mut settled_known, mut settled_unknown) = (0usize, 0usize);
     for seed in 0..SEEDS {
         let mut rng = StdRng::seed_from_u64(seed);
         let g = Side::new(&namespace, tag, &format!("{code}-g{seed}"));
@@ -246,12 +270,22 @@ async fn agree(pair: &Pair) {
                 "{code}, seed {seed} step {step}: limit {limit} per {period_us} us burst {burst}, \
                  override {quota:?}, block {block:?}, args {args:?}"
             );
-            assert_eq!(got, want, "reply, {context}");
+            assert_eq!(
+                without_settled(&got),
+                without_settled(&want),
+                "reply, {context}"
+            );
+            assert!(
+                settled_agree(&got, &want),
+                "settled_ms: {got:?} against {want:?}, {context}"
+            );
             let (g_state, s_state) = (g.state(&mut conn).await, s.state(&mut conn).await);
             assert_eq!(s_state, g_state, "state written, {context}");
             if let Ok(reply) = &want {
                 admitted += usize::from(reply[1] == 1);
                 denied_for_good += usize::from(reply[1] == 0 && reply[3] == -1);
+                settled_known += usize::from(reply[7] >= 0);
+                settled_unknown += usize::from(reply[7] == -2);
             }
             compared += 1;
         }
@@ -266,13 +300,20 @@ async fn agree(pair: &Pair) {
     // The sequences reached both sides of every decision.
     assert!(
         admitted > compared / 10,
-        "{admitted} of {compared} admitted"
+        "{code}: {admitted} of {compared} admitted"
     );
     assert!(
         admitted < compared * 9 / 10,
-        "{admitted} of {compared} admitted"
+        "{code}: {admitted} of {compared} admitted"
     );
-    assert!(denied_for_good > 0, "no cost above an override's capacity");
+    assert!(
+        denied_for_good > 0,
+        "{code}: no cost above an override's capacity"
+    );
+    assert!(
+        settled_known > 0 && settled_unknown > 0,
+        "{code}: settled_ms known {settled_known} times, not known {settled_unknown} times"
+    );
 }
 
 /// A malformed override and a state key of another type are refused by

@@ -335,8 +335,6 @@ impl ClusterBuilder {
         let seeds = self.security.apply(&self.nodes)?;
         let certificates = self.security.certificates()?;
         let subscriber = SubscriberConfig {
-            seeds: seeds.clone(),
-            certificates: certificates.clone(),
             connect_timeout: self.connect_timeout,
         };
         for (field, value) in [

@@ -12,12 +12,16 @@
 //! process, however many subjects are cached.
 //!
 //! The hub keeps an epoch, bumped by every invalidation and every lost or
-//! regained subscription. A denial may be cached only if the epoch did not
-//! move while its check was in flight, and only while the subscription is
-//! live: an invalidation that raced the check's reply, or that could have
-//! been missed, keeps it out.
+//! regained subscription, and which slots' channels are followed now: a
+//! slot is live only while its own subscription was confirmed by the node
+//! that owns the slot now (in the router's table) and that node's
+//! subscription connection answers its health checks. A denial may be
+//! cached only if the epoch did not move while its check was in flight,
+//! and is cached and answered only while its subject's slot is live: an
+//! invalidation that raced the check's reply, or that could have been
+//! missed, keeps it out.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{LazyLock, PoisonError, RwLock, Weak};
 
 use crate::keys::{ParsedKey, SLOT_COUNT, slot};
@@ -54,7 +58,10 @@ static TAGS: LazyLock<Vec<String>> = LazyLock::new(|| {
 pub(crate) struct Invalidations {
     namespace: String,
     epoch: AtomicU64,
-    live: AtomicBool,
+    /// Per slot: its channel is followed on its owner now.
+    live: Box<[AtomicBool]>,
+    /// How many slots are live.
+    live_count: AtomicUsize,
     started: AtomicBool,
     listeners: RwLock<Vec<Weak<dyn Listener>>>,
 }
@@ -64,7 +71,8 @@ impl Invalidations {
         Invalidations {
             namespace: namespace.to_owned(),
             epoch: AtomicU64::new(0),
-            live: AtomicBool::new(false),
+            live: (0..SLOT_COUNT).map(|_| AtomicBool::new(false)).collect(),
+            live_count: AtomicUsize::new(0),
             started: AtomicBool::new(false),
             listeners: RwLock::new(Vec::new()),
         }
@@ -85,14 +93,26 @@ impl Invalidations {
         self.epoch.load(Ordering::SeqCst)
     }
 
-    /// Whether every channel is followed now.
-    pub(crate) fn is_live(&self) -> bool {
-        self.live.load(Ordering::SeqCst)
+    /// Whether `slot`'s channel is followed now, on the slot's owner.
+    pub(crate) fn is_live(&self, slot: u16) -> bool {
+        self.live
+            .get(usize::from(slot))
+            .is_some_and(|l| l.load(Ordering::SeqCst))
+    }
+
+    /// Whether every slot's channel is followed now.
+    pub(crate) fn is_all_live(&self) -> bool {
+        self.live_count.load(Ordering::SeqCst) == usize::from(SLOT_COUNT)
     }
 
     /// True the first time only: the caller starts the subscriber.
     pub(crate) fn claim_start(&self) -> bool {
         !self.started.swap(true, Ordering::SeqCst)
+    }
+
+    /// Whether the subscriber was started.
+    pub(crate) fn is_started(&self) -> bool {
+        self.started.load(Ordering::SeqCst)
     }
 
     pub(crate) fn register(&self, listener: Weak<dyn Listener>) {
@@ -127,18 +147,46 @@ impl Invalidations {
         self.each(|l| l.invalidate(parsed.kind, parsed.name, &parsed.subject));
     }
 
-    /// The subscription was lost (or is not complete): messages may be
-    /// missed, so nothing cached stays and nothing new is cached.
-    pub(crate) fn lost(&self) {
-        self.live.store(false, Ordering::SeqCst);
-        self.epoch.fetch_add(1, Ordering::SeqCst);
-        self.each(|l| l.invalidate_all());
+    /// The subscriptions of `slots` were lost (or are not confirmed):
+    /// their messages may be missed, so nothing cached stays (of any slot:
+    /// entries are not kept by slot) and nothing new of theirs is cached.
+    pub(crate) fn lost(&self, slots: impl IntoIterator<Item = u16>) {
+        let mut any = false;
+        for slot in slots {
+            if let Some(live) = self.live.get(usize::from(slot))
+                && live.swap(false, Ordering::SeqCst)
+            {
+                self.live_count.fetch_sub(1, Ordering::SeqCst);
+                any = true;
+            }
+        }
+        if any {
+            self.epoch.fetch_add(1, Ordering::SeqCst);
+            self.each(|l| l.invalidate_all());
+        }
     }
 
-    /// Every channel is followed (again).
-    pub(crate) fn gained(&self) {
+    /// Every slot's subscription was lost.
+    pub(crate) fn lost_all(&self) {
+        self.lost(0..SLOT_COUNT);
+    }
+
+    /// `slot`'s channel is followed (again) on its owner: its subscription
+    /// was confirmed.
+    pub(crate) fn gained(&self, slot: u16) {
         self.epoch.fetch_add(1, Ordering::SeqCst);
-        self.live.store(true, Ordering::SeqCst);
+        if let Some(live) = self.live.get(usize::from(slot))
+            && !live.swap(true, Ordering::SeqCst)
+        {
+            self.live_count.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Every slot's channel is followed (a standalone server's one channel).
+    pub(crate) fn gained_all(&self) {
+        for slot in 0..SLOT_COUNT {
+            self.gained(slot);
+        }
     }
 }
 
@@ -146,7 +194,7 @@ impl std::fmt::Debug for Invalidations {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Invalidations")
             .field("epoch", &self.epoch())
-            .field("live", &self.is_live())
+            .field("live_slots", &self.live_count.load(Ordering::SeqCst))
             .finish_non_exhaustive()
     }
 }
@@ -189,16 +237,23 @@ mod tests {
         let seen = Arc::new(Seen::default());
         let weak: Weak<dyn Listener> = Arc::downgrade(&seen) as Weak<dyn Listener>;
         hub.register(weak);
-        assert!(!hub.is_live());
-        hub.gained();
-        assert!(hub.is_live());
+        assert!(!hub.is_live(7) && !hub.is_all_live());
+        hub.gained(7);
+        assert!(hub.is_live(7) && !hub.is_live(8) && !hub.is_all_live());
+        hub.gained_all();
+        assert!(hub.is_all_live());
         let before = hub.epoch();
         hub.key_changed(b"sl:{user%7B1%7D}:gcra:api");
         hub.key_changed(b"other:{u}:gcra:api");
         hub.key_changed(b"not a key");
         assert_eq!(hub.epoch(), before + 3);
-        hub.lost();
-        assert!(!hub.is_live());
+        hub.lost([7, 9]);
+        assert!(!hub.is_live(7) && !hub.is_live(9) && hub.is_live(8));
+        assert!(!hub.is_all_live());
+        // Losing what is not live changes nothing.
+        let before = hub.epoch();
+        hub.lost([7]);
+        assert_eq!(hub.epoch(), before);
         assert_eq!(*seen.0.lock().unwrap(), ["gcra/api/user{1}", "all"]);
         drop(seen);
         // A dropped listener is skipped, then pruned.

@@ -311,6 +311,38 @@ impl Node {
         }
     }
 
+    /// A connection of its own for following invalidation channels: RESP3,
+    /// every push it receives (messages, subscription confirmations and
+    /// drops, its end) given to `push`. Not one of the lanes: its stalls
+    /// never delay a request and its failures never mark the node down.
+    /// Dropping the [`Socket`] closes it.
+    pub(crate) async fn open_subscriber(
+        &self,
+        push: impl redis::aio::AsyncPushSender,
+    ) -> Result<(MultiplexedConnection, Socket), RedisError> {
+        let settings = self
+            .info
+            .redis_settings()
+            .clone()
+            .set_protocol(redis::ProtocolVersion::RESP3);
+        let info = self.info.clone().set_redis_settings(settings);
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.config.connect_timeout))
+            .set_response_timeout(None)
+            .set_push_sender(push);
+        tokio::time::timeout(
+            self.config.connect_timeout,
+            self.config.connector.open(&info, config),
+        )
+        .await
+        .map_err(|_| {
+            RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no connection within {:?}", self.config.connect_timeout),
+            ))
+        })?
+    }
+
     /// Opens a connection and installs it. The caller holds `connecting`.
     async fn open(&self, lane: Lane) -> Result<Live, RedisError> {
         let config = AsyncConnectionConfig::new()

@@ -77,6 +77,8 @@ struct Table {
     owners: Vec<Option<Arc<Node>>>,
     /// False until a topology was installed.
     loaded: bool,
+    /// Bumped by every change of `owners`.
+    version: u64,
 }
 
 #[derive(Default)]
@@ -133,6 +135,7 @@ impl Router {
             table: RwLock::new(Table {
                 owners: vec![None; SLOTS],
                 loaded: false,
+                version: 0,
             }),
             nodes: Mutex::new(HashMap::new()),
             refresh: Mutex::new(RefreshState::default()),
@@ -199,6 +202,21 @@ impl Router {
             .flatten()
     }
 
+    /// The node serving each slot, as the table knows it now, and the
+    /// table's version.
+    pub(crate) fn owners(&self) -> (u64, Vec<Option<Arc<Node>>>) {
+        let table = self.table.read().unwrap_or_else(PoisonError::into_inner);
+        (table.version, table.owners.clone())
+    }
+
+    /// The table's version: a change of any slot's owner changes it.
+    pub(crate) fn table_version(&self) -> u64 {
+        self.table
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .version
+    }
+
     /// Whether a topology was ever installed.
     pub(crate) fn loaded(&self) -> bool {
         self.table
@@ -242,15 +260,12 @@ impl Router {
 
     /// A `MOVED` reply: `slot` is served by `host:port` now.
     pub(crate) fn moved(&self, slot: u16, node: Arc<Node>) {
-        if let Some(owner) = self
-            .table
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .owners
-            .get_mut(usize::from(slot))
-        {
+        let mut table = self.table.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(owner) = table.owners.get_mut(usize::from(slot)) {
             *owner = Some(node);
+            table.version += 1;
         }
+        drop(table);
         self.request_refresh();
     }
 
@@ -386,6 +401,7 @@ impl Router {
         let mut table = self.table.write().unwrap_or_else(PoisonError::into_inner);
         table.owners = owners;
         table.loaded = true;
+        table.version += 1;
         Ok(())
     }
 }

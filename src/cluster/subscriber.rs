@@ -3,42 +3,67 @@
 //! handle (and its clones). Started by the first deny cache that checks;
 //! ends when the handle is gone (it holds only `Weak` references).
 //!
-//! * A cluster: a redis-rs cluster connection speaking RESP3, subscribed
-//!   with `SSUBSCRIBE` to every slot's channel. A node's connection lost
-//!   (a failover) starts it over on a fresh connection, reported lost until
-//!   every channel is followed again; a channel the server drops (its slot
-//!   moved) is subscribed again through the new owner.
-//!   Checks never go through this connection: a stall here delays
+//! * A cluster: one RESP3 connection of its own per master, opened to the
+//!   node that owns the slots **in the router's table now**, and on it one
+//!   `SSUBSCRIBE` per slot that node owns. A slot is live (its denials may
+//!   be cached and answered) only from the confirmation of its own
+//!   subscription, and only while all of this holds: the router still
+//!   names that node as the slot's owner, the router does not hold the
+//!   node down, the server has not dropped the channel (`SUNSUBSCRIBE`: the
+//!   slot moved), and the connection answers a `PING` every
+//!   [`PING_INTERVAL`] within [`PING_TIMEOUT`] — a hung (stopped) master
+//!   closes nothing, so only a health check notices it. A slot that stops
+//!   being live clears the caches and is subscribed again on its owner (per
+//!   the router, which a refused subscription asks to look again), retried
+//!   with a backoff per node until it is confirmed.
+//!   Checks never go through these connections: a stall here delays
 //!   invalidations, never a decision.
 //! * A standalone server or Sentinel primary: one `SUBSCRIBE` to the
 //!   server's channel, on the node serving the slots now; when that node
 //!   changes (a Sentinel failover) or the connection ends, it subscribes
-//!   again on the new one.
+//!   again on the new one. This connection has no `PING` health check yet:
+//!   a hung primary is noticed when the router names another one.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
-use redis::{ConnectionInfo, PushKind, Value};
+use redis::aio::MultiplexedConnection;
+use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use super::invalidation::Invalidations;
+use super::node::Node;
 use super::router::Router;
-use crate::keys::SLOT_COUNT;
+use super::socket::Socket;
+use crate::keys::{SLOT_COUNT, slot};
 
 /// How often a standalone subscriber checks that it follows the server
 /// serving the slots now, and the task checks that its handle is alive.
 const WATCH_INTERVAL: Duration = Duration::from_millis(500);
-/// Subscriptions sent at once while subscribing to every slot's channel.
+/// How often the cluster subscriber compares what it follows with the
+/// router's table and node states.
+const TICK: Duration = Duration::from_millis(100);
+/// How often each subscription connection is health-checked, and how long
+/// its `PING` may take before the connection counts as lost.
+pub(crate) const PING_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long one `SSUBSCRIBE` may take to be confirmed.
+const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Subscriptions sent at once on one connection.
 const SUBSCRIBE_CONCURRENCY: usize = 64;
-/// The wait before subscribing again after a failure.
+/// The first and largest wait before trying a node again after a failed
+/// connection or subscription.
+const RETRY_MIN: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(5);
+/// The wait before following a standalone server again after a failure.
 const RETRY_AFTER: Duration = Duration::from_millis(500);
 
-/// What the subscriber needs to reach a cluster by itself.
+/// What the subscriber needs beyond the router.
 #[derive(Clone)]
 pub(crate) struct SubscriberConfig {
-    pub(crate) seeds: Vec<ConnectionInfo>,
-    pub(crate) certificates: Option<redis::TlsCertificates>,
     pub(crate) connect_timeout: Duration,
 }
 
@@ -61,137 +86,514 @@ pub(crate) fn start(hub: &Arc<Invalidations>, router: &Arc<Router>, config: &Sub
                 None => return,
             };
             let ended = if standalone {
-                follow_server(&hub, &router).await
+                follow_server(&hub, &router, &config).await
             } else {
-                follow_cluster(&hub, &config).await
+                follow_cluster(&hub, &router, &warn).await;
+                Ok(())
             };
             match hub.upgrade() {
-                Some(hub) => hub.lost(),
+                Some(hub) => hub.lost_all(),
                 None => return,
             }
             if let Err(err) = ended {
-                if let Some(failures) = warn.should_warn() {
-                    tracing::warn!(
-                        error = %err,
-                        failures_since_last_warning = failures,
-                        "shardlimit: deny caches cannot follow invalidations, so they cache \
-                         nothing until they can; retrying"
-                    );
-                }
+                warn_failure(&warn, &err);
             }
             tokio::time::sleep(RETRY_AFTER).await;
         }
     });
 }
 
-/// Follows a cluster's slot channels until the hub is gone (`Ok`) or the
-/// subscription cannot be made (`Err`).
-async fn follow_cluster(
-    hub: &Weak<Invalidations>,
-    config: &SubscriberConfig,
-) -> redis::RedisResult<()> {
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let mut builder = redis::cluster::ClusterClientBuilder::new(config.seeds.clone())
-        .use_protocol(redis::ProtocolVersion::RESP3)
-        .connection_timeout(config.connect_timeout)
-        .push_sender(tx);
-    if let Some(certificates) = &config.certificates {
-        builder = builder.certs(certificates.clone());
+fn warn_failure(warn: &crate::warn::WarnLimiter, err: &redis::RedisError) {
+    if let Some(failures) = warn.should_warn() {
+        tracing::warn!(
+            error = %err,
+            failures_since_last_warning = failures,
+            "shardlimit: deny caches cannot follow some invalidations, so they cache \
+             nothing for the slots concerned until they can; retrying"
+        );
     }
-    let client = builder.build()?;
-    let started = std::time::Instant::now();
-    let connection = tokio::time::timeout(config.connect_timeout, client.get_async_connection())
-        .await
-        .map_err(|_| timed_out("connecting the invalidation subscriber"))??;
-    let channels: Vec<String> = match hub.upgrade() {
-        Some(hub) => (0..SLOT_COUNT).map(|s| hub.slot_channel(s)).collect(),
-        None => return Ok(()),
-    };
-    let subscribed = futures::stream::iter(channels)
-        .map(|channel| {
-            let mut connection = connection.clone();
-            async move { connection.ssubscribe(channel).await }
-        })
-        .buffer_unordered(SUBSCRIBE_CONCURRENCY)
-        .collect::<Vec<_>>()
-        .await;
-    subscribed
-        .into_iter()
-        .collect::<redis::RedisResult<Vec<()>>>()?;
-    tracing::debug!(
-        channels = SLOT_COUNT,
-        took = ?started.elapsed(),
-        "shardlimit: deny-cache invalidations followed"
-    );
-    match hub.upgrade() {
-        Some(hub) => hub.gained(),
-        None => return Ok(()),
-    }
-    loop {
-        let push = tokio::select! {
-            push = rx.recv() => push,
-            () = tokio::time::sleep(WATCH_INTERVAL) => {
-                if hub.strong_count() == 0 {
-                    return Ok(());
-                }
-                continue;
-            }
-        };
-        let Some(push) = push else {
-            return Err(timed_out("the invalidation subscriber's connection ended"));
-        };
-        let Some(hub) = hub.upgrade() else {
-            return Ok(());
-        };
-        match push.kind {
-            PushKind::SMessage => {
-                if let Some(Value::BulkString(message)) = push.data.get(1) {
-                    hub.key_changed(message);
-                }
-            }
-            // A node's connection closed (a failover, say): redis-rs would
-            // resubscribe its channels, but gives no sign of when that is
-            // done, so start over with a fresh connection and know.
-            PushKind::Disconnection => {
-                return Err(timed_out("a node's invalidation subscription was lost"));
-            }
-            // The server dropped a channel (its slot moved): subscribe
-            // again, through the new owner; live again once that is done.
-            PushKind::SUnsubscribe => {
-                hub.lost();
-                if let Some(Value::BulkString(channel)) = push.data.first() {
-                    let mut connection = connection.clone();
-                    let (channel, hub) = (channel.clone(), Arc::downgrade(&hub));
-                    tokio::spawn(async move {
-                        tokio::time::sleep(RETRY_AFTER).await;
-                        if connection.ssubscribe(channel).await.is_ok()
-                            && let Some(hub) = hub.upgrade()
-                        {
-                            hub.gained();
-                        }
-                    });
-                }
-            }
-            _ => {}
+}
+
+/// What a slot's subscription is now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SlotState {
+    /// Not subscribed (or no longer trusted).
+    Off,
+    /// `SSUBSCRIBE` sent on connection `id`, not confirmed yet.
+    Pending(u64),
+    /// Confirmed on connection `id`, which is still healthy.
+    Live(u64),
+}
+
+/// What the connections and their tasks report to the follower.
+enum Event {
+    Push(u64, PushInfo),
+    Opened(u64, redis::RedisResult<(MultiplexedConnection, Socket)>),
+    /// The connection failed a health check, or answered out of turn.
+    Dead(u64),
+    Subscribed(u64, u16, redis::RedisResult<()>),
+}
+
+/// One node's subscription connection.
+struct Conn {
+    id: u64,
+    /// `None` while it opens.
+    open: Option<(MultiplexedConnection, Arc<Socket>)>,
+    pinger: Option<tokio::task::AbortHandle>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if let Some(pinger) = self.pinger.take() {
+            pinger.abort();
         }
     }
 }
 
+/// When a node may be tried again.
+struct Retry {
+    backoff: Duration,
+    not_before: Instant,
+}
+
+/// The cluster subscriber's state, driven by one task.
+struct Follower<'a> {
+    hub: &'a Weak<Invalidations>,
+    router: &'a Weak<Router>,
+    warn: &'a crate::warn::WarnLimiter,
+    events: mpsc::UnboundedSender<Event>,
+    /// By node address.
+    conns: HashMap<String, Conn>,
+    slots: Vec<SlotState>,
+    retry: HashMap<String, Retry>,
+    next_id: u64,
+    all_live: bool,
+    /// What the last full comparison saw: the table's version, and each
+    /// owner with whether it was down. While neither changed, no event
+    /// came and every slot was live, a tick has nothing to do.
+    compared: Option<u64>,
+    nodes: Vec<(Arc<Node>, bool)>,
+    dirty: bool,
+}
+
+/// Follows a cluster's slot channels until the hub or the router is gone,
+/// or the deployment turns out to be no cluster.
+async fn follow_cluster(
+    hub: &Weak<Invalidations>,
+    router: &Weak<Router>,
+    warn: &crate::warn::WarnLimiter,
+) {
+    let (events, mut rx) = mpsc::unbounded_channel();
+    let mut follower = Follower {
+        hub,
+        router,
+        warn,
+        events,
+        conns: HashMap::new(),
+        slots: vec![SlotState::Off; usize::from(SLOT_COUNT)],
+        retry: HashMap::new(),
+        next_id: 0,
+        all_live: false,
+        compared: None,
+        nodes: Vec::new(),
+        dirty: true,
+    };
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let going = tokio::select! {
+            event = rx.recv() => match event {
+                Some(event) => follower.handle(event),
+                None => false,
+            },
+            _ = tick.tick() => follower.tick(),
+        };
+        if !going {
+            return;
+        }
+    }
+}
+
+impl Follower<'_> {
+    /// Compares what is followed with the router's table and node states,
+    /// drops what no longer holds and subscribes what is missing. False
+    /// when the task should end.
+    fn tick(&mut self) -> bool {
+        let (Some(hub), Some(router)) = (self.hub.upgrade(), self.router.upgrade()) else {
+            return false;
+        };
+        if router.is_standalone() {
+            return false;
+        }
+        let unchanged = !self.dirty
+            && self.compared == Some(router.table_version())
+            && self
+                .nodes
+                .iter()
+                .all(|(node, down)| node.is_down() == *down);
+        if unchanged {
+            return true;
+        }
+        let now = Instant::now();
+        let mut lost = Vec::new();
+        let mut owners: HashMap<String, (Arc<Node>, Vec<u16>)> = HashMap::new();
+        // Per distinct node (a handful): whether it is up, and the id of
+        // its open subscription connection.
+        let mut seen: Vec<(Arc<Node>, bool, Option<u64>)> = Vec::new();
+        let (version, table) = router.owners();
+        for (slot, owner) in (0..SLOT_COUNT).zip(table) {
+            let (owner, open) = match owner {
+                None => (None, None),
+                Some(node) => {
+                    let known = seen.iter().position(|(n, ..)| Arc::ptr_eq(n, &node));
+                    let i = known.unwrap_or_else(|| {
+                        let open = self
+                            .conns
+                            .get(node.addr())
+                            .filter(|c| c.open.is_some())
+                            .map(|c| c.id);
+                        seen.push((node.clone(), !node.is_down(), open));
+                        seen.len() - 1
+                    });
+                    let (_, up, open) = seen[i];
+                    if up { (Some(node), open) } else { (None, None) }
+                }
+            };
+            let state = &mut self.slots[usize::from(slot)];
+            let wanted = match *state {
+                SlotState::Live(id) | SlotState::Pending(id) if Some(id) == open => false,
+                SlotState::Live(_) => {
+                    lost.push(slot);
+                    *state = SlotState::Off;
+                    true
+                }
+                SlotState::Pending(_) | SlotState::Off => {
+                    *state = SlotState::Off;
+                    true
+                }
+            };
+            if let Some(node) = owner {
+                let entry = owners
+                    .entry(node.addr().to_owned())
+                    .or_insert_with(|| (node, Vec::new()));
+                if wanted {
+                    entry.1.push(slot);
+                }
+            }
+        }
+        hub.lost(lost);
+        // Connections to nodes that own nothing now (a failed-over master,
+        // a node whose slots all moved) are closed.
+        self.conns.retain(|addr, _| owners.contains_key(addr));
+        for (addr, (node, slots)) in owners {
+            if slots.is_empty() || self.retry.get(&addr).is_some_and(|r| r.not_before > now) {
+                continue;
+            }
+            match self.conns.get(&addr) {
+                None => self.open(&addr, node),
+                Some(Conn { open: None, .. }) => {}
+                Some(Conn {
+                    id,
+                    open: Some((conn, _)),
+                    ..
+                }) => {
+                    let (id, conn) = (*id, conn.clone());
+                    for &slot in &slots {
+                        self.slots[usize::from(slot)] = SlotState::Pending(id);
+                    }
+                    let channels: Vec<(u16, String)> = slots
+                        .into_iter()
+                        .map(|s| (s, hub.slot_channel(s)))
+                        .collect();
+                    tokio::spawn(subscribe(conn, id, channels, self.events.clone()));
+                }
+            }
+        }
+        self.report_all_live(&hub);
+        self.compared = Some(version);
+        self.nodes = seen.into_iter().map(|(node, up, _)| (node, !up)).collect();
+        // Anything not live yet (pending, refused, waiting for a retry, or
+        // without an owner) is looked at again next tick.
+        self.dirty = !self
+            .slots
+            .iter()
+            .all(|state| matches!(state, SlotState::Live(_)));
+        true
+    }
+
+    /// Opens a subscription connection to `node` in the background.
+    fn open(&mut self, addr: &str, node: Arc<Node>) {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.conns.insert(
+            addr.to_owned(),
+            Conn {
+                id,
+                open: None,
+                pinger: None,
+            },
+        );
+        let events = self.events.clone();
+        let hub = self.hub.clone();
+        tokio::spawn(async move {
+            let pushes = events.clone();
+            // A message is applied where it is read, by the connection's
+            // own task: never behind the follower's other work.
+            let push = move |push: PushInfo| {
+                if push.kind == PushKind::SMessage {
+                    if let (Some(hub), Some(Value::BulkString(message))) =
+                        (hub.upgrade(), push.data.get(1))
+                    {
+                        hub.key_changed(message);
+                    }
+                    return Ok(());
+                }
+                pushes.send(Event::Push(id, push)).map_err(drop)
+            };
+            let opened = node.open_subscriber(push).await;
+            let _ = events.send(Event::Opened(id, opened));
+        });
+    }
+
+    /// The address of connection `id`, if it is still one of ours.
+    fn addr_of(&self, id: u64) -> Option<String> {
+        self.conns
+            .iter()
+            .find(|(_, c)| c.id == id)
+            .map(|(addr, _)| addr.clone())
+    }
+
+    /// Connection `id` failed: closed, its slots lost, its node retried
+    /// after a backoff.
+    fn drop_conn(&mut self, id: u64, hub: &Invalidations) {
+        if let Some(addr) = self.addr_of(id) {
+            self.conns.remove(&addr);
+            self.back_off(&addr);
+        }
+        let mut lost = Vec::new();
+        for (slot, state) in (0..SLOT_COUNT).zip(self.slots.iter_mut()) {
+            match *state {
+                SlotState::Live(on) if on == id => {
+                    lost.push(slot);
+                    *state = SlotState::Off;
+                }
+                SlotState::Pending(on) if on == id => *state = SlotState::Off,
+                _ => {}
+            }
+        }
+        hub.lost(lost);
+    }
+
+    fn back_off(&mut self, addr: &str) {
+        let retry = self.retry.entry(addr.to_owned()).or_insert(Retry {
+            backoff: RETRY_MIN / 2,
+            not_before: Instant::now(),
+        });
+        retry.backoff = (retry.backoff * 2).clamp(RETRY_MIN, RETRY_MAX);
+        retry.not_before = Instant::now() + retry.backoff;
+    }
+
+    /// False when the task should end.
+    fn handle(&mut self, event: Event) -> bool {
+        let Some(hub) = self.hub.upgrade() else {
+            return false;
+        };
+        // Whatever happened, the next tick compares again.
+        self.dirty = true;
+        match event {
+            Event::Push(id, push) => match push.kind {
+                // The server dropped a channel (its slot moved away): not
+                // followed until subscribed again, on the new owner.
+                PushKind::SUnsubscribe => {
+                    if let Some(Value::BulkString(channel)) = push.data.first() {
+                        let slot = slot(channel);
+                        let state = &mut self.slots[usize::from(slot)];
+                        if matches!(*state, SlotState::Live(on) | SlotState::Pending(on) if on == id)
+                        {
+                            *state = SlotState::Off;
+                            hub.lost([slot]);
+                            if let Some(router) = self.router.upgrade() {
+                                router.request_refresh();
+                            }
+                        }
+                    }
+                }
+                PushKind::Disconnection => self.drop_conn(id, &hub),
+                _ => {}
+            },
+            Event::Opened(id, opened) => {
+                let Some(addr) = self.addr_of(id) else {
+                    return true;
+                };
+                match opened {
+                    Ok((conn, socket)) => {
+                        let socket = Arc::new(socket);
+                        let pinger = tokio::spawn(health_check(
+                            conn.clone(),
+                            socket.clone(),
+                            id,
+                            self.events.clone(),
+                        ));
+                        if let Some(c) = self.conns.get_mut(&addr) {
+                            c.open = Some((conn, socket));
+                            c.pinger = Some(pinger.abort_handle());
+                        }
+                    }
+                    Err(err) => {
+                        warn_failure(self.warn, &err);
+                        self.conns.remove(&addr);
+                        self.back_off(&addr);
+                    }
+                }
+            }
+            Event::Dead(id) => self.drop_conn(id, &hub),
+            Event::Subscribed(id, slot, outcome) => {
+                let state = &mut self.slots[usize::from(slot)];
+                if *state != SlotState::Pending(id) {
+                    return true;
+                }
+                match outcome {
+                    Ok(()) => {
+                        *state = SlotState::Live(id);
+                        hub.gained(slot);
+                        if let Some(addr) = self.addr_of(id) {
+                            self.retry.remove(&addr);
+                        }
+                        self.report_all_live(&hub);
+                    }
+                    Err(err) => {
+                        *state = SlotState::Off;
+                        // A slot that just moved is refused by its old
+                        // owner until the table is read again: expected
+                        // while slots move, not worth a warning.
+                        let moving = matches!(
+                            err.kind(),
+                            redis::ErrorKind::Server(
+                                redis::ServerErrorKind::Moved
+                                    | redis::ServerErrorKind::Ask
+                                    | redis::ServerErrorKind::TryAgain
+                            )
+                        );
+                        if moving {
+                            tracing::debug!(slot, error = %err,
+                                "shardlimit: deny-cache subscription redirected");
+                        } else {
+                            warn_failure(self.warn, &err);
+                        }
+                        if let Some(addr) = self.addr_of(id) {
+                            self.back_off(&addr);
+                        }
+                        // MOVED, say: the table may be stale.
+                        if let Some(router) = self.router.upgrade() {
+                            router.request_refresh();
+                        }
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    fn report_all_live(&mut self, hub: &Invalidations) {
+        let all = hub.is_all_live();
+        if all && !self.all_live {
+            tracing::debug!(
+                channels = SLOT_COUNT,
+                connections = self.conns.len(),
+                "shardlimit: deny-cache invalidations followed on every slot"
+            );
+        }
+        self.all_live = all;
+    }
+}
+
+/// Subscribes `channels` (slot, channel) on connection `id`, reporting
+/// each confirmation or failure. A reply that is not the confirmation of
+/// this very channel (a drop the connection took for a reply) makes the
+/// connection untrusted.
+async fn subscribe(
+    conn: MultiplexedConnection,
+    id: u64,
+    channels: Vec<(u16, String)>,
+    events: mpsc::UnboundedSender<Event>,
+) {
+    futures::stream::iter(channels)
+        .for_each_concurrent(SUBSCRIBE_CONCURRENCY, |(slot, channel)| {
+            let mut conn = conn.clone();
+            let events = events.clone();
+            async move {
+                let reply = tokio::time::timeout(
+                    SUBSCRIBE_TIMEOUT,
+                    redis::cmd("SSUBSCRIBE")
+                        .arg(&channel)
+                        .query_async::<Value>(&mut conn),
+                )
+                .await;
+                let outcome = match reply {
+                    Err(_) => Err(timed_out("a deny-cache subscription was not confirmed")),
+                    Ok(Err(err)) => Err(err),
+                    Ok(Ok(Value::Push {
+                        kind: PushKind::SSubscribe,
+                        data,
+                    })) if matches!(data.first(), Some(Value::BulkString(c)) if *c == channel.as_bytes()) => {
+                        Ok(())
+                    }
+                    Ok(Ok(_)) => {
+                        let _ = events.send(Event::Dead(id));
+                        Err(timed_out("a deny-cache subscription got another reply"))
+                    }
+                };
+                let _ = events.send(Event::Subscribed(id, slot, outcome));
+            }
+        })
+        .await;
+}
+
+/// Pings the connection every [`PING_INTERVAL`]; reports it dead when it
+/// ends, or a `PING` is not answered `PONG` within [`PING_TIMEOUT`] (a hung
+/// server closes nothing).
+async fn health_check(
+    mut conn: MultiplexedConnection,
+    socket: Arc<Socket>,
+    id: u64,
+    events: mpsc::UnboundedSender<Event>,
+) {
+    loop {
+        tokio::select! {
+            () = socket.ended() => break,
+            () = tokio::time::sleep(PING_INTERVAL) => {}
+        }
+        let reply = tokio::time::timeout(
+            PING_TIMEOUT,
+            redis::cmd("PING").query_async::<Value>(&mut conn),
+        )
+        .await;
+        if !matches!(reply, Ok(Ok(Value::SimpleString(ref pong))) if pong == "PONG") {
+            break;
+        }
+    }
+    let _ = events.send(Event::Dead(id));
+}
+
 /// Follows the one channel of a standalone server or Sentinel primary,
 /// until that server changes or the connection ends.
-async fn follow_server(hub: &Weak<Invalidations>, router: &Weak<Router>) -> redis::RedisResult<()> {
+async fn follow_server(
+    hub: &Weak<Invalidations>,
+    router: &Weak<Router>,
+    config: &SubscriberConfig,
+) -> redis::RedisResult<()> {
     let Some(node) = router.upgrade().and_then(|r| r.owner(0)) else {
         return Err(timed_out("no server serves the slots yet"));
     };
     let Some(channel) = hub.upgrade().map(|h| h.server_channel()) else {
         return Ok(());
     };
-    let mut pubsub = tokio::time::timeout(WATCH_INTERVAL * 4, node.client().get_async_pubsub())
+    let mut pubsub = tokio::time::timeout(config.connect_timeout, node.client().get_async_pubsub())
         .await
         .map_err(|_| timed_out("connecting the invalidation subscriber"))??;
     pubsub.subscribe(&channel).await?;
     match hub.upgrade() {
-        Some(hub) => hub.gained(),
+        Some(hub) => hub.gained_all(),
         None => return Ok(()),
     }
     let mut messages = pubsub.into_on_message();

@@ -91,6 +91,14 @@ fn join(prefix: &[u8], id: &KeyId) -> Vec<u8> {
     key
 }
 
+/// The slot of every key of `subject` (the slot of its escaped form, which
+/// is the keys' hash tag).
+pub(crate) fn subject_slot(subject: &[u8]) -> u16 {
+    let mut tag = Vec::with_capacity(subject.len() + 8);
+    escape_into(&mut tag, subject);
+    super::slot(&tag)
+}
+
 pub(crate) fn check_subject(subject: &[u8]) -> Result<()> {
     if subject.is_empty() {
         return Err(Error::EmptySubject);

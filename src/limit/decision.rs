@@ -39,8 +39,9 @@ pub struct Decision {
     pub bypassed: Option<BypassReason>,
     /// Answered from the local deny cache, without Redis (see
     /// [`RateLimiterBuilder::deny_cache`](crate::RateLimiterBuilder::deny_cache)):
-    /// `allowed` is then `false`, and `retry_after` counts down from the
-    /// denial Redis gave.
+    /// `allowed` is then `false`, and `retry_after` counts down to the end
+    /// of the cached denial: the wait Redis gave, or sooner if an override
+    /// or block the denial was decided under expires first.
     pub cached: bool,
     /// Shadow mode (see
     /// [`RateLimiterBuilder::shadow`](crate::RateLimiterBuilder::shadow)):
@@ -55,6 +56,45 @@ pub struct Decision {
     /// ([`RateLimiter::set_override`](crate::RateLimiter::set_override));
     /// `limit` is then the override's capacity.
     pub overridden: bool,
+    /// How long what Redis decided this by stays as it is unannounced: the
+    /// end of a denial cached from it.
+    pub(crate) settled: Settled,
+}
+
+/// How long a limit's per-subject settings (override, block) stay as they
+/// are unless changed by a call that announces it (an invalidation): their
+/// expiry is announced by no one, so a cached denial must end by then.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// Neither exists (or neither expires): no bound.
+    Unbounded,
+    /// The earliest of their expiries, this long after the check ran.
+    For(Duration),
+    /// Not known (read on their own while the slot migrated, or not from
+    /// Redis at all): nothing may be cached from the decision.
+    #[default]
+    Unknown,
+}
+
+impl Settled {
+    /// The script's `settled_ms`: -1 no bound, -2 not known, else ms.
+    pub(crate) fn from_reply(ms: i64) -> Self {
+        match ms {
+            -1 => Settled::Unbounded,
+            ms => u64::try_from(ms).map_or(Settled::Unknown, |ms| {
+                Settled::For(Duration::from_millis(ms))
+            }),
+        }
+    }
+
+    /// `wait` cut short by this bound; `None` when not known.
+    pub(crate) fn bound(self, wait: Duration) -> Option<Duration> {
+        match self {
+            Settled::Unbounded => Some(wait),
+            Settled::For(settled) => Some(wait.min(settled)),
+            Settled::Unknown => None,
+        }
+    }
 }
 
 impl Decision {
@@ -70,6 +110,7 @@ impl Decision {
             would_deny: false,
             blocked: false,
             overridden: false,
+            settled: Settled::Unknown,
         }
     }
 }
@@ -103,10 +144,19 @@ impl MultiDecision {
     }
 
     /// When the request could next be admitted: the longest wait among the
-    /// limits that denied it; `None` when it was admitted.
+    /// limits that denied it; `None` when it was admitted. A limit in shadow
+    /// mode never denies (its decision is `allowed`, with
+    /// [`would_deny`](Decision::would_deny) set), so its wait never counts.
     #[must_use]
     pub fn retry_after(&self) -> Option<Duration> {
-        self.decisions.iter().filter_map(|d| d.retry_after).max()
+        if self.allowed {
+            return None;
+        }
+        self.decisions
+            .iter()
+            .filter(|d| !d.allowed)
+            .filter_map(|d| d.retry_after)
+            .max()
     }
 
     /// Whether the decision was made without Redis.
@@ -144,6 +194,7 @@ mod tests {
             would_deny: false,
             blocked: false,
             overridden: false,
+            settled: Settled::Unbounded,
         }
     }
 
@@ -168,5 +219,14 @@ mod tests {
         };
         assert_eq!(allowed.binding().remaining, 2);
         assert_eq!(allowed.retry_after(), None);
+        // A shadow limit's wait (it would deny, and admits) never counts.
+        let mut shadow = d(true, 0, Some(3_600_000));
+        shadow.would_deny = true;
+        let denied = MultiDecision {
+            allowed: false,
+            decisions: vec![shadow, d(false, 0, Some(2000))],
+        };
+        assert_eq!(denied.retry_after(), Some(Duration::from_secs(2)));
+        assert_eq!(denied.binding().retry_after, Some(Duration::from_secs(2)));
     }
 }

@@ -13,17 +13,24 @@ use std::time::{Duration, Instant};
 
 use super::decision::{Decision, MultiDecision};
 use crate::cluster::{Cluster, Invalidations, Listener};
+use crate::keys::subject_slot;
 
 /// A decision that can be answered again from the cache.
 pub(crate) trait Cacheable: Clone + Send + Sync + 'static {
-    /// When the same request could be admitted, if it was denied by Redis
-    /// (not bypassed, not in shadow mode) and can be admitted at all.
+    /// How long the same request is denied for sure, if it was denied by
+    /// Redis (not bypassed, not in shadow mode) and can be admitted at all:
+    /// until it could be admitted, or until an override or block it was
+    /// decided under expires (announced by no one), whichever is first.
     fn denied_for(&self) -> Option<Duration>;
     /// The decision answered `elapsed` after this one, `left` before the
     /// entry ends.
     fn replay(&self, elapsed: Duration, left: Duration) -> Self;
 }
 
+/// `d` answered again `elapsed` later, `left` before its entry ends: its
+/// wait is what is left of the entry (the wait Redis gave, or less when an
+/// override or block it was decided under expires first, after which Redis
+/// may admit it).
 fn replay_one(d: &Decision, elapsed: Duration, left: Duration) -> Decision {
     let mut d = d.clone();
     d.cached = true;
@@ -41,8 +48,9 @@ impl Cacheable for Decision {
                 allowed: false,
                 bypassed: None,
                 retry_after: Some(wait),
+                settled,
                 ..
-            } => Some(*wait),
+            } => settled.bound(*wait),
             _ => None,
         }
     }
@@ -61,7 +69,10 @@ impl Cacheable for MultiDecision {
         if self.allowed || never || self.bypassed().is_some() {
             return None;
         }
-        self.retry_after()
+        // Any limit's override or block expiring may change the decision.
+        self.decisions
+            .iter()
+            .try_fold(self.retry_after()?, |wait, d| d.settled.bound(wait))
     }
 
     fn replay(&self, elapsed: Duration, left: Duration) -> Self {
@@ -168,6 +179,11 @@ impl<D: Cacheable> DenyCache<D> {
     pub(crate) fn lookup(&self, subject: &[u8], fingerprint: u64, cost: u32) -> Option<D> {
         self.cluster.follow_invalidations();
         let entry = self.entries.cache.get(subject)?;
+        // Its slot's invalidations may be missed now (the entry goes with
+        // the rest of the cache, but maybe not yet).
+        if !self.hub.is_live(subject_slot(subject)) {
+            return None;
+        }
         let now = Instant::now();
         if entry.fingerprint != fingerprint || cost < entry.cost || now >= entry.until {
             return None;
@@ -189,8 +205,8 @@ impl<D: Cacheable> DenyCache<D> {
 
     /// Caches `decision` if it is a denial that may be cached: Redis denied
     /// it (no bypass, no shadow), it can be admitted some day, the
-    /// subscription is live and nothing was invalidated while it was in
-    /// flight.
+    /// subscription of the subject's slot is live and nothing was
+    /// invalidated while it was in flight.
     pub(crate) fn offer(
         &self,
         subject: &[u8],
@@ -202,7 +218,10 @@ impl<D: Cacheable> DenyCache<D> {
         let Some(wait) = decision.denied_for() else {
             return;
         };
-        if !self.hub.is_live() || self.hub.epoch() != ticket.epoch || wait.is_zero() {
+        if self.hub.epoch() != ticket.epoch
+            || wait.is_zero()
+            || !self.hub.is_live(subject_slot(subject))
+        {
             return;
         }
         let Some(until) = ticket.sent.checked_add(wait) else {

@@ -104,12 +104,14 @@ impl RateLimiterBuilder {
     ///
     /// It never denies what Redis would admit: see
     /// [the deny cache](crate::limit#deny-cache) for the argument per
-    /// algorithm. Resets, unblocks, rewards
-    /// and override changes made anywhere are published on the subject's
-    /// slot and forgotten by every process's cache; a process that misses
-    /// such a message answers from a stale denial at most until its
-    /// `retry_after` ends. Peeks always ask Redis. Default: no cache; a
-    /// limit of 0 is a configuration error.
+    /// algorithm, and [its scope](crate::limit#what-never-covers) (a
+    /// forward step of the server's clock; one delivery latency of a change
+    /// made elsewhere; a subscription broken and not yet noticed, at most
+    /// two seconds for a hung server). Resets, unblocks, rewards and
+    /// override changes made anywhere are published on the subject's slot
+    /// and forgotten by every process's cache; an entry also ends when the
+    /// subject's override or block expires. Peeks always ask Redis.
+    /// Default: no cache; a limit of 0 is a configuration error.
     pub fn deny_cache(mut self, max_entries: u64) -> Self {
         self.deny_cache = Some(max_entries);
         self
@@ -217,13 +219,22 @@ impl RateLimiter {
     }
 
     /// Turns shadow mode on or off for this live limiter (see
-    /// [`RateLimiterBuilder::shadow`]).
+    /// [`RateLimiterBuilder::shadow`]), for this handle and its clones (and
+    /// the multi-limiters holding them): the next check uses it. Shadow
+    /// mode never denies, so from then on no denial cached before is
+    /// answered, by this limiter's deny cache (which forgets every subject)
+    /// or a multi-limiter's.
     pub fn set_shadow(&self, shadow: bool) {
         let spec = self.inner.spec.load();
         if spec.shadow != shadow {
-            // The same quota, already validated once.
+            // The same quota, already validated once. Its fingerprint
+            // differs: a denial cached under the other mode, even by a
+            // check still in flight, never answers a check under this one.
             if let Ok(next) = spec.with(spec.quota, shadow) {
                 self.inner.spec.store(Arc::new(next));
+            }
+            if let Some(cache) = &self.inner.cache {
+                cache.clear();
             }
         }
     }

@@ -7,7 +7,7 @@ use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use super::algorithm::Algorithm;
-use super::decision::Decision;
+use super::decision::{Decision, Settled};
 use super::quota::Quota;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
@@ -27,8 +27,10 @@ pub(crate) struct LimitSpec {
     pub(crate) capacity: u32,
     /// Shadow mode: decisions are computed and counted, nothing is refused.
     pub(crate) shadow: bool,
-    /// Identifies the quota (and name) a denial was computed under: a deny
-    /// cache answers only checks of the same fingerprint.
+    /// Identifies the quota, name and mode (enforcing or shadow) a denial
+    /// was computed under: a deny cache answers only checks of the same
+    /// fingerprint, so a limiter put in shadow mode (which never denies) is
+    /// never answered by a denial cached before, alone or in a multi-limit.
     pub(crate) fingerprint: u64,
     /// `code, limit, period_us, burst, shadow`, formatted once.
     args: [String; 5],
@@ -57,7 +59,7 @@ impl LimitSpec {
             u8::from(shadow).to_string(),
         ];
         let mut hasher = std::hash::DefaultHasher::new();
-        (name, &args[..4]).hash(&mut hasher);
+        (name, &args).hash(&mut hasher);
         Ok(LimitSpec {
             override_id: id.with_part(OVERRIDE_PART)?,
             block_id: id.with_part(BLOCK_PART)?,
@@ -198,14 +200,14 @@ impl Invocation {
 }
 
 /// Values per limit in a check's reply.
-const REPLY_FIELDS: usize = 6;
+pub(crate) const REPLY_FIELDS: usize = 7;
 /// Reply flag: the subject is blocked.
 const FLAG_BLOCKED: i64 = 1;
 /// Reply flag: the subject's override applied.
 const FLAG_OVERRIDDEN: i64 = 2;
 
 /// `[all, then allowed, remaining, retry_after_us, reset_after_us,
-/// capacity, flags per limit]` into decisions. A limit in shadow mode that
+/// capacity, flags, settled_ms per limit]` into decisions. A limit in shadow mode that
 /// denied is reported admitted, with [`Decision::would_deny`] set.
 pub(crate) fn parse_reply(
     script: &Script,
@@ -238,6 +240,7 @@ pub(crate) fn parse_reply(
                 would_deny: !admitted && spec.shadow,
                 blocked: f[5] & FLAG_BLOCKED != 0,
                 overridden: f[5] & FLAG_OVERRIDDEN != 0,
+                settled: Settled::from_reply(f[6]),
             }
         })
         .collect();
@@ -267,10 +270,11 @@ mod tests {
         assert_eq!(s.id.kind(), "gcra");
         assert_eq!(s.override_id.part(), Some("quota"));
         assert_eq!(s.block_id.part(), Some("block"));
-        // Another quota is another fingerprint; shadow mode is not.
+        // Another quota is another fingerprint, and so is shadow mode.
         assert_ne!(s.fingerprint, spec(11).fingerprint);
         let shadow = s.with(s.quota, true).unwrap();
-        assert_eq!(shadow.fingerprint, s.fingerprint);
+        assert_ne!(shadow.fingerprint, s.fingerprint);
+        assert_eq!(s.with(s.quota, false).unwrap().fingerprint, s.fingerprint);
         assert_eq!(shadow.args[4], "1");
     }
 
@@ -305,19 +309,22 @@ mod tests {
     fn replies_become_decisions() {
         let s = spec(10);
         let script = Script::new("gcra", "");
-        let (all, d) = parse_reply(&script, &[&s], &[0, 0, 3, 250_000, 1_000_000, 10, 0]).unwrap();
+        let (all, d) =
+            parse_reply(&script, &[&s], &[0, 0, 3, 250_000, 1_000_000, 10, 0, -1]).unwrap();
         assert!(!all);
         assert!(!d[0].allowed && !d[0].would_deny && !d[0].blocked);
         assert_eq!(d[0].remaining, 3);
         assert_eq!(d[0].retry_after, Some(Duration::from_millis(250)));
         assert_eq!(d[0].reset_after, Duration::from_secs(1));
-        let (all, d) = parse_reply(&script, &[&s], &[1, 1, 9, -1, 100, 20, 2]).unwrap();
+        let (all, d) = parse_reply(&script, &[&s], &[1, 1, 9, -1, 100, 20, 2, 5000]).unwrap();
         assert!(all && d[0].allowed && d[0].retry_after.is_none());
         // The capacity is the reply's: an override's.
         assert_eq!(d[0].limit, 20);
         assert!(d[0].overridden && !d[0].blocked);
-        let (_, d) = parse_reply(&script, &[&s], &[0, 0, 0, 5, 0, 10, 3]).unwrap();
+        assert_eq!(d[0].settled, Settled::For(Duration::from_secs(5)));
+        let (_, d) = parse_reply(&script, &[&s], &[0, 0, 0, 5, 0, 10, 3, -2]).unwrap();
         assert!(d[0].blocked && d[0].overridden);
+        assert_eq!(d[0].settled, Settled::Unknown);
         assert!(parse_reply(&script, &[&s], &[1, 1, 9, -1, 100]).is_err());
     }
 
@@ -327,7 +334,7 @@ mod tests {
             .with(Quota::per_second(NonZeroU32::new(10).unwrap()), true)
             .unwrap();
         let script = Script::new("gcra", "");
-        let (all, d) = parse_reply(&script, &[&s], &[1, 0, 0, 50, 60, 10, 0]).unwrap();
+        let (all, d) = parse_reply(&script, &[&s], &[1, 0, 0, 50, 60, 10, 0, -1]).unwrap();
         assert!(all && d[0].allowed && d[0].would_deny);
         assert_eq!(d[0].retry_after, Some(Duration::from_micros(50)));
     }

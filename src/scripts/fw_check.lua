@@ -51,4 +51,4 @@ end
 if reset < 0 then
   reset = 0
 end
-return { all_ok and 1 or 0, ok and 1 or 0, remaining, retry, reset, LIMIT, flags }
+return { all_ok and 1 or 0, ok and 1 or 0, remaining, retry, reset, LIMIT, flags, SETTLED }

@@ -52,4 +52,4 @@ local reset = math.ceil(after - NOW_US)
 if reset < 0 then
   reset = 0
 end
-return { all_ok and 1 or 0, ok and 1 or 0, remaining, retry, reset, BURST, flags }
+return { all_ok and 1 or 0, ok and 1 or 0, remaining, retry, reset, BURST, flags, SETTLED }

@@ -14,10 +14,21 @@ for i = 1, #KEYS / LIMIT_KEYS do
   local limit, period, burst = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local flags = 0
   local ol, op, ob
+  -- How long this limit's override and block stay as they are (see
+  -- settled_ms in limit_prelude.lua).
+  local settled = -1
   if INLINE then
     ol, op, ob = parse_override(ARGV[a + 5], key .. ':quota')
+    if ARGV[a + 5] ~= '' or ARGV[a + 6] ~= '' then
+      settled = -2
+    end
   else
-    ol, op, ob = override(KEYS[3 * i - 1])
+    local okey = KEYS[3 * i - 1]
+    local o = redis.call('GET', okey)
+    ol, op, ob = parse_override(o, okey)
+    if o then
+      settled = earliest(settled, okey)
+    end
   end
   if ol then
     limit, period, burst, flags = ol, op, ob, 2
@@ -39,7 +50,11 @@ for i = 1, #KEYS / LIMIT_KEYS do
   if INLINE then
     until_us = parse_block(ARGV[a + 6])
   else
-    until_us = blocked_until(KEYS[3 * i])
+    local b = redis.call('GET', KEYS[3 * i])
+    until_us = parse_block(b)
+    if b then
+      settled = earliest(settled, KEYS[3 * i])
+    end
   end
   if until_us > NOW_US then
     -- Blocked: denied until the block ends, or later if the limit itself
@@ -53,7 +68,7 @@ for i = 1, #KEYS / LIMIT_KEYS do
     s.ok = false
     flags = flags + 1
   end
-  s.capacity, s.flags = capacity, flags
+  s.capacity, s.flags, s.settled = capacity, flags, settled
   s.shadow = ARGV[a + 4] == '1'
   states[i] = s
   all_ok = all_ok and (s.ok or s.shadow)
@@ -76,5 +91,6 @@ for i = 1, #states do
   reply[#reply + 1] = wrote and s.reset_after or s.reset_now
   reply[#reply + 1] = s.capacity
   reply[#reply + 1] = s.flags
+  reply[#reply + 1] = s.settled
 end
 return reply

@@ -28,7 +28,7 @@
 -- state key alone follows the slot's ASK redirect like any one-key command.
 --
 -- Reply: { all_allowed, then per limit i: allowed, remaining, retry_after_us,
---          reset_after_us, capacity, flags }
+--          reset_after_us, capacity, flags, settled_ms }
 --   all_allowed    1 if every limit not in shadow mode admitted the request
 --   allowed        1 or 0: this limit's own verdict (shadow or not)
 --   remaining      units left (after this request if it was consumed)
@@ -38,6 +38,12 @@
 --   reset_after_us when the limit is back to full (0 = already full)
 --   capacity       the most one request may cost (the override's, if any)
 --   flags          1 = blocked, 2 = an override applied (added)
+--   settled_ms     how long the limit's override and block stay as they are
+--                  unless changed by a call that announces it (their
+--                  expiry is announced by no one): the smallest PTTL of
+--                  the two that exist; -1 when neither exists (or neither
+--                  expires); -2 when not known (inline mode with either
+--                  present: their values were read on their own)
 -- A limit's state is written only if the request is admitted (all_allowed),
 -- ARGV[2] is 1 and the limit itself admitted it: a rejected request consumes
 -- nothing, and a shadow limit that would deny it counts nothing. Time is the
@@ -45,9 +51,10 @@
 --
 -- retry_after_us is the earliest server time the same request could be
 -- admitted if nothing but time changed (no reset, reward, unblock or override
--- change): every algorithm's admission only gets harder with a higher cost
--- and with other requests' writes, which is what lets a client cache a
--- denial until then (src/limit/deny_cache.rs).
+-- change, and no override or block expiring: settled_ms): every algorithm's
+-- admission only gets harder with a higher cost and with other requests'
+-- writes, which is what lets a client cache a denial until the earlier of
+-- the two (src/limit/deny_cache.rs).
 --
 -- Every decision, and every argument of every write, is computed before the
 -- first write: a check that fails (an out-of-range number, a key of the
@@ -122,4 +129,15 @@ end
 -- The same, read from the block key.
 local function blocked_until(key)
   return parse_block(redis.call('GET', key))
+end
+
+-- `settled` (see settled_ms in the reply above; -1: no bound) bounded by the expiry
+-- of `key`, which exists. Called only for an override or block that
+-- exists, so a check of a subject with neither pays nothing for it.
+local function earliest(settled, key)
+  local ttl = redis.call('PTTL', key)
+  if ttl >= 0 and (settled < 0 or ttl < settled) then
+    return ttl
+  end
+  return settled
 end

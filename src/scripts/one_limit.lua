@@ -10,22 +10,42 @@
 --       algorithm code, limit, period_us, burst, shadow; inline mode adds
 --       the override's value and the block's value ('' = none).
 -- Reply (made by the algorithm's part) { all_allowed, allowed, remaining,
---       retry_after_us, reset_after_us, capacity, flags }: see
+--       retry_after_us, reset_after_us, capacity, flags, settled_ms }: see
 --       limit_prelude.lua.
 -- Sets: MODE, KEY, VALUE (the state key's string, or false), BLOCK (the
--- block's value), COST, LIMIT, PERIOD, BURST (the override's, if any) and
--- FLAGS (2 if the override applied); defines blocked().
+-- block's value), COST, LIMIT, PERIOD, BURST (the override's, if any),
+-- FLAGS (2 if the override applied) and SETTLED (settled_ms); defines
+-- blocked().
 
 local MODE = ARGV[2]
 local KEY = KEYS[1]
 local VALUE, OVERRIDE, BLOCK
+-- How long the override and block stay as they are: -1 no bound, -2 not
+-- known (inline mode with either present), else the smaller PTTL of those
+-- that exist (read only when one does: a plain check pays nothing for it).
+local SETTLED = -1
 if MODE == 'i1' or MODE == 'i0' then
   VALUE, OVERRIDE, BLOCK = redis.call('GET', KEY), ARGV[8], ARGV[9]
+  if OVERRIDE ~= '' or BLOCK ~= '' then
+    SETTLED = -2
+  end
 else
   -- GET, not MGET: it refuses a state key of another type (WRONGTYPE)
   -- where MGET would read it as absent and the write replace it, and it is
   -- in every ACL the crate documents.
   VALUE, OVERRIDE, BLOCK = redis.call('GET', KEY), redis.call('GET', KEYS[2]), redis.call('GET', KEYS[3])
+  if OVERRIDE then
+    local ttl = redis.call('PTTL', KEYS[2])
+    if ttl >= 0 then
+      SETTLED = ttl
+    end
+  end
+  if BLOCK then
+    local ttl = redis.call('PTTL', KEYS[3])
+    if ttl >= 0 and (SETTLED < 0 or ttl < SETTLED) then
+      SETTLED = ttl
+    end
+  end
 end
 
 local COST = tonumber(ARGV[1])
