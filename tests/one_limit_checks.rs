@@ -1,5 +1,6 @@
-//! The check a limiter with one GCRA or fixed-window limit sends
-//! (`gcra_check.lua`, `fw_check.lua`: the generic check specialised so that
+//! The check a limiter with one GCRA, fixed-window or sliding-window-counter
+//! limit sends (`gcra_check.lua`, `fw_check.lua`, `swc_check.lua`, after
+//! `one_limit.lua`: the generic check specialised so that
 //! it costs Redis less) agrees with the generic check (`limit_prelude.lua`,
 //! the algorithm's file, `limit_main.lua`, which multi-limits send) on every
 //! input: the same reply, the same state written with the same expiry, the
@@ -55,7 +56,7 @@ impl Pair {
     }
 }
 
-fn pairs() -> [Pair; 2] {
+fn pairs() -> [Pair; 3] {
     [
         Pair::new(
             "gcra",
@@ -66,6 +67,11 @@ fn pairs() -> [Pair; 2] {
             "fw",
             include_str!("../src/scripts/fixed_window.lua"),
             include_str!("../src/scripts/fw_check.lua"),
+        ),
+        Pair::new(
+            "swc",
+            include_str!("../src/scripts/sliding_window.lua"),
+            include_str!("../src/scripts/swc_check.lua"),
         ),
     ]
 }
@@ -115,9 +121,11 @@ impl Side {
             .map_err(|e| e.to_string())
     }
 
-    /// The state's value and expiry (ms since the epoch; -2: no key).
-    async fn state(&self, conn: &mut MultiplexedConnection) -> (Option<String>, i64) {
-        let value: Option<String> = redis::cmd("GET")
+    /// The state's value, of any type (`DUMP`: the same fields written in
+    /// the same order give the same bytes), and its expiry (ms since the
+    /// epoch; -2: no key).
+    async fn state(&self, conn: &mut MultiplexedConnection) -> (Option<Vec<u8>>, i64) {
+        let value: Option<Vec<u8>> = redis::cmd("DUMP")
             .arg(&self.state)
             .query_async(conn)
             .await

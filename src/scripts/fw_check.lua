@@ -45,10 +45,4 @@ if wrote then
 elseif used > 0 then
   reset = until_end
 end
-if remaining < 0 then
-  remaining = 0
-end
-if reset < 0 then
-  reset = 0
-end
-return { all_ok and 1 or 0, ok and 1 or 0, remaining, retry, reset, LIMIT, flags, SETTLED }
+return reply(all_ok, ok, remaining, retry, reset, LIMIT, flags)

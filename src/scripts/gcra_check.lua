@@ -45,11 +45,5 @@ end
 local remaining = math.floor((NOW_US + tolerance - after + 1) / interval)
 if remaining > BURST then
   remaining = BURST
-elseif remaining < 0 then
-  remaining = 0
 end
-local reset = math.ceil(after - NOW_US)
-if reset < 0 then
-  reset = 0
-end
-return { all_ok and 1 or 0, ok and 1 or 0, remaining, retry, reset, BURST, flags, SETTLED }
+return reply(all_ok, ok, remaining, retry, math.ceil(after - NOW_US), BURST, flags)

@@ -1,4 +1,5 @@
--- The shared part of the one-limit checks (gcra_check.lua, fw_check.lua):
+-- The shared part of the one-limit checks (gcra_check.lua, fw_check.lua,
+-- swc_check.lua):
 -- the generic check (limit_prelude.lua, limit_main.lua) for a single limit,
 -- without the tables and functions it makes per call for any number of
 -- limits. Straight-line code, concatenated before the algorithm's own part,
@@ -12,10 +13,11 @@
 -- Reply (made by the algorithm's part) { all_allowed, allowed, remaining,
 --       retry_after_us, reset_after_us, capacity, flags, settled_ms }: see
 --       limit_prelude.lua.
--- Sets: MODE, KEY, VALUE (the state key's string, or false), BLOCK (the
+-- Sets: MODE, KEY, VALUE (the state key's string, or false; not read for
+-- swc), BLOCK (the
 -- block's value), COST, LIMIT, PERIOD, BURST (the override's, if any),
 -- FLAGS (2 if the override applied) and SETTLED (settled_ms); defines
--- blocked().
+-- blocked() and reply().
 
 local MODE = ARGV[2]
 local KEY = KEYS[1]
@@ -24,8 +26,11 @@ local VALUE, OVERRIDE, BLOCK
 -- known (inline mode with either present), else the smaller PTTL of those
 -- that exist (read only when one does: a plain check pays nothing for it).
 local SETTLED = -1
+-- The state is read here when it is a string (gcra, fw); swc's is a hash,
+-- which its part reads itself.
+local STRING_STATE = ARGV[3] ~= 'swc'
 if MODE == 'i1' or MODE == 'i0' then
-  VALUE, OVERRIDE, BLOCK = redis.call('GET', KEY), ARGV[8], ARGV[9]
+  VALUE, OVERRIDE, BLOCK = STRING_STATE and redis.call('GET', KEY), ARGV[8], ARGV[9]
   if OVERRIDE ~= '' or BLOCK ~= '' then
     SETTLED = -2
   end
@@ -33,7 +38,7 @@ else
   -- GET, not MGET: it refuses a state key of another type (WRONGTYPE)
   -- where MGET would read it as absent and the write replace it, and it is
   -- in every ACL the crate documents.
-  VALUE, OVERRIDE, BLOCK = redis.call('GET', KEY), redis.call('GET', KEYS[2]), redis.call('GET', KEYS[3])
+  VALUE, OVERRIDE, BLOCK = STRING_STATE and redis.call('GET', KEY), redis.call('GET', KEYS[2]), redis.call('GET', KEYS[3])
   if OVERRIDE then
     local ttl = redis.call('PTTL', KEYS[2])
     if ttl >= 0 then
@@ -78,4 +83,16 @@ local function blocked(ok, retry)
   end
   local all_ok = ok or ARGV[7] == '1'
   return ok, retry, flags, all_ok, ok and all_ok and (MODE == '1' or MODE == 'i1')
+end
+
+-- The reply (see limit_prelude.lua), `remaining` and `reset` clamped at 0
+-- as the generic check's state() does.
+local function reply(all_ok, ok, remaining, retry, reset, capacity, flags)
+  if remaining < 0 then
+    remaining = 0
+  end
+  if reset < 0 then
+    reset = 0
+  end
+  return { all_ok and 1 or 0, ok and 1 or 0, remaining, retry, reset, capacity, flags, SETTLED }
 end

@@ -1,0 +1,75 @@
+-- Rate-limit check of ONE sliding-window-counter limit: the generic check
+-- (limit_prelude.lua, sliding_window.lua, limit_main.lua) specialised, with
+-- the same KEYS, ARGV, Reply, decisions and writes, and less work for Redis.
+-- It is what a limiter with one sliding-window-counter limit sends; a
+-- multi-limit sends the generic check. That the two agree on every input is
+-- tested side by side (tests/one_limit_checks.rs).
+--
+-- KEYS, ARGV, Reply: as one_limit.lua, which comes before this part and
+--       reads the override and block (KEYS[1] is the state key: a hash
+--       {w, c, p}, see sliding_window.lua; the period is whole ms).
+-- Server time only; nothing is written unless the request is admitted, and
+-- every number written is checked to be an integer in [0, 2^53) before the
+-- write (anything else raises: nothing is written).
+
+if ARGV[3] ~= 'swc' then
+  return redis.error_reply('ERR shardlimit: swc_check runs swc, not ' .. tostring(ARGV[3]))
+end
+-- sliding_window.lua, for a cost above the capacity (only an override makes
+-- it so) with the capacity in its place, then denied for good.
+local never = COST > LIMIT
+local cost = never and LIMIT or COST
+local w = math.floor(NOW_US / PERIOD)
+local start = w * PERIOD
+local fraction = (NOW_US - start) / PERIOD
+-- The units counted in window w and in window w - 1, as the key holds them
+-- (a key of an older window holds neither).
+local stored = redis.call('HMGET', KEY, 'w', 'c', 'p')
+local sw = tonumber(stored[1])
+local cur, prev = 0, 0
+if sw == w then
+  cur, prev = tonumber(stored[2]) or 0, tonumber(stored[3]) or 0
+elseif sw == w - 1 then
+  prev = tonumber(stored[2]) or 0
+end
+local estimate = cur + prev * (1 - fraction)
+local window_end = start + 2 * PERIOD
+-- int() of the generic check, on every number it would write.
+for _, x in ipairs({ w, cur + cost, prev, window_end / 1000 }) do
+  if x ~= x or x < 0 or x >= 9007199254740992 or x ~= math.floor(x) then
+    return redis.error_reply('ERR shardlimit: number out of range: ' .. tostring(x))
+  end
+end
+local admits = estimate + cost <= LIMIT and not never
+local retry = -1
+if not admits and not never then
+  local room = LIMIT - cur - cost
+  if room >= 0 and prev > 0 then
+    retry = start + (1 - room / prev) * PERIOD - NOW_US
+  else
+    local f = 0
+    if cur > 0 then
+      f = math.max(0, 1 - (LIMIT - cost) / cur)
+    end
+    retry = start + PERIOD + f * PERIOD - NOW_US
+  end
+  retry = math.ceil(retry)
+end
+local ok, flags, all_ok, wrote
+ok, retry, flags, all_ok, wrote = blocked(admits, retry)
+
+local remaining, reset
+if wrote then
+  redis.call('HSET', KEY, 'w', string.format('%d', w), 'c', string.format('%d', cur + cost),
+    'p', string.format('%d', prev))
+  redis.call('PEXPIREAT', KEY, string.format('%d', window_end / 1000))
+  remaining, reset = math.floor(LIMIT - estimate - cost), window_end - NOW_US
+else
+  remaining, reset = math.floor(LIMIT - estimate), 0
+  if cur > 0 then
+    reset = window_end - NOW_US
+  elseif prev > 0 then
+    reset = start + PERIOD - NOW_US
+  end
+end
+return reply(all_ok, ok, remaining, retry, reset, LIMIT, flags)
