@@ -1,0 +1,120 @@
+//! A newcomer's first service (issue 28) against the six-node cluster: the
+//! frictions a first adoption hit outside the HTTP layer — plain integers
+//! in quotas and builders.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use shardlimit::{ConcurrencyLimiter, Error, Lock, Quota, RateLimiter};
+
+/// Plain integers configure the same limits as `NonZeroU32`, and 0 is
+/// refused by the build with the setting's name before anything is sent.
+#[tokio::test]
+async fn plain_integers_configure_limits_and_zero_is_refused_by_name() {
+    let cluster = common::cluster("adopt-ints").await;
+
+    // 10/s with a burst of 20: twenty at once, not the twenty-first.
+    let per_key = RateLimiter::builder(&cluster, "api", Quota::per_second(10).allow_burst(20))
+        .build()
+        .unwrap();
+    let mut admitted = 0;
+    for _ in 0..21 {
+        admitted += u32::from(per_key.check("key:1").await.unwrap().allowed);
+    }
+    assert_eq!(admitted, 20);
+    assert_eq!(
+        Quota::per_hour(1000),
+        Quota::per_hour(NonZeroU32::new(1000).unwrap())
+    );
+
+    // Three exports per tenant, given as a usize.
+    let exports = ConcurrencyLimiter::builder(&cluster, "exports")
+        .max_holders(3_usize)
+        .build()
+        .unwrap();
+    let mut permits = Vec::new();
+    for _ in 0..5 {
+        if let Some(permit) = exports.try_acquire("tenant:1").await.unwrap() {
+            permits.push(permit);
+        }
+    }
+    assert_eq!(permits.len(), 3);
+    for permit in permits {
+        permit.release().await.unwrap();
+    }
+
+    let refused = [
+        RateLimiter::builder(&cluster, "zero", Quota::per_second(0))
+            .build()
+            .map(drop),
+        RateLimiter::builder(&cluster, "zero", Quota::per_minute(5).allow_burst(0))
+            .build()
+            .map(drop),
+        RateLimiter::builder(&cluster, "zero", Quota::per_second(-5))
+            .build()
+            .map(drop),
+        RateLimiter::builder(&cluster, "zero", Quota::per_second(u64::MAX))
+            .build()
+            .map(drop),
+        ConcurrencyLimiter::builder(&cluster, "zero")
+            .max_holders(0)
+            .build()
+            .map(drop),
+        Lock::builder(&cluster, "zero")
+            .replica_ack(Duration::from_millis(50))
+            .replica_ack_count(0)
+            .build()
+            .map(drop),
+    ];
+    let fields: Vec<_> = refused
+        .into_iter()
+        .map(|result| match result {
+            Err(Error::Config { field, .. }) => field,
+            other => panic!("expected a configuration error, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            "quota.limit",
+            "quota.burst",
+            "quota.limit",
+            "quota.limit",
+            "max_holders",
+            "replica_ack_count"
+        ]
+    );
+
+    // An override and a live quota change are checked the same way.
+    let err = per_key
+        .set_override("key:1", Quota::per_second(0), Duration::from_secs(60))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Config {
+                field: "quota.limit",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        per_key
+            .set_quota(Quota::per_second(5).allow_burst(0))
+            .is_err()
+    );
+
+    // Nothing was written for the refused ones: only the GCRA key and the
+    // lease key (and the catalog's limiter specs) exist.
+    let keys = common::keys_with_pttl(cluster.namespace()).await;
+    assert!(
+        keys.iter()
+            .all(|(key, _)| !String::from_utf8_lossy(key).contains("zero")),
+        "{keys:?}"
+    );
+}
