@@ -12,7 +12,7 @@
 //!   [`MultiLimiter`](crate::MultiLimiter).
 //! * [`KeyExtractor`] — what a request is limited by: any closure
 //!   `Fn(&Request<B>) -> Option<K>`, or [`PeerIp`] (the client address;
-//!   IPv6 by its /64), [`ForwardedIp`] (the client address behind trusted
+//!   IPv6 by its /64; with axum, [`PeerIp::connect_info`], feature `axum`), [`ForwardedIp`] (the client address behind trusted
 //!   proxies) or [`HeaderKey`] (a header value, e.g. an API key).
 //! * [`MissingKey`] — what happens to a request without a key: 400, pass,
 //!   or a shared fallback key.

@@ -213,26 +213,8 @@ async fn a_served_axum_app_answers_429_over_the_wire() {
             per_ip,
             PeerIp::from_extension(|info: &ConnectInfo<SocketAddr>| info.0),
         ));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-        .unwrap();
-    });
-    let get = || async move {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        stream
-            .write_all(b"GET / HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
-            .await
-            .unwrap();
-        let mut reply = String::new();
-        stream.read_to_string(&mut reply).await.unwrap();
-        reply
-    };
+    let (addr, server) = serve_with_connect_info(app).await;
+    let get = || http_get(addr, "/");
     let first = get().await;
     assert!(first.starts_with("HTTP/1.1 200 OK\r\n"), "{first}");
     assert!(
@@ -745,4 +727,134 @@ async fn a_shadow_limiter_refuses_nothing_and_still_sends_the_headers() {
     assert_eq!(calls.load(Ordering::Relaxed), 5);
     let s = cluster.stats().get("gcra", "trial").cloned().unwrap();
     assert_eq!((s.allowed, s.would_deny, s.denied), (3, 2, 0));
+}
+
+/// Serves `app` on a loopback port the way axum apps that limit by peer
+/// address must be served: with connect info.
+async fn serve_with_connect_info(app: Router) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap();
+    });
+    (addr, server)
+}
+
+/// One raw HTTP/1.1 GET; the whole reply, headers and body.
+async fn http_get(addr: SocketAddr, path: &str) -> String {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).await.unwrap();
+    reply
+}
+
+/// Log lines written while a thread-local subscriber is set.
+#[derive(Clone, Default)]
+struct LogLines(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogLines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl LogLines {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// Issue 28, item 1: an axum app served with connect info is limited per
+/// peer by `PeerIp::connect_info()` and by `PeerIp::new()` (which read a
+/// plain `SocketAddr` only, so every request was a 400); an extractor
+/// whose extension is missing says which one, once, in the log.
+/// `#[tokio::test]` runs the server on this thread, so the thread-local
+/// subscriber sees its warnings.
+#[tokio::test]
+async fn peer_ip_finds_axum_connect_info_and_a_missing_key_names_the_extension() {
+    let cluster = common::cluster("tower-peer").await;
+    let one_per_minute = |name: &str| {
+        RateLimiter::builder(&cluster, name, Quota::per_minute(1))
+            .build()
+            .unwrap()
+    };
+    let app = Router::new()
+        .route("/connect-info", get(|| async { "hello" }))
+        .layer(RateLimitLayer::new(
+            one_per_minute("by-connect-info"),
+            PeerIp::connect_info(),
+        ))
+        .merge(
+            Router::new()
+                .route("/new", get(|| async { "hello" }))
+                .layer(RateLimitLayer::new(one_per_minute("by-new"), PeerIp::new())),
+        )
+        .merge(
+            Router::new()
+                .route("/socket-addr", get(|| async { "hello" }))
+                .layer(RateLimitLayer::new(
+                    one_per_minute("by-socket-addr"),
+                    PeerIp::from_extension(|addr: &SocketAddr| *addr),
+                )),
+        );
+    let logs = LogLines::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer({
+            let logs = logs.clone();
+            move || logs.clone()
+        })
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let (addr, server) = serve_with_connect_info(app).await;
+
+    for path in ["/connect-info", "/new"] {
+        let first = http_get(addr, path).await;
+        assert!(first.starts_with("HTTP/1.1 200 OK\r\n"), "{path}: {first}");
+        let second = http_get(addr, path).await;
+        assert!(
+            second.starts_with("HTTP/1.1 429 Too Many Requests\r\n"),
+            "{path}: {second}"
+        );
+    }
+    for name in ["by-connect-info", "by-new"] {
+        let stored = format!("{}:{{127.0.0.1}}:gcra:{name}", cluster.namespace());
+        assert!(common::pttl(stored.as_bytes()).await > 0, "{stored}");
+    }
+
+    // No plain `SocketAddr` in an axum request: 400, and one warning that
+    // says what was looked for (three requests, one line).
+    for _ in 0..3 {
+        let reply = http_get(addr, "/socket-addr").await;
+        assert!(reply.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{reply}");
+    }
+    let text = logs.text();
+    let warnings: Vec<_> = text
+        .lines()
+        .filter(|line| line.contains("no rate-limit key"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{text}");
+    assert!(
+        warnings[0].contains("WARN")
+            && warnings[0].contains("looked_for=the request extension core::net::")
+            && warnings[0].contains("SocketAddr (with axum")
+            && warnings[0].contains("into_make_service_with_connect_info")
+            && warnings[0].contains("by-socket-addr"),
+        "{}",
+        warnings[0]
+    );
+    server.abort();
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
 }

@@ -55,6 +55,8 @@ pub(crate) struct Config {
     pub(crate) hash_keys: bool,
     /// At most one warning per few seconds about checks that failed (503).
     pub(crate) warn: WarnLimiter,
+    /// At most one warning per few seconds about requests without a key.
+    pub(crate) warn_missing: WarnLimiter,
 }
 
 impl fmt::Debug for Config {

@@ -85,6 +85,7 @@ impl<X> RateLimitLayer<X> {
                 cost: 1,
                 hash_keys: false,
                 warn: WarnLimiter::new(),
+                warn_missing: WarnLimiter::new(),
             }),
             extractor,
         }
@@ -265,6 +266,7 @@ impl<X> RateLimitLayerBuilder<X> {
                 cost: self.cost,
                 hash_keys: self.hash_keys,
                 warn: WarnLimiter::new(),
+                warn_missing: WarnLimiter::new(),
             }),
             extractor: self.extractor,
         })

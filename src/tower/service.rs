@@ -99,6 +99,9 @@ where
                     Subject::Key(k)
                 }
             });
+        if key.is_none() {
+            self.warn_missing();
+        }
         let subject = match (key, &self.config.missing) {
             (Some(subject), _) => subject,
             (None, MissingKey::Fallback(key)) => Subject::Fallback(Arc::clone(key)),
@@ -121,6 +124,31 @@ where
         // hand-written future could hold on stable Rust, so the check and
         // the call that follows it live in one box.
         ResponseFuture::checked(Box::pin(check_then_call(config, subject, inner, request)))
+    }
+}
+
+impl<S, X> RateLimitService<S, X> {
+    /// A request without a key: a policy when the key is optional, but
+    /// also how a misconfigured extractor looks (every request of an axum
+    /// app served without connect info), so say where the key was looked
+    /// for — at most once per few seconds.
+    fn warn_missing<B>(&self)
+    where
+        X: KeyExtractor<B>,
+    {
+        let Some(count) = self.config.warn_missing.should_warn() else {
+            return;
+        };
+        let looked_for = self.extractor.looked_for();
+        let limits = self.config.limits.limiters();
+        let limiter = limits.first().map_or("", |l| l.name());
+        if self.config.missing == MissingKey::Reject {
+            tracing::warn!(looked_for = %looked_for, limiter, missing_since_last_warning = count,
+                "shardlimit: a request has no rate-limit key; answering 400");
+        } else {
+            tracing::debug!(looked_for = %looked_for, limiter, missing_since_last_warning = count,
+                policy = ?self.config.missing, "shardlimit: a request has no rate-limit key");
+        }
     }
 }
 
