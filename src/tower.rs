@@ -53,7 +53,10 @@
 //!
 //! * `RateLimit-Policy`: `q` the limit per window `w` (seconds);
 //!   `shardlimit-window-ms` instead of `w` for a period that is not whole
-//!   seconds; `shardlimit-burst` for a GCRA burst above the limit.
+//!   seconds; `shardlimit-burst` for a GCRA burst above the limit. It
+//!   states the quota the check applied ([`Decision::quota`](crate::Decision::quota)):
+//!   a subject's [override](crate::RateLimiter::set_override), or the
+//!   limiter's quota after a [`set_quota`](crate::RateLimiter::set_quota).
 //! * `RateLimit`: `r` the remaining quota; `t` the seconds (rounded up)
 //!   until the request would be admitted, for a limit that denied it, or
 //!   until the limit is full again, for one that admitted it.
@@ -69,7 +72,8 @@
 //! request: one box holding the check and the inner call (the limiter's
 //! check is an `async fn`, and its future cannot be named on stable Rust),
 //! and the `RateLimit` header value (built on the stack and copied once).
-//! `RateLimit-Policy` is built once per layer and shared. Like any tower
+//! `RateLimit-Policy` is built once per layer and shared (a check under an
+//! override or a changed quota builds its own). Like any tower
 //! middleware that awaits before calling the inner service, each call
 //! clones the inner service (axum's routes are reference-counted or boxed).
 

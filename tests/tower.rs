@@ -858,3 +858,48 @@ async fn peer_ip_finds_axum_connect_info_and_a_missing_key_names_the_extension()
     server.abort();
     common::assert_every_key_has_ttl(cluster.namespace()).await;
 }
+
+/// Issue 28, item 5: under a subject's override, `RateLimit-Policy` states
+/// the override's quota (it stated the limiter's default), and after a
+/// live `set_quota` the new one.
+#[tokio::test]
+async fn ratelimit_policy_follows_the_quota_the_check_applied() {
+    let cluster = common::cluster("tower-override").await;
+    let limiter = RateLimiter::builder(&cluster, "api", Quota::per_second(10))
+        .build()
+        .unwrap();
+    limiter
+        .set_override(
+            "vip",
+            Quota::per_second(50).allow_burst(100),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    let calls = Arc::new(AtomicU32::new(0));
+    let service = RateLimitLayer::new(limiter.clone(), HeaderKey::from_static("x-api-key"))
+        .layer(counting_inner(calls.clone()));
+
+    let vip = service.clone().oneshot(with_key("vip")).await.unwrap();
+    assert_eq!(vip.status(), StatusCode::OK);
+    assert_eq!(
+        header(&vip, "ratelimit-policy").as_deref(),
+        Some("\"api\";q=50;w=1;shardlimit-burst=100")
+    );
+    assert_eq!(ratelimit(&vip)[0].1, 99);
+
+    let plain = service.clone().oneshot(with_key("someone")).await.unwrap();
+    assert_eq!(
+        header(&plain, "ratelimit-policy").as_deref(),
+        Some("\"api\";q=10;w=1")
+    );
+
+    limiter.set_quota(Quota::per_second(20)).unwrap();
+    let after = service.clone().oneshot(with_key("someone")).await.unwrap();
+    assert_eq!(
+        header(&after, "ratelimit-policy").as_deref(),
+        Some("\"api\";q=20;w=1")
+    );
+    assert_eq!(calls.load(Ordering::Relaxed), 3);
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::quota::Quota;
 use crate::policy::BypassReason;
 
 /// The outcome of one check.
@@ -55,11 +56,20 @@ pub struct Decision {
     /// ([`RateLimiter::set_override`](crate::RateLimiter::set_override));
     /// `limit` is then the override's capacity.
     pub overridden: bool,
+    /// The quota the decision was made under: the subject's override when
+    /// [`overridden`](Self::overridden), else the limiter's quota at the
+    /// time of the check (it follows
+    /// [`set_quota`](crate::RateLimiter::set_quota)). The HTTP layer's
+    /// `RateLimit-Policy` is written from it.
+    pub quota: Quota,
 }
 
 impl Decision {
-    pub(crate) fn bypass(limit: u32, reason: BypassReason) -> Self {
+    /// A fail-open admission without Redis, under the limiter's `quota`
+    /// and `limit` (its capacity).
+    pub(crate) fn bypass(quota: Quota, limit: u32, reason: BypassReason) -> Self {
         Decision {
+            quota,
             allowed: true,
             limit,
             remaining: 0,
@@ -144,6 +154,7 @@ mod tests {
             would_deny: false,
             blocked: false,
             overridden: false,
+            quota: Quota::per_second(10),
         }
     }
 

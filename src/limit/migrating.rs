@@ -41,7 +41,7 @@
 use futures::future::join_all;
 
 use super::adjust;
-use super::script::{Invocation, LimitSpec};
+use super::script::{Invocation, LimitSpec, REPLY_FIELDS};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::keys::KeySet;
@@ -179,15 +179,15 @@ impl Invocation {
 struct Limit {
     all: bool,
     allowed: bool,
-    fields: [i64; 6],
+    fields: [i64; REPLY_FIELDS],
 }
 
 impl Limit {
     /// The reply of a one-limit check.
     fn from_reply(script: &scripts::Script, reply: &[i64]) -> Result<Self> {
         match reply {
-            [all, fields @ ..] if fields.len() == 6 => {
-                let mut own = [0; 6];
+            [all, fields @ ..] if fields.len() == REPLY_FIELDS => {
+                let mut own = [0; REPLY_FIELDS];
                 own.copy_from_slice(fields);
                 Ok(Limit {
                     all: *all == 1,
@@ -312,12 +312,12 @@ mod tests {
     #[test]
     fn limits_checked_alone_combine_into_one_reply() {
         let script = Script::new("t", "");
-        let admit = Limit::from_reply(&script, &[1, 1, 4, -1, 10, 5, 0]).unwrap();
-        let deny = Limit::from_reply(&script, &[0, 0, 0, 300, 10, 5, 1]).unwrap();
+        let admit = Limit::from_reply(&script, &[1, 1, 4, -1, 10, 5, 0, 0, 0]).unwrap();
+        let deny = Limit::from_reply(&script, &[0, 0, 0, 300, 10, 5, 3, 5, 9]).unwrap();
         assert!(admit.all && admit.allowed && !deny.all);
         assert_eq!(
             Limit::combine(&[admit.clone(), deny]),
-            [0, 1, 4, -1, 10, 5, 0, 0, 0, 300, 10, 5, 1]
+            [0, 1, 4, -1, 10, 5, 0, 0, 0, 0, 0, 300, 10, 5, 3, 5, 9]
         );
         assert_eq!(Limit::combine(&[admit])[0], 1);
         assert!(Limit::from_reply(&script, &[1, 1, 4]).is_err());

@@ -19,8 +19,10 @@ for i = 1, #KEYS / LIMIT_KEYS do
   else
     ol, op, ob = override(KEYS[3 * i - 1])
   end
+  local applied_limit, applied_period = 0, 0
   if ol then
     limit, period, burst, flags = ol, op, ob, 2
+    applied_limit, applied_period = ol, op
   end
   local capacity = limit
   if code == 'gcra' then
@@ -54,6 +56,7 @@ for i = 1, #KEYS / LIMIT_KEYS do
     flags = flags + 1
   end
   s.capacity, s.flags = capacity, flags
+  s.applied_limit, s.applied_period = applied_limit, applied_period
   s.shadow = ARGV[a + 4] == '1'
   states[i] = s
   all_ok = all_ok and (s.ok or s.shadow)
@@ -76,5 +79,7 @@ for i = 1, #states do
   reply[#reply + 1] = wrote and s.reset_after or s.reset_now
   reply[#reply + 1] = s.capacity
   reply[#reply + 1] = s.flags
+  reply[#reply + 1] = s.applied_limit
+  reply[#reply + 1] = s.applied_period
 end
 return reply

@@ -28,7 +28,7 @@
 -- state key alone follows the slot's ASK redirect like any one-key command.
 --
 -- Reply: { all_allowed, then per limit i: allowed, remaining, retry_after_us,
---          reset_after_us, capacity, flags }
+--          reset_after_us, capacity, flags, override_limit, override_period_us }
 --   all_allowed    1 if every limit not in shadow mode admitted the request
 --   allowed        1 or 0: this limit's own verdict (shadow or not)
 --   remaining      units left (after this request if it was consumed)
@@ -38,6 +38,10 @@
 --   reset_after_us when the limit is back to full (0 = already full)
 --   capacity       the most one request may cost (the override's, if any)
 --   flags          1 = blocked, 2 = an override applied (added)
+--   override_limit, override_period_us
+--                  the override's limit and period when one applied (its
+--                  burst is the capacity), else 0 and 0: the quota the
+--                  decision was made under, for the HTTP headers
 -- A limit's state is written only if the request is admitted (all_allowed),
 -- ARGV[2] is 1 and the limit itself admitted it: a rejected request consumes
 -- nothing, and a shadow limit that would deny it counts nothing. Time is the

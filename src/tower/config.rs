@@ -7,6 +7,7 @@ use std::sync::Arc;
 use http::HeaderValue;
 
 use super::limits::Limits;
+use crate::limit::Quota;
 use crate::warn::WarnLimiter;
 
 /// What to do with a request whose key cannot be extracted (the extractor
@@ -46,8 +47,11 @@ impl MissingKey {
 /// shared by every clone.
 pub(crate) struct Config {
     pub(crate) limits: Limits,
-    /// `RateLimit-Policy`, built once (its clones share the bytes).
+    /// `RateLimit-Policy`, built once (its clones share the bytes) from
+    /// `policy_quotas`; a check made under other quotas (an override, a
+    /// `set_quota` since) gets its own.
     pub(crate) policy: HeaderValue,
+    pub(crate) policy_quotas: Vec<(Quota, u32)>,
     pub(crate) missing: MissingKey,
     pub(crate) headers_on_allowed: bool,
     pub(crate) cost: u32,

@@ -78,7 +78,13 @@ impl<X> RateLimitLayer<X> {
         let limits = limits.into();
         RateLimitLayer {
             config: Arc::new(Config {
-                policy: headers::policy(limits.limiters()),
+                policy: headers::policy(
+                    limits
+                        .limiters()
+                        .iter()
+                        .map(|l| (l.name(), l.quota(), l.capacity())),
+                ),
+                policy_quotas: headers::quotas(limits.limiters()),
                 limits,
                 missing: MissingKey::default(),
                 headers_on_allowed: true,
@@ -259,7 +265,13 @@ impl<X> RateLimitLayerBuilder<X> {
         }
         Ok(RateLimitLayer {
             config: Arc::new(Config {
-                policy: headers::policy(self.limits.limiters()),
+                policy: headers::policy(
+                    self.limits
+                        .limiters()
+                        .iter()
+                        .map(|l| (l.name(), l.quota(), l.capacity())),
+                ),
+                policy_quotas: headers::quotas(self.limits.limiters()),
                 limits: self.limits,
                 missing: self.missing,
                 headers_on_allowed: self.headers_on_allowed,

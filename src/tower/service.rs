@@ -213,16 +213,31 @@ where
 /// Appends (not inserts): with one layer per key — per IP, then per API key
 /// — every layer's limits are listed, as the draft allows a list to be split
 /// over several fields.
+///
+/// `RateLimit-Policy` states the quota each decision was made under: the
+/// layer's prebuilt value unless a subject's override (or a
+/// `set_quota` since the layer was built) applied.
 fn add_ratelimit(h: &mut http::HeaderMap, config: &Config, verdict: &Verdict) {
-    let names = config
-        .limits
-        .limiters()
+    let limiters = config.limits.limiters();
+    let names = || limiters.iter().map(crate::RateLimiter::name);
+    let decisions = verdict.decisions();
+    let as_built = decisions
         .iter()
-        .map(crate::RateLimiter::name);
-    h.append(RATELIMIT_POLICY.clone(), config.policy.clone());
+        .map(|d| (d.quota, d.limit))
+        .eq(config.policy_quotas.iter().copied());
+    let policy = if as_built {
+        config.policy.clone()
+    } else {
+        headers::policy(
+            names()
+                .zip(decisions)
+                .map(|(name, d)| (name, d.quota, d.limit)),
+        )
+    };
+    h.append(RATELIMIT_POLICY.clone(), policy);
     h.append(
         RATELIMIT.clone(),
-        headers::ratelimit(names.zip(verdict.decisions())),
+        headers::ratelimit(names().zip(decisions)),
     );
 }
 
