@@ -18,6 +18,7 @@ mod env;
 mod exec;
 mod invalidation;
 mod node;
+mod ready;
 mod router;
 mod seeds;
 mod socket;

@@ -1,14 +1,15 @@
 //! A newcomer's first service (issue 28) against the six-node cluster: the
 //! frictions a first adoption hit outside the HTTP layer — plain integers
-//! in quotas and builders.
+//! in quotas and builders, a lazily connected handle's first calls.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
+use std::error::Error as _;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use shardlimit::{ConcurrencyLimiter, Error, Lock, Quota, RateLimiter};
+use shardlimit::{Cluster, ConcurrencyLimiter, Error, Lock, Quota, RateLimiter};
 
 /// Plain integers configure the same limits as `NonZeroU32`, and 0 is
 /// refused by the build with the setting's name before anything is sent.
@@ -116,5 +117,58 @@ async fn plain_integers_configure_limits_and_zero_is_refused_by_name() {
         keys.iter()
             .all(|(key, _)| !String::from_utf8_lossy(key).contains("zero")),
         "{keys:?}"
+    );
+}
+
+/// Issue 28, item 3: a lazily connected handle's first call, before the
+/// topology is read, says "not connected yet" (it said "could not connect
+/// to the cluster" while the cluster was healthy), and `wait_ready` waits
+/// until calls go through. `#[tokio::test]` runs one thread: the background
+/// connect cannot finish before the first check, which sends nothing.
+#[tokio::test]
+async fn a_lazy_handle_says_not_connected_yet_and_wait_ready_waits() {
+    let cluster = common::builder("adopt-lazy")
+        .lazy_connect(true)
+        .build()
+        .await
+        .unwrap();
+    let limiter = RateLimiter::builder(&cluster, "api", Quota::per_second(10))
+        .build()
+        .unwrap();
+    let err = limiter.check("user:1").await.unwrap_err();
+    assert!(matches!(err, Error::NotConnectedYet { .. }), "{err:?}");
+    assert!(err.is_transient());
+    let text = err.to_string();
+    assert!(
+        text.starts_with("not connected yet") && !text.contains("could not connect"),
+        "{text}"
+    );
+
+    cluster.wait_ready(Duration::from_secs(10)).await.unwrap();
+    assert!(limiter.check("user:1").await.unwrap().allowed);
+    // Ready stays ready: no wait.
+    cluster.wait_ready(Duration::ZERO).await.unwrap();
+
+    // Nothing answers on port 1: the wait ends with a transient error.
+    let nowhere = Cluster::builder(["redis://127.0.0.1:1"])
+        .lazy_connect(true)
+        .command_timeout(Duration::from_millis(100))
+        .build()
+        .await
+        .unwrap();
+    let err = nowhere
+        .wait_ready(Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Connect { .. }) && err.is_transient(),
+        "{err:?}"
+    );
+    assert!(
+        err.source()
+            .unwrap()
+            .to_string()
+            .contains("no topology within"),
+        "{err}"
     );
 }

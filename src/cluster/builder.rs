@@ -276,9 +276,22 @@ impl ClusterBuilder {
     ///
     /// For services that must start while Redis is unreachable: until the
     /// topology is first read, every call fails with a transient
-    /// [`Error::Connect`] — which fail-open limiters turn into bypassed
-    /// decisions — and the seeds are asked again with the reconnect
-    /// backoff.
+    /// [`Error::NotConnectedYet`] — which fail-open limiters turn into
+    /// bypassed decisions — and the seeds are asked again with the
+    /// reconnect backoff. Even with a healthy cluster the first calls come
+    /// before the topology is read: [`Cluster::wait_ready`] waits for it,
+    /// with a timeout.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> shardlimit::Result<()> {
+    /// use std::time::Duration;
+    /// let cluster = shardlimit::Cluster::builder(["redis://10.0.0.5:6379"])
+    ///     .lazy_connect(true)
+    ///     .build()
+    ///     .await?;                                     // returns at once
+    /// cluster.wait_ready(Duration::from_secs(2)).await?; // the topology is read
+    /// # Ok(()) }
+    /// ```
     pub fn lazy_connect(mut self, lazy: bool) -> Self {
         self.lazy = lazy;
         self
