@@ -15,7 +15,7 @@
 //! # async fn demo() -> shardlimit::Result<()> {
 //! use shardlimit::{Cluster, Quota, RateLimiter};
 //!
-//! // Once, at start-up. SHARDLIMIT_NODES, or the six local nodes of cluster-compose/.
+//! // Once, at start-up: the nodes from SHARDLIMIT_NODES (required), the namespace here.
 //! let cluster = Cluster::builder_from_env().namespace("myapp").build().await?;
 //! let per_key = RateLimiter::builder(&cluster, "api", Quota::per_minute(60))
 //!     .build()?;

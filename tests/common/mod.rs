@@ -12,9 +12,17 @@ use rand::Rng;
 use redis::Value;
 use shardlimit::{Cluster, ClusterBuilder};
 
-/// Seed node URLs, from `SHARDLIMIT_NODES` or the six local ports.
+/// Seed node URLs: `SHARDLIMIT_NODES`, else the six local nodes at
+/// `SHARDLIMIT_CLUSTER_PORT`, else those at 7000 (the library itself has no
+/// such default: `Cluster::seeds_from_env` refuses to guess). A test that
+/// starts the CLI or an example passes these on as `SHARDLIMIT_NODES`.
 pub fn node_urls() -> Vec<String> {
-    Cluster::seeds_from_env()
+    Cluster::seeds_from_env().unwrap_or_else(|_| {
+        shardlimit::cluster::DEFAULT_NODES
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect()
+    })
 }
 
 /// A namespace no other test uses.
