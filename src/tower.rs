@@ -77,6 +77,7 @@
 //! middleware that awaits before calling the inner service, each call
 //! clones the inner service (axum's routes are reference-counted or boxed).
 
+mod bypass;
 mod config;
 mod extract;
 mod forwarded;
@@ -87,6 +88,7 @@ mod layer;
 mod limits;
 mod service;
 
+pub use bypass::RateLimitBypassed;
 pub use config::MissingKey;
 pub use extract::{HeaderKey, KeyExtractor, PeerIp, PeerIpBuilder};
 pub use forwarded::{ForwardedIp, ForwardedIpBuilder, ProxyHeader};

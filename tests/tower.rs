@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use axum::Extension;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
@@ -24,8 +25,10 @@ use axum::routing::get;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use shardlimit::keys::HashedSubject;
-use shardlimit::tower::{ForwardedIp, HeaderKey, MissingKey, PeerIp, ProxyHeader, RateLimitLayer};
-use shardlimit::{Cluster, Error, FailurePolicy, MultiLimiter, Quota, RateLimiter};
+use shardlimit::tower::{
+    ForwardedIp, HeaderKey, MissingKey, PeerIp, ProxyHeader, RateLimitBypassed, RateLimitLayer,
+};
+use shardlimit::{BypassReason, Cluster, Error, FailurePolicy, MultiLimiter, Quota, RateLimiter};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::{Layer, Service, ServiceExt, service_fn};
 
@@ -902,4 +905,75 @@ async fn ratelimit_policy_follows_the_quota_the_check_applied() {
     );
     assert_eq!(calls.load(Ordering::Relaxed), 3);
     common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
+/// Issue 28, item 9: a request a fail-open layer let through without a
+/// decision says so — `RateLimitBypassed` in the request's extensions (the
+/// handler sees it) and the response's, and `shardlimit-bypassed` when
+/// asked for; a decided request has neither. The bypass is real: a lazily
+/// connected handle before its topology is read.
+#[tokio::test]
+async fn a_bypassed_request_carries_the_signal_and_a_decided_one_does_not() {
+    let cluster = common::builder("tower-bypass-signal")
+        .lazy_connect(true)
+        .build()
+        .await
+        .unwrap();
+    let limiter = RateLimiter::builder(&cluster, "api", Quota::per_minute(100))
+        .failure_policy(FailurePolicy::FailOpen)
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::builder(limiter, HeaderKey::from_static("x-api-key"))
+        .bypass_header(true)
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route(
+            "/",
+            get(
+                |bypassed: Option<Extension<RateLimitBypassed>>| async move {
+                    match bypassed {
+                        Some(Extension(signal)) => format!("bypassed: {}", signal.reason),
+                        None => "limited".to_owned(),
+                    }
+                },
+            ),
+        )
+        .layer(layer);
+    let request = || {
+        Request::builder()
+            .uri("/")
+            .header("x-api-key", "k")
+            .body(Body::empty())
+            .unwrap()
+    };
+
+    let first = app.clone().oneshot(request()).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(
+        first
+            .extensions()
+            .get::<RateLimitBypassed>()
+            .map(|b| b.reason),
+        Some(BypassReason::Connection)
+    );
+    assert_eq!(
+        header(&first, "shardlimit-bypassed").as_deref(),
+        Some("connection")
+    );
+    assert_eq!(header(&first, "ratelimit"), None);
+    let body = first.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], b"bypassed: connection");
+
+    cluster.wait_ready(Duration::from_secs(10)).await.unwrap();
+    let second = app.clone().oneshot(request()).await.unwrap();
+    assert_eq!(second.status(), StatusCode::OK);
+    assert!(second.extensions().get::<RateLimitBypassed>().is_none());
+    assert_eq!(header(&second, "shardlimit-bypassed"), None);
+    assert!(header(&second, "ratelimit").is_some());
+    let body = second.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], b"limited");
+    let stats = cluster.stats();
+    let s = stats.get("gcra", "api").unwrap();
+    assert_eq!((s.bypassed, s.allowed), (1, 1));
 }

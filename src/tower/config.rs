@@ -54,6 +54,8 @@ pub(crate) struct Config {
     pub(crate) policy_quotas: Vec<(Quota, u32)>,
     pub(crate) missing: MissingKey,
     pub(crate) headers_on_allowed: bool,
+    /// A bypassed response says so in `shardlimit-bypassed`.
+    pub(crate) bypass_header: bool,
     pub(crate) cost: u32,
     /// Every key is limited under its digest, not only over-long ones.
     pub(crate) hash_keys: bool,
@@ -70,6 +72,7 @@ impl fmt::Debug for Config {
             .field("policy", &self.policy)
             .field("missing", &self.missing)
             .field("headers_on_allowed", &self.headers_on_allowed)
+            .field("bypass_header", &self.bypass_header)
             .field("cost", &self.cost)
             .field("hash_keys", &self.hash_keys)
             .finish_non_exhaustive()

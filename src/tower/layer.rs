@@ -25,8 +25,12 @@ use crate::warn::WarnLimiter;
 ///   rounded up), `RateLimit-Policy` and `RateLimit`; the inner service is not
 ///   called.
 /// * **Bypassed** (a fail-open limiter that could not reach Redis): the
-///   request goes through without headers; the limiter counted the bypass in
-///   [`Cluster::stats`](crate::Cluster::stats) and warned.
+///   request goes through without `RateLimit` headers, with
+///   [`RateLimitBypassed`](super::RateLimitBypassed) in its request's and
+///   response's extensions (and `shardlimit-bypassed` if
+///   [`bypass_header`](RateLimitLayerBuilder::bypass_header) is on); the
+///   limiter counted the bypass in [`Cluster::stats`](crate::Cluster::stats)
+///   and warned.
 /// * **Check failed** (a fail-closed limiter that could not reach Redis, or a
 ///   configuration fault): **503 Service Unavailable** with a short body; a
 ///   rate-limited `warn` says why.
@@ -88,6 +92,7 @@ impl<X> RateLimitLayer<X> {
                 limits,
                 missing: MissingKey::default(),
                 headers_on_allowed: true,
+                bypass_header: false,
                 cost: 1,
                 hash_keys: false,
                 warn: WarnLimiter::new(),
@@ -121,6 +126,7 @@ impl<X> RateLimitLayer<X> {
             extractor,
             missing: MissingKey::default(),
             headers_on_allowed: true,
+            bypass_header: false,
             cost: 1,
             hash_keys: false,
         }
@@ -176,6 +182,7 @@ impl<S, X: Clone> Layer<S> for RateLimitLayer<X> {
 /// let layer = RateLimitLayer::builder(limiter, HeaderKey::from_static("x-api-key"))
 ///     .missing_key(MissingKey::Reject) // default
 ///     .headers_on_allowed(true)         // default
+///     .bypass_header(false)             // default
 ///     .cost(1)                          // default
 ///     .hash_keys(false)                 // default
 ///     .build()?;
@@ -187,6 +194,7 @@ pub struct RateLimitLayerBuilder<X> {
     extractor: X,
     missing: MissingKey,
     headers_on_allowed: bool,
+    bypass_header: bool,
     cost: u32,
     hash_keys: bool,
 }
@@ -203,6 +211,18 @@ impl<X> RateLimitLayerBuilder<X> {
     /// Default `true`. Denied (429) responses always do.
     pub fn headers_on_allowed(mut self, on: bool) -> Self {
         self.headers_on_allowed = on;
+        self
+    }
+
+    /// Whether a response the layer let through without a decision (a
+    /// fail-open limiter, Redis not answering) carries
+    /// `shardlimit-bypassed: <reason>` (`timeout`, `connection`,
+    /// `node_down`, `cluster_unavailable`). Default `false`: it tells
+    /// clients about your Redis. Every such request and response carries
+    /// [`RateLimitBypassed`](super::RateLimitBypassed) in its extensions
+    /// either way.
+    pub fn bypass_header(mut self, on: bool) -> Self {
+        self.bypass_header = on;
         self
     }
 
@@ -275,6 +295,7 @@ impl<X> RateLimitLayerBuilder<X> {
                 limits: self.limits,
                 missing: self.missing,
                 headers_on_allowed: self.headers_on_allowed,
+                bypass_header: self.bypass_header,
                 cost: self.cost,
                 hash_keys: self.hash_keys,
                 warn: WarnLimiter::new(),
@@ -292,6 +313,7 @@ impl<X> fmt::Debug for RateLimitLayerBuilder<X> {
             .field("extractor", &std::any::type_name::<X>())
             .field("missing", &self.missing)
             .field("headers_on_allowed", &self.headers_on_allowed)
+            .field("bypass_header", &self.bypass_header)
             .field("cost", &self.cost)
             .field("hash_keys", &self.hash_keys)
             .finish()

@@ -8,6 +8,7 @@ use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderValue, Request, Response, StatusCode};
 use tower::Service;
 
+use super::bypass::{BYPASSED, RateLimitBypassed};
 use super::config::{Config, MissingKey};
 use super::extract::KeyExtractor;
 use super::future::ResponseFuture;
@@ -202,10 +203,26 @@ where
         add_ratelimit(h, &config, &verdict);
         return Ok(response);
     }
+    let bypassed = verdict.bypassed().map(RateLimitBypassed::new);
+    let mut request = request;
+    if let Some(signal) = bypassed {
+        request.extensions_mut().insert(signal);
+    }
     let mut response = inner.call(request).await?;
-    // A bypassed decision knows nothing about the quota: no headers.
-    if config.headers_on_allowed && verdict.bypassed().is_none() {
-        add_ratelimit(response.headers_mut(), &config, &verdict);
+    match bypassed {
+        // A bypassed decision knows nothing about the quota: no headers.
+        Some(signal) => {
+            if config.bypass_header {
+                response
+                    .headers_mut()
+                    .insert(BYPASSED.clone(), signal.header_value());
+            }
+            response.extensions_mut().insert(signal);
+        }
+        None if config.headers_on_allowed => {
+            add_ratelimit(response.headers_mut(), &config, &verdict);
+        }
+        None => {}
     }
     Ok(response)
 }
