@@ -65,6 +65,17 @@
 //!
 //! Several layers (per IP, then per API key) each append their items.
 //!
+//! # Stacking layers
+//!
+//! Limits on one key belong in one [`MultiLimiter`](crate::MultiLimiter)
+//! behind one layer: one script, all consumed or none. Limits on
+//! different keys (per IP and per API key) are different subjects in
+//! different slots, so they are stacked layers — one round trip each — and
+//! the outer layer has counted a request before the inner one refuses it:
+//! stacking spends the outer quota on the inner layer's denials. Put the
+//! layer that refuses most often outside, and size the most generous
+//! limit (usually per IP, a flood guard) for it.
+//!
 //! # Cost per request
 //!
 //! Nothing is allocated per request except the key, if the extractor
