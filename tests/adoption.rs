@@ -172,3 +172,61 @@ async fn a_lazy_handle_says_not_connected_yet_and_wait_ready_waits() {
         "{err}"
     );
 }
+
+/// Issue 28, item 6: a service built with `builder_from_env` and no
+/// `SHARDLIMIT_NODES` stops at `build()` with an error naming the variable
+/// and saying what to set (it connected to 127.0.0.1:7000..7005), and
+/// takes its namespace from `SHARDLIMIT_NAMESPACE`. The environment is only
+/// changed for a child process of this test binary.
+#[test]
+fn builder_from_env_needs_the_nodes_and_reads_the_namespace() {
+    let child = |nodes: Option<&str>| {
+        let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+        command
+            .args(["--exact", "env_child", "--ignored", "--nocapture"])
+            .env_remove("SHARDLIMIT_NODES")
+            .env_remove("SHARDLIMIT_CLUSTER_PORT")
+            .env("SHARDLIMIT_NAMESPACE", "from-env")
+            .env("SHARDLIMIT_ADOPTION_CHILD", "1");
+        if let Some(nodes) = nodes {
+            command.env("SHARDLIMIT_NODES", nodes);
+        }
+        let out = command.output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{text}");
+    };
+    child(None);
+    child(Some(&common::node_urls().join(",")));
+}
+
+/// The child of the test above: without nodes, `build()` refuses before
+/// contacting anything; with them, the namespace is the environment's.
+#[tokio::test]
+#[ignore = "run by builder_from_env_needs_the_nodes_and_reads_the_namespace"]
+async fn env_child() {
+    if std::env::var("SHARDLIMIT_ADOPTION_CHILD").is_err() {
+        return;
+    }
+    let result = Cluster::builder_from_env()
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .await;
+    if std::env::var("SHARDLIMIT_NODES").is_err() {
+        match result {
+            Err(Error::Config { field, reason }) => {
+                assert_eq!(field, "SHARDLIMIT_NODES");
+                assert!(
+                    reason.starts_with("unset: set SHARDLIMIT_NODES"),
+                    "{reason}"
+                );
+            }
+            other => panic!("expected the unset nodes to be refused, got {other:?}"),
+        }
+    } else {
+        assert_eq!(result.unwrap().namespace(), "from-env");
+    }
+}

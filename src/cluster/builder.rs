@@ -50,7 +50,10 @@ impl Cluster {
             Ok(seeds) => Self::builder(seeds),
             Err(err) => {
                 let mut builder = Self::builder(Vec::<String>::new());
-                builder.nodes_env = Some(err.to_string());
+                builder.nodes_env = Some(match err {
+                    Error::Config { reason, .. } => reason,
+                    other => other.to_string(),
+                });
                 builder
             }
         };
