@@ -9,7 +9,7 @@
 //!
 //! ```sh
 //! cluster-compose/up.sh
-//! cargo run --example axum_api --features tower       # listens on 127.0.0.1:3000
+//! cargo run --example axum_api --features axum        # listens on 127.0.0.1:3000
 //! curl -i http://127.0.0.1:3000/
 //! curl -i -H 'x-api-key: demo-key' http://127.0.0.1:3000/api/items
 //! curl -i http://127.0.0.1:3000/stats

@@ -208,7 +208,8 @@
 //! * `health` — [`Cluster::health`]: is the cluster fit to hold locks.
 //! * [`admin`] — the scanner: every primitive on every master, audit, reset.
 //! * `tower` (feature `tower`) — a `tower::Layer` that rate-limits HTTP
-//!   requests with `429`, `Retry-After` and the IETF `RateLimit` headers.
+//!   requests with `429`, `Retry-After` and the IETF `RateLimit` headers;
+//!   feature `axum` adds axum's connection info (`PeerIp::connect_info`).
 //! * `web` (feature `web`) — the Limits page: an axum router of
 //!   server-rendered pages (and JSON) over the scanner — overview, every
 //!   limiter paged across masters, one subject, the audit, a guarded
