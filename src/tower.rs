@@ -71,10 +71,12 @@
 //! behind one layer: one script, all consumed or none. Limits on
 //! different keys (per IP and per API key) are different subjects in
 //! different slots, so they are stacked layers — one round trip each — and
-//! the outer layer has counted a request before the inner one refuses it:
-//! stacking spends the outer quota on the inner layer's denials. Put the
-//! layer that refuses most often outside, and size the most generous
-//! limit (usually per IP, a flood guard) for it.
+//! the outer layer has counted a request before the inner one refuses it;
+//! it then gives the units back (one more round trip, not atomic with the
+//! check; see
+//! [`refund_inner_denials`](RateLimitLayerBuilder::refund_inner_denials)).
+//! Put the layer that refuses most often outside: its refusals cost the
+//! other layer nothing at all.
 //!
 //! # Cost per request
 //!

@@ -977,3 +977,44 @@ async fn a_bypassed_request_carries_the_signal_and_a_decided_one_does_not() {
     let s = stats.get("gcra", "api").unwrap();
     assert_eq!((s.bypassed, s.allowed), (1, 1));
 }
+
+/// Issue 28, item 2: with a per-IP layer outside a per-key one, a request
+/// the per-key layer refuses no longer spends the IP's quota (it did: 40
+/// requests, 22 admitted, the IP charged 40): the outer layer gives its
+/// units back. Turned off, the old charge.
+#[tokio::test]
+async fn stacked_layers_charge_the_outer_limit_only_for_what_both_admit() {
+    let cluster = common::cluster("tower-stack").await;
+    let per_ip = RateLimiter::builder(&cluster, "ip", Quota::per_hour(100))
+        .build()
+        .unwrap();
+    let app = |refund: bool| {
+        let per_key = RateLimiter::builder(&cluster, "key", Quota::per_minute(3))
+            .build()
+            .unwrap();
+        let inner = RateLimitLayer::new(per_key, HeaderKey::from_static("x-api-key"))
+            .layer(counting_inner(Arc::new(AtomicU32::new(0))));
+        RateLimitLayer::builder(per_ip.clone(), HeaderKey::from_static("x-client"))
+            .refund_inner_denials(refund)
+            .build()
+            .unwrap()
+            .layer(inner)
+    };
+    for (refund, client, charged) in [(true, "ip-a", 3), (false, "ip-b", 10)] {
+        let service = app(refund);
+        let mut admitted = 0;
+        for _ in 0..10 {
+            let request = Request::builder()
+                .header("x-client", client)
+                .header("x-api-key", format!("key-of-{client}"))
+                .body(String::new())
+                .unwrap();
+            let response = service.clone().oneshot(request).await.unwrap();
+            admitted += u32::from(response.status() == StatusCode::OK);
+        }
+        assert_eq!(admitted, 3);
+        let left = per_ip.peek(client).await.unwrap().remaining;
+        assert_eq!(100 - left, charged, "refund {refund}");
+    }
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}

@@ -36,6 +36,12 @@ pub struct RateLimitBypassed {
     pub reason: BypassReason,
 }
 
+/// Put in a 429's extensions by the layer that denied it, so that an outer
+/// layer that admitted the request gives its units back
+/// ([`refund_inner_denials`](super::RateLimitLayerBuilder::refund_inner_denials)).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DeniedByLayer;
+
 impl RateLimitBypassed {
     pub(crate) fn new(reason: BypassReason) -> Self {
         RateLimitBypassed { reason }

@@ -56,6 +56,8 @@ pub(crate) struct Config {
     pub(crate) headers_on_allowed: bool,
     /// A bypassed response says so in `shardlimit-bypassed`.
     pub(crate) bypass_header: bool,
+    /// Units admitted here are given back when an inner layer denies.
+    pub(crate) refund_inner_denials: bool,
     pub(crate) cost: u32,
     /// Every key is limited under its digest, not only over-long ones.
     pub(crate) hash_keys: bool,
@@ -73,6 +75,7 @@ impl fmt::Debug for Config {
             .field("missing", &self.missing)
             .field("headers_on_allowed", &self.headers_on_allowed)
             .field("bypass_header", &self.bypass_header)
+            .field("refund_inner_denials", &self.refund_inner_denials)
             .field("cost", &self.cost)
             .field("hash_keys", &self.hash_keys)
             .finish_non_exhaustive()

@@ -93,6 +93,7 @@ impl<X> RateLimitLayer<X> {
                 missing: MissingKey::default(),
                 headers_on_allowed: true,
                 bypass_header: false,
+                refund_inner_denials: true,
                 cost: 1,
                 hash_keys: false,
                 warn: WarnLimiter::new(),
@@ -127,6 +128,7 @@ impl<X> RateLimitLayer<X> {
             missing: MissingKey::default(),
             headers_on_allowed: true,
             bypass_header: false,
+            refund_inner_denials: true,
             cost: 1,
             hash_keys: false,
         }
@@ -183,6 +185,7 @@ impl<S, X: Clone> Layer<S> for RateLimitLayer<X> {
 ///     .missing_key(MissingKey::Reject) // default
 ///     .headers_on_allowed(true)         // default
 ///     .bypass_header(false)             // default
+///     .refund_inner_denials(true)       // default
 ///     .cost(1)                          // default
 ///     .hash_keys(false)                 // default
 ///     .build()?;
@@ -195,6 +198,7 @@ pub struct RateLimitLayerBuilder<X> {
     missing: MissingKey,
     headers_on_allowed: bool,
     bypass_header: bool,
+    refund_inner_denials: bool,
     cost: u32,
     hash_keys: bool,
 }
@@ -223,6 +227,20 @@ impl<X> RateLimitLayerBuilder<X> {
     /// either way.
     pub fn bypass_header(mut self, on: bool) -> Self {
         self.bypass_header = on;
+        self
+    }
+
+    /// Whether units this layer admitted are given back
+    /// ([`reward`](crate::RateLimiter::reward)) when a shardlimit layer
+    /// inside it answers the request 429. Default `true`: with a per-IP
+    /// layer outside a per-key one, the IP is charged only for what both
+    /// admitted. It costs one more round trip per such request, is not
+    /// atomic with the check (a concurrent request may be refused by this
+    /// layer in between), and the outer layer's `RateLimit` header was
+    /// written before the refund. The application's own 429s are not
+    /// refunded.
+    pub fn refund_inner_denials(mut self, on: bool) -> Self {
+        self.refund_inner_denials = on;
         self
     }
 
@@ -296,6 +314,7 @@ impl<X> RateLimitLayerBuilder<X> {
                 missing: self.missing,
                 headers_on_allowed: self.headers_on_allowed,
                 bypass_header: self.bypass_header,
+                refund_inner_denials: self.refund_inner_denials,
                 cost: self.cost,
                 hash_keys: self.hash_keys,
                 warn: WarnLimiter::new(),
@@ -314,6 +333,7 @@ impl<X> fmt::Debug for RateLimitLayerBuilder<X> {
             .field("missing", &self.missing)
             .field("headers_on_allowed", &self.headers_on_allowed)
             .field("bypass_header", &self.bypass_header)
+            .field("refund_inner_denials", &self.refund_inner_denials)
             .field("cost", &self.cost)
             .field("hash_keys", &self.hash_keys)
             .finish()

@@ -8,7 +8,7 @@ use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderValue, Request, Response, StatusCode};
 use tower::Service;
 
-use super::bypass::{BYPASSED, RateLimitBypassed};
+use super::bypass::{BYPASSED, DeniedByLayer, RateLimitBypassed};
 use super::config::{Config, MissingKey};
 use super::extract::KeyExtractor;
 use super::future::ResponseFuture;
@@ -198,6 +198,7 @@ where
     };
     if !verdict.allowed() {
         let mut response = plain(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n");
+        response.extensions_mut().insert(DeniedByLayer);
         let h = response.headers_mut();
         h.insert(RETRY_AFTER, headers::retry_after(verdict.retry_after()));
         add_ratelimit(h, &config, &verdict);
@@ -209,6 +210,14 @@ where
         request.extensions_mut().insert(signal);
     }
     let mut response = inner.call(request).await?;
+    if config.refund_inner_denials
+        && bypassed.is_none()
+        && response.extensions().get::<DeniedByLayer>().is_some()
+    {
+        // An inner layer refused what this one admitted and counted: give
+        // the units back, so stacked layers charge only what they all admit.
+        config.limits.refund(subject.as_ref(), config.cost).await;
+    }
     match bypassed {
         // A bypassed decision knows nothing about the quota: no headers.
         Some(signal) => {
