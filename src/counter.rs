@@ -58,12 +58,12 @@ use crate::scripts::{COUNTER_DRAIN, COUNTER_GET};
 /// Every error comes back to the caller ([`Error::is_transient`] says
 /// whether it should pass), counted as `errors` under kind `counter` in
 /// [`Cluster::stats`](crate::Cluster::stats) and in the `metrics`
-/// counters; nothing is logged, since only the service knows what a lost
-/// unit costs. What a service usually does: keep the request going (the
-/// work was done), add the units to a local tally that the next
-/// successful `add` folds in, and log from one place at a bounded rate —
-/// not once per request (an outage of 40 ms at a few thousand requests
-/// per second is a hundred lines otherwise):
+/// counters, and logged by the crate as a rate-limited `warn` (the first
+/// at once, then at most one per 10 s per counter with the count of what
+/// it hid) — so the service need not log each failure itself. What a
+/// service usually does: keep the request going (the work was done) and
+/// add the units to a local tally that the next successful `add` folds
+/// in:
 ///
 /// ```no_run
 /// # async fn demo(billable: shardlimit::Counter, pending: std::sync::atomic::AtomicI64) {
@@ -71,10 +71,7 @@ use crate::scripts::{COUNTER_DRAIN, COUNTER_GET};
 /// let units = 30 + pending.swap(0, Ordering::Relaxed);
 /// if let Err(err) = billable.add("session:9", units).await {
 ///     pending.fetch_add(units, Ordering::Relaxed); // retried with the next add
-///     if err.is_transient() {
-///         // Rate-limit this log line in your service (e.g. once per 10 s
-///         // with a count); Cluster::stats() has the exact numbers.
-///     } else {
+///     if !err.is_transient() {
 ///         eprintln!("billing counter misconfigured: {err}"); // a bug: say so
 ///     }
 /// }
@@ -251,7 +248,16 @@ impl Counter {
         let outcomes = self.inner.core.outcomes();
         match &outcome {
             Ok(_) => outcomes.allowed(),
-            Err(_) => outcomes.error(),
+            Err(err) => {
+                outcomes.error();
+                // Per call the caller has the error; the log gets one line
+                // per few seconds with a count, not one per failed request.
+                if let Some(count) = outcomes.should_warn() {
+                    tracing::warn!(kind = "counter", name = %self.name(), error = %err,
+                        failed_since_last_warning = count,
+                        "shardlimit: counter operation failed; the caller has the error");
+                }
+            }
         }
         outcome
     }

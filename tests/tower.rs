@@ -758,27 +758,6 @@ async fn http_get(addr: SocketAddr, path: &str) -> String {
     reply
 }
 
-/// Log lines written while a thread-local subscriber is set.
-#[derive(Clone, Default)]
-struct LogLines(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for LogLines {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl LogLines {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
 /// Issue 28, item 1: an axum app served with connect info is limited per
 /// peer by `PeerIp::connect_info()` and by `PeerIp::new()` (which read a
 /// plain `SocketAddr` only, so every request was a 400); an extractor
@@ -812,15 +791,7 @@ async fn peer_ip_finds_axum_connect_info_and_a_missing_key_names_the_extension()
                     PeerIp::from_extension(|addr: &SocketAddr| *addr),
                 )),
         );
-    let logs = LogLines::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer({
-            let logs = logs.clone();
-            move || logs.clone()
-        })
-        .with_ansi(false)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = common::LogLines::capture();
     let (addr, server) = serve_with_connect_info(app).await;
 
     for path in ["/connect-info", "/new"] {

@@ -484,3 +484,37 @@ pub async fn finish_move(slot: u16, to: &Master, all: &[Master]) {
         cmd(&m.addr, &["CLUSTER", "SETSLOT", &s, "NODE", &to.id]).await;
     }
 }
+
+/// Log lines written while a thread-local subscriber is set
+/// (`tracing::subscriber::set_default` with `fmt().with_writer(…)`).
+#[derive(Clone, Default)]
+pub struct LogLines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogLines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl LogLines {
+    /// Captures this thread's log lines (plain text, every level from
+    /// `INFO`) until the guard is dropped.
+    pub fn capture() -> (Self, tracing::subscriber::DefaultGuard) {
+        let logs = LogLines::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        (logs, tracing::subscriber::set_default(subscriber))
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
