@@ -9,7 +9,7 @@
 //!
 //! ```sh
 //! cluster-compose/up.sh
-//! cargo run --example axum_api --features tower       # listens on 127.0.0.1:3000
+//! cargo run --example axum_api --features axum        # listens on 127.0.0.1:3000
 //! curl -i http://127.0.0.1:3000/
 //! curl -i -H 'x-api-key: demo-key' http://127.0.0.1:3000/api/items
 //! curl -i http://127.0.0.1:3000/stats
@@ -25,7 +25,7 @@ use std::net::SocketAddr;
 use std::num::NonZeroU32;
 
 use axum::Router;
-use axum::extract::{ConnectInfo, State};
+use axum::extract::State;
 use axum::routing::get;
 use shardlimit::tower::{ForwardedIp, HeaderKey, MissingKey, PeerIp, ProxyHeader, RateLimitLayer};
 use shardlimit::{Algorithm, Cluster, FailurePolicy, MultiLimiter, Quota, RateLimiter};
@@ -54,8 +54,9 @@ async fn main() -> Result<(), Box<dyn Error>> {
     .failure_policy(FailurePolicy::FailOpen)
     .build()?;
     // axum puts the peer address in `ConnectInfo` when served with
-    // `into_make_service_with_connect_info` (below).
-    let peer = PeerIp::from_extension(|info: &ConnectInfo<SocketAddr>| info.0);
+    // `into_make_service_with_connect_info` (below); without that, every
+    // request is a 400 and the layer warns which extension it missed.
+    let peer = PeerIp::connect_info();
 
     let key_per_second =
         RateLimiter::builder(&cluster, "key-1s", Quota::per_second(nz(10))).build()?;

@@ -5,9 +5,11 @@
 #   scripts/nightly_export_race.sh [export-secs]
 #
 # Uses a fresh namespace per run so an earlier run's lock does not interfere.
-# Honours SHARDLIMIT_NODES like the example.
+# Honours SHARDLIMIT_NODES like the example; unset, the local test cluster
+# of cluster-compose/ (the library itself has no default nodes).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export SHARDLIMIT_NODES="${SHARDLIMIT_NODES:-redis://127.0.0.1:${SHARDLIMIT_CLUSTER_PORT:-7000}}"
 
 export_secs="${1:-2}"
 ns="race-$(date +%s)-$$"

@@ -16,6 +16,9 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+# The library has no default nodes; the tests, the CLI and the examples they
+# start find the test cluster through this (cluster-compose/ reads it too).
+export SHARDLIMIT_CLUSTER_PORT=${SHARDLIMIT_CLUSTER_PORT:-7000}
 cluster-compose/up.sh
 cargo test --all-features --no-fail-fast
 if [ -d tests/faults ]; then

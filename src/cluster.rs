@@ -18,6 +18,7 @@ mod env;
 mod exec;
 mod invalidation;
 mod node;
+mod ready;
 mod router;
 mod seeds;
 mod socket;
@@ -37,8 +38,8 @@ pub use self::builder::ClusterBuilder;
 use self::call::Request;
 pub use self::deployment::Deployment;
 pub use self::env::{
-    DEFAULT_NODES, DEPLOYMENT_ENV, NODES_ENV, PASSWORD_ENV, PASSWORD_FILE_ENV,
-    SENTINEL_SERVICE_ENV, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, USER_ENV,
+    CLUSTER_PORT_ENV, DEFAULT_NODES, DEPLOYMENT_ENV, NAMESPACE_ENV, NODES_ENV, PASSWORD_ENV,
+    PASSWORD_FILE_ENV, SENTINEL_SERVICE_ENV, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, USER_ENV,
 };
 use self::exec::Payload;
 pub(crate) use self::exec::Undo;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::backoff::{millis, random_id};
 use crate::cluster::{Cluster, Undo};
+use crate::count::{Checked, Count};
 use crate::error::{Error, Result};
 use crate::keys::{KeyId, KeySet, Kind};
 use crate::policy::{BypassReason, FailurePolicy};
@@ -100,7 +101,7 @@ impl ConcurrencyLimiter {
         ConcurrencyLimiterBuilder {
             cluster: cluster.clone(),
             name: name.into(),
-            max_holders: NonZeroU32::MIN,
+            max_holders: Checked::new(NonZeroU32::MIN),
             lease_ttl: Duration::from_secs(60),
             policy: FailurePolicy::default(),
             retry: RetryBackoff::DEFAULT,
@@ -396,17 +397,19 @@ impl fmt::Debug for Permit {
 pub struct ConcurrencyLimiterBuilder {
     cluster: Cluster,
     name: String,
-    max_holders: NonZeroU32,
+    max_holders: Checked,
     lease_ttl: Duration,
     policy: FailurePolicy,
     retry: RetryBackoff,
 }
 
 impl ConcurrencyLimiterBuilder {
-    /// The most permits held at once per subject. Default 1 (a mutex that
+    /// The most permits held at once per subject: a plain integer or a
+    /// [`NonZeroU32`], from 1 to `u32::MAX` (checked by
+    /// [`build`](Self::build), field `max_holders`). Default 1 (a mutex that
     /// fails over to its lease expiry).
-    pub fn max_holders(mut self, n: NonZeroU32) -> Self {
-        self.max_holders = n;
+    pub fn max_holders(mut self, n: impl Count) -> Self {
+        self.max_holders = Checked::new(n);
         self
     }
 
@@ -440,12 +443,13 @@ impl ConcurrencyLimiterBuilder {
     /// [`Error::Config`] naming the setting otherwise.
     pub fn build(self) -> Result<ConcurrencyLimiter> {
         let id = KeyId::new(Kind::Lease.as_str(), &self.name)?;
+        let max_holders = self.max_holders.get("max_holders")?;
         let lease_ms = millis("lease_ttl", self.lease_ttl)?;
         let retry = self.retry.checked()?;
         Ok(ConcurrencyLimiter {
             inner: Arc::new(LeaseInner {
                 core: Core::new(self.cluster, id),
-                max_holders: self.max_holders,
+                max_holders,
                 lease_ms,
                 policy: self.policy,
                 retry,

@@ -53,10 +53,63 @@ use crate::scripts::{COUNTER_DRAIN, COUNTER_GET};
 /// have reset the counter without its value reaching you. Counters have no
 /// fail-open mode: a billing figure must not be guessed.
 ///
+/// # When Redis does not answer
+///
+/// Every error comes back to the caller ([`Error::is_transient`] says
+/// whether it should pass), counted as `errors` under kind `counter` in
+/// [`Cluster::stats`](crate::Cluster::stats) and in the `metrics`
+/// counters, and logged by the crate as a rate-limited `warn` (the first
+/// at once, then at most one per 10 s per counter with the count of what
+/// it hid) — so the service need not log each failure itself. What a
+/// service usually does: keep the request going (the work was done) and
+/// add the units to a local tally that the next successful `add` folds
+/// in:
+///
+/// ```no_run
+/// # async fn demo(billable: shardlimit::Counter, pending: std::sync::atomic::AtomicI64) {
+/// use std::sync::atomic::Ordering;
+/// let units = 30 + pending.swap(0, Ordering::Relaxed);
+/// if let Err(err) = billable.add("session:9", units).await {
+///     pending.fetch_add(units, Ordering::Relaxed); // retried with the next add
+///     if !err.is_transient() {
+///         eprintln!("billing counter misconfigured: {err}"); // a bug: say so
+///     }
+/// }
+/// # }
+/// ```
+///
+/// # Finding the subjects to drain
+///
+/// A collector that drains every session's counter needs the subjects,
+/// and they live on every master (each subject is its own hash slot). The
+/// [`Scanner`](crate::admin::Scanner) walks them: `SCAN MATCH` on each
+/// master, never `KEYS`, at least once per counter that lives through the
+/// walk. Its cost grows with the keys under the namespace (every
+/// primitive, not only these counters): fine every minute for thousands
+/// to a few million keys; beyond, keep the subjects you will drain in a
+/// list of your own (e.g. a per-shard set your workers add to). The
+/// stream needs `futures::StreamExt`:
+///
+/// ```no_run
+/// # async fn demo(cluster: shardlimit::Cluster, billable: shardlimit::Counter) -> shardlimit::Result<()> {
+/// use futures::StreamExt;
+/// use shardlimit::admin::{ScanEvent, Scanner};
+///
+/// let mut counters = Box::pin(Scanner::new(&cluster).kind("counter").name("billing").scan());
+/// while let Some(event) = counters.next().await {
+///     if let ScanEvent::Limiter(info) = event {
+///         if let Some(seconds) = billable.drain(&info.subject).await? {
+///             println!("bill {seconds} s to {}", String::from_utf8_lossy(&info.subject));
+///         }
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+///
 /// [`Cluster::stats`](crate::Cluster::stats) counts, under kind `counter`,
 /// each successful operation as `allowed` and each error as `errors`.
 ///
-/// Needs Redis 6.0 or later (`KEEPTTL`).
+/// Needs Redis 7.0 or later, like the rest of the crate (`KEEPTTL`).
 #[derive(Clone, Debug)]
 pub struct Counter {
     inner: Arc<CounterInner>,
@@ -195,7 +248,16 @@ impl Counter {
         let outcomes = self.inner.core.outcomes();
         match &outcome {
             Ok(_) => outcomes.allowed(),
-            Err(_) => outcomes.error(),
+            Err(err) => {
+                outcomes.error();
+                // Per call the caller has the error; the log gets one line
+                // per few seconds with a count, not one per failed request.
+                if let Some(count) = outcomes.should_warn() {
+                    tracing::warn!(kind = "counter", name = %self.name(), error = %err,
+                        failed_since_last_warning = count,
+                        "shardlimit: counter operation failed; the caller has the error");
+                }
+            }
         }
         outcome
     }

@@ -114,6 +114,21 @@ pub enum Error {
         source: RedisError,
     },
 
+    /// A [lazily connected](crate::ClusterBuilder::lazy_connect) handle has
+    /// not read the cluster's topology yet, so nothing was sent: the
+    /// cluster may be healthy and the connect still under way (or the
+    /// seeds not answering yet). Transient.
+    /// [`Cluster::wait_ready`](crate::Cluster::wait_ready) waits until it
+    /// is read.
+    #[error(
+        "not connected yet: the topology of the cluster at {nodes} has not been read \
+         (lazy connect; Cluster::wait_ready waits for it)"
+    )]
+    NotConnectedYet {
+        /// The seed nodes being asked, passwords shown as `***`.
+        nodes: String,
+    },
+
     /// The operation did not complete within the command timeout. It may or
     /// may not have been executed by the server.
     #[error("{op}{} timed out after {timeout:?}", on_slot(*.slot))]
@@ -185,7 +200,7 @@ impl Error {
     #[must_use]
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Timeout { .. } | Error::NodeDown { .. } => true,
+            Error::Timeout { .. } | Error::NodeDown { .. } | Error::NotConnectedYet { .. } => true,
             Error::Connect { source, .. } => is_transient_redis(source),
             Error::Redis { source, .. } => is_transient_redis(source),
             _ => false,

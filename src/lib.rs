@@ -13,12 +13,11 @@
 //!
 //! ```no_run
 //! # async fn demo() -> shardlimit::Result<()> {
-//! use std::num::NonZeroU32;
 //! use shardlimit::{Cluster, Quota, RateLimiter};
 //!
-//! // Once, at start-up. SHARDLIMIT_NODES, or the six local nodes of cluster-compose/.
+//! // Once, at start-up: the nodes from SHARDLIMIT_NODES (required), the namespace here.
 //! let cluster = Cluster::builder_from_env().namespace("myapp").build().await?;
-//! let per_key = RateLimiter::builder(&cluster, "api", Quota::per_minute(NonZeroU32::new(60).unwrap()))
+//! let per_key = RateLimiter::builder(&cluster, "api", Quota::per_minute(60))
 //!     .build()?;
 //!
 //! // Per request: one script on the master that owns the subject's slot.
@@ -51,7 +50,7 @@
 //!
 //! ```no_run
 //! # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
-//! use std::{num::NonZeroU32, time::Duration};
+//! use std::time::Duration;
 //! use shardlimit::{ConcurrencyLimiter, Counter, Lock};
 //!
 //! // One cron host out of three runs the export; the fencing token only grows.
@@ -63,7 +62,7 @@
 //!
 //! // At most five exports per tenant at once; a crashed holder's lease expires.
 //! let exports = ConcurrencyLimiter::builder(&cluster, "exports")
-//!     .max_holders(NonZeroU32::new(5).unwrap())
+//!     .max_holders(5) // default 1
 //!     .build()?;
 //! if let Some(permit) = exports.try_acquire("tenant:42").await? {
 //!     permit.release().await?;
@@ -209,7 +208,8 @@
 //! * `health` — [`Cluster::health`]: is the cluster fit to hold locks.
 //! * [`admin`] — the scanner: every primitive on every master, audit, reset.
 //! * `tower` (feature `tower`) — a `tower::Layer` that rate-limits HTTP
-//!   requests with `429`, `Retry-After` and the IETF `RateLimit` headers.
+//!   requests with `429`, `Retry-After` and the IETF `RateLimit` headers;
+//!   feature `axum` adds axum's connection info (`PeerIp::connect_info`).
 //! * `web` (feature `web`) — the Limits page: an axum router of
 //!   server-rendered pages (and JSON) over the scanner — overview, every
 //!   limiter paged across masters, one subject, the audit, a guarded
@@ -226,6 +226,7 @@ pub mod admin;
 mod backoff;
 pub mod cluster;
 mod concurrency;
+mod count;
 mod counter;
 mod error;
 mod health;
@@ -247,6 +248,7 @@ pub mod web;
 pub use self::metrics::describe_metrics;
 pub use cluster::{Cluster, ClusterBuilder, Deployment};
 pub use concurrency::{ConcurrencyLimiter, ConcurrencyLimiterBuilder, Permit};
+pub use count::Count;
 pub use counter::{Counter, CounterBuilder};
 pub use error::{Error, Result};
 pub use health::{Health, MasterHealth, NodeHealth};

@@ -12,7 +12,7 @@
 //!   [`MultiLimiter`](crate::MultiLimiter).
 //! * [`KeyExtractor`] — what a request is limited by: any closure
 //!   `Fn(&Request<B>) -> Option<K>`, or [`PeerIp`] (the client address;
-//!   IPv6 by its /64), [`ForwardedIp`] (the client address behind trusted
+//!   IPv6 by its /64; with axum, [`PeerIp::connect_info`], feature `axum`), [`ForwardedIp`] (the client address behind trusted
 //!   proxies) or [`HeaderKey`] (a header value, e.g. an API key).
 //! * [`MissingKey`] — what happens to a request without a key: 400, pass,
 //!   or a shared fallback key.
@@ -53,7 +53,10 @@
 //!
 //! * `RateLimit-Policy`: `q` the limit per window `w` (seconds);
 //!   `shardlimit-window-ms` instead of `w` for a period that is not whole
-//!   seconds; `shardlimit-burst` for a GCRA burst above the limit.
+//!   seconds; `shardlimit-burst` for a GCRA burst above the limit. It
+//!   states the quota the check applied ([`Decision::quota`](crate::Decision::quota)):
+//!   a subject's [override](crate::RateLimiter::set_override), or the
+//!   limiter's quota after a [`set_quota`](crate::RateLimiter::set_quota).
 //! * `RateLimit`: `r` the remaining quota; `t` the seconds (rounded up)
 //!   until the request would be admitted, for a limit that denied it, or
 //!   until the limit is full again, for one that admitted it.
@@ -62,6 +65,19 @@
 //!
 //! Several layers (per IP, then per API key) each append their items.
 //!
+//! # Stacking layers
+//!
+//! Limits on one key belong in one [`MultiLimiter`](crate::MultiLimiter)
+//! behind one layer: one script, all consumed or none. Limits on
+//! different keys (per IP and per API key) are different subjects in
+//! different slots, so they are stacked layers — one round trip each — and
+//! the outer layer has counted a request before the inner one refuses it;
+//! it then gives the units back (one more round trip, not atomic with the
+//! check; see
+//! [`refund_inner_denials`](RateLimitLayerBuilder::refund_inner_denials)).
+//! Put the layer that refuses most often outside: its refusals cost the
+//! other layer nothing at all.
+//!
 //! # Cost per request
 //!
 //! Nothing is allocated per request except the key, if the extractor
@@ -69,10 +85,12 @@
 //! request: one box holding the check and the inner call (the limiter's
 //! check is an `async fn`, and its future cannot be named on stable Rust),
 //! and the `RateLimit` header value (built on the stack and copied once).
-//! `RateLimit-Policy` is built once per layer and shared. Like any tower
+//! `RateLimit-Policy` is built once per layer and shared (a check under an
+//! override or a changed quota builds its own). Like any tower
 //! middleware that awaits before calling the inner service, each call
 //! clones the inner service (axum's routes are reference-counted or boxed).
 
+mod bypass;
 mod config;
 mod extract;
 mod forwarded;
@@ -83,6 +101,7 @@ mod layer;
 mod limits;
 mod service;
 
+pub use bypass::RateLimitBypassed;
 pub use config::MissingKey;
 pub use extract::{HeaderKey, KeyExtractor, PeerIp, PeerIpBuilder};
 pub use forwarded::{ForwardedIp, ForwardedIpBuilder, ProxyHeader};

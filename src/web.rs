@@ -56,6 +56,27 @@
 //! axum::serve(listener, app).await?;
 //! # Ok(()) }
 //! ```
+//!
+//! [`router`] is a `Router<()>`: in an app with state, call
+//! `.with_state(state)` on your routes first and nest after. The overview
+//! answers at the prefix itself (`/limits`); axum's nested root does not
+//! answer `/limits/` (404).
+//!
+//! ```no_run
+//! # async fn demo(cluster: shardlimit::Cluster) {
+//! use axum::{Router, extract::State, routing::get};
+//! use shardlimit::web::{WebOptions, router};
+//!
+//! #[derive(Clone)]
+//! struct AppState {
+//!     greeting: &'static str,
+//! }
+//! let app: Router = Router::new()
+//!     .route("/", get(|State(s): State<AppState>| async move { s.greeting }))
+//!     .with_state(AppState { greeting: "hello" })
+//!     .nest("/limits", router(&cluster, WebOptions::default()));
+//! # }
+//! ```
 
 mod audit;
 mod base;

@@ -433,3 +433,50 @@ async fn override_refuses_bad_input_before_anything_is_sent() {
     }
     assert!(common::keys_with_pttl(&ns).await.is_empty());
 }
+
+/// Issue 28, item 6: the CLI takes its namespace from
+/// `SHARDLIMIT_NAMESPACE` (it had only `--namespace`, default `sl`).
+#[tokio::test]
+async fn the_namespace_comes_from_shardlimit_namespace() {
+    let cluster = common::cluster("cli-env-ns").await;
+    let l = RateLimiter::builder(&cluster, "api", Quota::per_hour(10))
+        .build()
+        .unwrap();
+    for subject in ["user:1", "user:2", "user:3"] {
+        assert!(l.check(subject).await.unwrap().allowed);
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_shardlimit"))
+        .env("SHARDLIMIT_NODES", common::node_urls().join(","))
+        .env("SHARDLIMIT_NAMESPACE", cluster.namespace())
+        .arg("count")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        stdout(&out).lines().any(|l| l == "total\t3"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+/// Issue 28, item 6: with no `SHARDLIMIT_NODES` (and no test cluster
+/// port) the CLI — and every service using `Cluster::builder_from_env` —
+/// stops before contacting anything, saying what to set; it used to try
+/// the six local test nodes.
+#[test]
+fn unset_nodes_is_an_error_that_says_what_to_set() {
+    let out = Command::new(env!("CARGO_BIN_EXE_shardlimit"))
+        .env_remove("SHARDLIMIT_NODES")
+        .env_remove("SHARDLIMIT_CLUSTER_PORT")
+        .arg("count")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("SHARDLIMIT_NODES") && err.contains("unset: set SHARDLIMIT_NODES"),
+        "{err}"
+    );
+    assert!(!err.contains("could not connect"), "{err}");
+}

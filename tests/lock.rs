@@ -746,6 +746,7 @@ async fn three_processes_of_the_example_one_exports() {
                     "--export-secs",
                     "3",
                 ])
+                .env("SHARDLIMIT_NODES", common::node_urls().join(","))
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()

@@ -139,11 +139,13 @@ impl Side {
     }
 }
 
-/// The last field of a reply (`settled_ms`) is a PTTL, read a moment apart
-/// by the two sides: compared on its own.
+/// Where a one-limit reply has `settled_ms`, a PTTL read a moment apart by
+/// the two sides: compared on its own.
+const SETTLED: usize = 7;
+
 fn without_settled(reply: &Result<Vec<i64>, String>) -> Result<Vec<i64>, String> {
     reply.clone().map(|mut r| {
-        r.pop();
+        r.remove(SETTLED);
         r
     })
 }
@@ -153,7 +155,7 @@ fn without_settled(reply: &Result<Vec<i64>, String>) -> Result<Vec<i64>, String>
 fn settled_agree(got: &Result<Vec<i64>, String>, want: &Result<Vec<i64>, String>) -> bool {
     match (got, want) {
         (Ok(g), Ok(w)) => {
-            let (g, w) = (*g.last().unwrap(), *w.last().unwrap());
+            let (g, w) = (g[SETTLED], w[SETTLED]);
             g == w || (g >= 0 && w >= 0 && (g - w).abs() <= 1_000)
         }
         _ => true,
@@ -292,8 +294,8 @@ async fn agree(pair: &Pair) {
             if let Ok(reply) = &want {
                 admitted += usize::from(reply[1] == 1);
                 denied_for_good += usize::from(reply[1] == 0 && reply[3] == -1);
-                settled_known += usize::from(reply[7] >= 0);
-                settled_unknown += usize::from(reply[7] == -2);
+                settled_known += usize::from(reply[SETTLED] >= 0);
+                settled_unknown += usize::from(reply[SETTLED] == -2);
             }
             compared += 1;
         }

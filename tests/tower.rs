@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use axum::Extension;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
@@ -24,8 +25,10 @@ use axum::routing::get;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use shardlimit::keys::HashedSubject;
-use shardlimit::tower::{ForwardedIp, HeaderKey, MissingKey, PeerIp, ProxyHeader, RateLimitLayer};
-use shardlimit::{Cluster, Error, FailurePolicy, MultiLimiter, Quota, RateLimiter};
+use shardlimit::tower::{
+    ForwardedIp, HeaderKey, MissingKey, PeerIp, ProxyHeader, RateLimitBypassed, RateLimitLayer,
+};
+use shardlimit::{BypassReason, Cluster, Error, FailurePolicy, MultiLimiter, Quota, RateLimiter};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::{Layer, Service, ServiceExt, service_fn};
 
@@ -213,26 +216,8 @@ async fn a_served_axum_app_answers_429_over_the_wire() {
             per_ip,
             PeerIp::from_extension(|info: &ConnectInfo<SocketAddr>| info.0),
         ));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-        .unwrap();
-    });
-    let get = || async move {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        stream
-            .write_all(b"GET / HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
-            .await
-            .unwrap();
-        let mut reply = String::new();
-        stream.read_to_string(&mut reply).await.unwrap();
-        reply
-    };
+    let (addr, server) = serve_with_connect_info(app).await;
+    let get = || http_get(addr, "/");
     let first = get().await;
     assert!(first.starts_with("HTTP/1.1 200 OK\r\n"), "{first}");
     assert!(
@@ -745,4 +730,262 @@ async fn a_shadow_limiter_refuses_nothing_and_still_sends_the_headers() {
     assert_eq!(calls.load(Ordering::Relaxed), 5);
     let s = cluster.stats().get("gcra", "trial").cloned().unwrap();
     assert_eq!((s.allowed, s.would_deny, s.denied), (3, 2, 0));
+}
+
+/// Serves `app` on a loopback port the way axum apps that limit by peer
+/// address must be served: with connect info.
+async fn serve_with_connect_info(app: Router) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap();
+    });
+    (addr, server)
+}
+
+/// One raw HTTP/1.1 GET; the whole reply, headers and body.
+async fn http_get(addr: SocketAddr, path: &str) -> String {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).await.unwrap();
+    reply
+}
+
+/// Issue 28, item 1: an axum app served with connect info is limited per
+/// peer by `PeerIp::connect_info()` and by `PeerIp::new()` (which read a
+/// plain `SocketAddr` only, so every request was a 400); an extractor
+/// whose extension is missing says which one, once, in the log.
+/// `#[tokio::test]` runs the server on this thread, so the thread-local
+/// subscriber sees its warnings.
+#[tokio::test]
+async fn peer_ip_finds_axum_connect_info_and_a_missing_key_names_the_extension() {
+    let cluster = common::cluster("tower-peer").await;
+    let one_per_minute = |name: &str| {
+        RateLimiter::builder(&cluster, name, Quota::per_minute(1))
+            .build()
+            .unwrap()
+    };
+    let app = Router::new()
+        .route("/connect-info", get(|| async { "hello" }))
+        .layer(RateLimitLayer::new(
+            one_per_minute("by-connect-info"),
+            PeerIp::connect_info(),
+        ))
+        .merge(
+            Router::new()
+                .route("/new", get(|| async { "hello" }))
+                .layer(RateLimitLayer::new(one_per_minute("by-new"), PeerIp::new())),
+        )
+        .merge(
+            Router::new()
+                .route("/socket-addr", get(|| async { "hello" }))
+                .layer(RateLimitLayer::new(
+                    one_per_minute("by-socket-addr"),
+                    PeerIp::from_extension(|addr: &SocketAddr| *addr),
+                )),
+        );
+    let (logs, _guard) = common::LogLines::capture();
+    let (addr, server) = serve_with_connect_info(app).await;
+
+    for path in ["/connect-info", "/new"] {
+        let first = http_get(addr, path).await;
+        assert!(first.starts_with("HTTP/1.1 200 OK\r\n"), "{path}: {first}");
+        let second = http_get(addr, path).await;
+        assert!(
+            second.starts_with("HTTP/1.1 429 Too Many Requests\r\n"),
+            "{path}: {second}"
+        );
+    }
+    for name in ["by-connect-info", "by-new"] {
+        let stored = format!("{}:{{127.0.0.1}}:gcra:{name}", cluster.namespace());
+        assert!(common::pttl(stored.as_bytes()).await > 0, "{stored}");
+    }
+
+    // No plain `SocketAddr` in an axum request: 400, and one warning that
+    // says what was looked for (three requests, one line).
+    for _ in 0..3 {
+        let reply = http_get(addr, "/socket-addr").await;
+        assert!(reply.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{reply}");
+    }
+    let text = logs.text();
+    let warnings: Vec<_> = text
+        .lines()
+        .filter(|line| line.contains("no rate-limit key"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{text}");
+    assert!(
+        warnings[0].contains("WARN")
+            && warnings[0].contains("looked_for=the request extension core::net::")
+            && warnings[0].contains("SocketAddr (with axum")
+            && warnings[0].contains("into_make_service_with_connect_info")
+            && warnings[0].contains("by-socket-addr"),
+        "{}",
+        warnings[0]
+    );
+    server.abort();
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
+/// Issue 28, item 5: under a subject's override, `RateLimit-Policy` states
+/// the override's quota (it stated the limiter's default), and after a
+/// live `set_quota` the new one.
+#[tokio::test]
+async fn ratelimit_policy_follows_the_quota_the_check_applied() {
+    let cluster = common::cluster("tower-override").await;
+    let limiter = RateLimiter::builder(&cluster, "api", Quota::per_second(10))
+        .build()
+        .unwrap();
+    limiter
+        .set_override(
+            "vip",
+            Quota::per_second(50).allow_burst(100),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    let calls = Arc::new(AtomicU32::new(0));
+    let service = RateLimitLayer::new(limiter.clone(), HeaderKey::from_static("x-api-key"))
+        .layer(counting_inner(calls.clone()));
+
+    let vip = service.clone().oneshot(with_key("vip")).await.unwrap();
+    assert_eq!(vip.status(), StatusCode::OK);
+    assert_eq!(
+        header(&vip, "ratelimit-policy").as_deref(),
+        Some("\"api\";q=50;w=1;shardlimit-burst=100")
+    );
+    assert_eq!(ratelimit(&vip)[0].1, 99);
+
+    let plain = service.clone().oneshot(with_key("someone")).await.unwrap();
+    assert_eq!(
+        header(&plain, "ratelimit-policy").as_deref(),
+        Some("\"api\";q=10;w=1")
+    );
+
+    limiter.set_quota(Quota::per_second(20)).unwrap();
+    let after = service.clone().oneshot(with_key("someone")).await.unwrap();
+    assert_eq!(
+        header(&after, "ratelimit-policy").as_deref(),
+        Some("\"api\";q=20;w=1")
+    );
+    assert_eq!(calls.load(Ordering::Relaxed), 3);
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
+/// Issue 28, item 9: a request a fail-open layer let through without a
+/// decision says so — `RateLimitBypassed` in the request's extensions (the
+/// handler sees it) and the response's, and `shardlimit-bypassed` when
+/// asked for; a decided request has neither. The bypass is real: a lazily
+/// connected handle before its topology is read.
+#[tokio::test]
+async fn a_bypassed_request_carries_the_signal_and_a_decided_one_does_not() {
+    let cluster = common::builder("tower-bypass-signal")
+        .lazy_connect(true)
+        .build()
+        .await
+        .unwrap();
+    let limiter = RateLimiter::builder(&cluster, "api", Quota::per_minute(100))
+        .failure_policy(FailurePolicy::FailOpen)
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::builder(limiter, HeaderKey::from_static("x-api-key"))
+        .bypass_header(true)
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route(
+            "/",
+            get(
+                |bypassed: Option<Extension<RateLimitBypassed>>| async move {
+                    match bypassed {
+                        Some(Extension(signal)) => format!("bypassed: {}", signal.reason),
+                        None => "limited".to_owned(),
+                    }
+                },
+            ),
+        )
+        .layer(layer);
+    let request = || {
+        Request::builder()
+            .uri("/")
+            .header("x-api-key", "k")
+            .body(Body::empty())
+            .unwrap()
+    };
+
+    let first = app.clone().oneshot(request()).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(
+        first
+            .extensions()
+            .get::<RateLimitBypassed>()
+            .map(|b| b.reason),
+        Some(BypassReason::Connection)
+    );
+    assert_eq!(
+        header(&first, "shardlimit-bypassed").as_deref(),
+        Some("connection")
+    );
+    assert_eq!(header(&first, "ratelimit"), None);
+    let body = first.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], b"bypassed: connection");
+
+    cluster.wait_ready(Duration::from_secs(10)).await.unwrap();
+    let second = app.clone().oneshot(request()).await.unwrap();
+    assert_eq!(second.status(), StatusCode::OK);
+    assert!(second.extensions().get::<RateLimitBypassed>().is_none());
+    assert_eq!(header(&second, "shardlimit-bypassed"), None);
+    assert!(header(&second, "ratelimit").is_some());
+    let body = second.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], b"limited");
+    let stats = cluster.stats();
+    let s = stats.get("gcra", "api").unwrap();
+    assert_eq!((s.bypassed, s.allowed), (1, 1));
+}
+
+/// Issue 28, item 2: with a per-IP layer outside a per-key one, a request
+/// the per-key layer refuses no longer spends the IP's quota (it did: 40
+/// requests, 22 admitted, the IP charged 40): the outer layer gives its
+/// units back. Turned off, the old charge.
+#[tokio::test]
+async fn stacked_layers_charge_the_outer_limit_only_for_what_both_admit() {
+    let cluster = common::cluster("tower-stack").await;
+    let per_ip = RateLimiter::builder(&cluster, "ip", Quota::per_hour(100))
+        .build()
+        .unwrap();
+    let app = |refund: bool| {
+        let per_key = RateLimiter::builder(&cluster, "key", Quota::per_minute(3))
+            .build()
+            .unwrap();
+        let inner = RateLimitLayer::new(per_key, HeaderKey::from_static("x-api-key"))
+            .layer(counting_inner(Arc::new(AtomicU32::new(0))));
+        RateLimitLayer::builder(per_ip.clone(), HeaderKey::from_static("x-client"))
+            .refund_inner_denials(refund)
+            .build()
+            .unwrap()
+            .layer(inner)
+    };
+    for (refund, client, charged) in [(true, "ip-a", 3), (false, "ip-b", 10)] {
+        let service = app(refund);
+        let mut admitted = 0;
+        for _ in 0..10 {
+            let request = Request::builder()
+                .header("x-client", client)
+                .header("x-api-key", format!("key-of-{client}"))
+                .body(String::new())
+                .unwrap();
+            let response = service.clone().oneshot(request).await.unwrap();
+            admitted += u32::from(response.status() == StatusCode::OK);
+        }
+        assert_eq!(admitted, 3);
+        let left = per_ip.peek(client).await.unwrap().remaining;
+        assert_eq!(100 - left, charged, "refund {refund}");
+    }
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
 }

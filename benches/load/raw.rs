@@ -131,4 +131,5 @@ pub(crate) async fn bare_connection() -> redis::cluster_async::ClusterConnection
 
 pub(crate) fn node_urls() -> Vec<String> {
     shardlimit::Cluster::seeds_from_env()
+        .expect("the test cluster: SHARDLIMIT_CLUSTER_PORT=7000 or SHARDLIMIT_NODES")
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::deployment::Deployment;
 use super::env::{
-    DEFAULT_NODES, DEPLOYMENT_ENV, NODES_ENV, PASSWORD_ENV, PASSWORD_FILE_ENV,
+    DEPLOYMENT_ENV, NAMESPACE_ENV, NODES_ENV, PASSWORD_ENV, PASSWORD_FILE_ENV,
     SENTINEL_SERVICE_ENV, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, USER_ENV,
 };
 use super::node::NodeConfig;
@@ -24,49 +24,42 @@ use crate::metrics::ClusterMetrics;
 use crate::outcomes::Registry;
 
 impl Cluster {
-    /// The seed URLs of [`NODES_ENV`] (`SHARDLIMIT_NODES`, comma-separated,
-    /// blanks ignored), or [`DEFAULT_NODES`] when it is unset or empty: the
-    /// one reading of that variable, shared by
-    /// [`builder_from_env`](Self::builder_from_env), the CLI and the benches.
-    ///
-    /// ```
-    /// let seeds = shardlimit::Cluster::seeds_from_env();
-    /// assert!(!seeds.is_empty());
-    /// ```
-    #[must_use]
-    pub fn seeds_from_env() -> Vec<String> {
-        let list = std::env::var(NODES_ENV).unwrap_or_default();
-        let seeds: Vec<String> = list
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
-            .collect();
-        if seeds.is_empty() {
-            DEFAULT_NODES.iter().map(|s| (*s).to_owned()).collect()
-        } else {
-            seeds
-        }
-    }
-
-    /// A builder for the nodes in `SHARDLIMIT_NODES` (comma-separated URLs),
-    /// or [`DEFAULT_NODES`] when it is unset or empty, the deployment of
-    /// [`DEPLOYMENT_ENV`] (default: detect), with the credentials
-    /// and TLS files of the environment when they are set:
-    /// [`USER_ENV`], [`PASSWORD_ENV`] (else [`PASSWORD_FILE_ENV`]),
-    /// [`TLS_CA_ENV`], [`TLS_CERT_ENV`] and [`TLS_KEY_ENV`]. Files are read
-    /// by [`ClusterBuilder::build`].
+    /// A builder for the nodes of [`seeds_from_env`](Self::seeds_from_env)
+    /// (`SHARDLIMIT_NODES`, comma-separated URLs), the namespace of
+    /// [`NAMESPACE_ENV`] (default `sl`; a later
+    /// [`namespace`](ClusterBuilder::namespace) call wins), the deployment
+    /// of [`DEPLOYMENT_ENV`] (default: detect), with the credentials and TLS
+    /// files of the environment when they are set: [`USER_ENV`],
+    /// [`PASSWORD_ENV`] (else [`PASSWORD_FILE_ENV`]), [`TLS_CA_ENV`],
+    /// [`TLS_CERT_ENV`] and [`TLS_KEY_ENV`]. Files are read by
+    /// [`ClusterBuilder::build`], which also reports a missing node list —
+    /// [`Error::Config`] naming `SHARDLIMIT_NODES` — before contacting
+    /// anything: a service never falls back to nodes it was not given.
     ///
     /// ```no_run
     /// # async fn demo() -> shardlimit::Result<()> {
     /// // SHARDLIMIT_NODES=rediss://10.0.0.5:6379 SHARDLIMIT_TLS_CA=/etc/redis/ca.crt
     /// // SHARDLIMIT_USER=app SHARDLIMIT_PASSWORD_FILE=/run/secrets/redis
+    /// // SHARDLIMIT_NAMESPACE=myapp
     /// let cluster = shardlimit::Cluster::builder_from_env().build().await?;
     /// # Ok(()) }
     /// ```
     pub fn builder_from_env() -> ClusterBuilder {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        let mut builder = Self::builder(Self::seeds_from_env());
+        let mut builder = match Self::seeds_from_env() {
+            Ok(seeds) => Self::builder(seeds),
+            Err(err) => {
+                let mut builder = Self::builder(Vec::<String>::new());
+                builder.nodes_env = Some(match err {
+                    Error::Config { reason, .. } => reason,
+                    other => other.to_string(),
+                });
+                builder
+            }
+        };
+        if let Some(namespace) = var(NAMESPACE_ENV) {
+            builder = builder.namespace(namespace.trim());
+        }
         if let Some(deployment) = var(DEPLOYMENT_ENV) {
             match deployment.parse() {
                 Ok(deployment) => builder = builder.deployment(deployment),
@@ -110,6 +103,8 @@ pub struct ClusterBuilder {
     deployment: Deployment,
     /// An unparseable [`DEPLOYMENT_ENV`], reported by `build`.
     deployment_env: Option<String>,
+    /// Why [`NODES_ENV`] gave no nodes, reported by `build`.
+    nodes_env: Option<String>,
     sentinel_service: Option<String>,
     security: Security,
     namespace: String,
@@ -130,6 +125,7 @@ impl ClusterBuilder {
             nodes,
             deployment: Deployment::Detect,
             deployment_env: None,
+            nodes_env: None,
             sentinel_service: None,
             security: Security::default(),
             namespace: "sl".to_owned(),
@@ -276,9 +272,22 @@ impl ClusterBuilder {
     ///
     /// For services that must start while Redis is unreachable: until the
     /// topology is first read, every call fails with a transient
-    /// [`Error::Connect`] — which fail-open limiters turn into bypassed
-    /// decisions — and the seeds are asked again with the reconnect
-    /// backoff.
+    /// [`Error::NotConnectedYet`] — which fail-open limiters turn into
+    /// bypassed decisions — and the seeds are asked again with the
+    /// reconnect backoff. Even with a healthy cluster the first calls come
+    /// before the topology is read: [`Cluster::wait_ready`] waits for it,
+    /// with a timeout.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> shardlimit::Result<()> {
+    /// use std::time::Duration;
+    /// let cluster = shardlimit::Cluster::builder(["redis://10.0.0.5:6379"])
+    ///     .lazy_connect(true)
+    ///     .build()
+    ///     .await?;                                     // returns at once
+    /// cluster.wait_ready(Duration::from_secs(2)).await?; // the topology is read
+    /// # Ok(()) }
+    /// ```
     pub fn lazy_connect(mut self, lazy: bool) -> Self {
         self.lazy = lazy;
         self
@@ -297,6 +306,9 @@ impl ClusterBuilder {
     /// [`Error::Connect`].
     pub async fn build(self) -> Result<Cluster> {
         let keys = KeyBuilder::new(&self.namespace)?;
+        if let Some(reason) = &self.nodes_env {
+            return Err(config(NODES_ENV, reason.clone()));
+        }
         if let Some(bad) = &self.deployment_env {
             return Err(config(
                 "deployment",

@@ -1,5 +1,8 @@
 //! The environment variables [`Cluster::builder_from_env`](crate::Cluster::builder_from_env)
-//! reads, and the nodes it falls back to.
+//! reads, and [`Cluster::seeds_from_env`](crate::Cluster::seeds_from_env).
+
+use super::Cluster;
+use crate::error::{Error, Result};
 
 /// Environment variable with the seed nodes, comma-separated
 /// `redis://host:port` (or `rediss://` for TLS) URLs; read by
@@ -45,8 +48,20 @@ pub const TLS_CERT_ENV: &str = "SHARDLIMIT_TLS_CERT";
 /// [`TLS_CERT_ENV`]; read by [`Cluster::builder_from_env`](crate::Cluster::builder_from_env).
 pub const TLS_KEY_ENV: &str = "SHARDLIMIT_TLS_KEY";
 
-/// Nodes used when [`NODES_ENV`] is unset: the six-node test cluster of
-/// `cluster-compose/`.
+/// Environment variable with the namespace
+/// ([`ClusterBuilder::namespace`](crate::ClusterBuilder::namespace)); read by
+/// [`Cluster::builder_from_env`](crate::Cluster::builder_from_env) and the
+/// CLI (`--namespace`). Unset: `sl`.
+pub const NAMESPACE_ENV: &str = "SHARDLIMIT_NAMESPACE";
+
+/// Environment variable with the first port of a local six-node test
+/// cluster (`cluster-compose/up.sh` runs it on that port and the five
+/// after): when [`NODES_ENV`] is unset, the seeds are
+/// `redis://127.0.0.1:<port>` to `<port + 5>`. For tests and demos only.
+pub const CLUSTER_PORT_ENV: &str = "SHARDLIMIT_CLUSTER_PORT";
+
+/// The six nodes of the `cluster-compose/` test cluster on its default
+/// ports (`SHARDLIMIT_CLUSTER_PORT=7000`).
 pub const DEFAULT_NODES: [&str; 6] = [
     "redis://127.0.0.1:7000",
     "redis://127.0.0.1:7001",
@@ -55,3 +70,57 @@ pub const DEFAULT_NODES: [&str; 6] = [
     "redis://127.0.0.1:7004",
     "redis://127.0.0.1:7005",
 ];
+
+impl Cluster {
+    /// The seed URLs of [`NODES_ENV`] (`SHARDLIMIT_NODES`, comma-separated,
+    /// blanks ignored), else the six local nodes of a test cluster at
+    /// [`CLUSTER_PORT_ENV`]: the one reading of those variables, shared by
+    /// [`builder_from_env`](Self::builder_from_env), the CLI and the
+    /// benches.
+    ///
+    /// Errors with [`Error::Config`] naming `SHARDLIMIT_NODES`, and saying
+    /// what to set, when neither is set: a production service without the
+    /// variable must not try `127.0.0.1`.
+    ///
+    /// ```no_run
+    /// // SHARDLIMIT_NODES=redis://10.0.0.5:6379,redis://10.0.0.6:6379
+    /// let seeds = shardlimit::Cluster::seeds_from_env()?;
+    /// assert_eq!(seeds.len(), 2);
+    /// # Ok::<(), shardlimit::Error>(())
+    /// ```
+    pub fn seeds_from_env() -> Result<Vec<String>> {
+        let list = std::env::var(NODES_ENV).unwrap_or_default();
+        let seeds: Vec<String> = list
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if !seeds.is_empty() {
+            return Ok(seeds);
+        }
+        let unset = |reason: String| Error::Config {
+            field: NODES_ENV,
+            reason,
+        };
+        match std::env::var(CLUSTER_PORT_ENV) {
+            Ok(port) if !port.trim().is_empty() => {
+                let base: u16 = port
+                    .trim()
+                    .parse()
+                    .ok()
+                    .filter(|p| *p <= u16::MAX - 5)
+                    .ok_or_else(|| unset(format!("{CLUSTER_PORT_ENV}={port:?} is not a port")))?;
+                Ok((base..=base + 5)
+                    .map(|port| format!("redis://127.0.0.1:{port}"))
+                    .collect())
+            }
+            _ => Err(unset(format!(
+                "unset: set {NODES_ENV} to the cluster's seed nodes, comma-separated \
+                 (e.g. {NODES_ENV}=redis://10.0.0.5:6379,redis://10.0.0.6:6379; \
+                 rediss:// for TLS), or {CLUSTER_PORT_ENV}=7000 for the local test \
+                 cluster of cluster-compose/"
+            ))),
+        }
+    }
+}

@@ -230,18 +230,14 @@ fn may_have_run(outcome: &Result<RedisResult<Value>, Lost>) -> bool {
     }
 }
 
-/// No topology yet (a lazy connect): transient, unless the seeds refused
-/// us (TLS, credentials) — then that error, which is not.
-fn not_connected(router: &Router) -> Error {
-    Error::Connect {
-        nodes: router.seed_list().to_owned(),
-        source: router.refusal().unwrap_or_else(|| {
-            std::io::Error::new(
-                std::io::ErrorKind::NotConnected,
-                "not connected to the cluster yet",
-            )
-            .into()
-        }),
+/// No topology yet (a lazy connect): [`Error::NotConnectedYet`], unless
+/// the seeds refused us (TLS, credentials) — then that error, which is not
+/// transient.
+pub(super) fn not_connected(router: &Router) -> Error {
+    let nodes = router.seed_list().to_owned();
+    match router.refusal() {
+        Some(source) => Error::Connect { nodes, source },
+        None => Error::NotConnectedYet { nodes },
     }
 }
 

@@ -118,6 +118,7 @@ impl Algorithm {
     /// the bounds that keep every number a script computes exact (see
     /// [`Quota#bounds`](Quota#bounds)); returns the period in microseconds.
     pub(crate) fn validate(self, quota: &Quota) -> Result<u64> {
+        quota.check_counts()?;
         let period = quota.period_micros()?;
         if self != Algorithm::Gcra && quota.has_custom_burst() {
             return Err(Error::Config {

@@ -99,7 +99,7 @@ impl RateLimiter {
                 Err(err) => self
                     .failure_policy()
                     .apply(err, &[self.outcomes()], |reason| {
-                        Decision::bypass(spec.capacity, reason)
+                        Decision::bypass(spec.quota, spec.capacity, reason)
                     }),
             };
             results[*i] = Some(result);

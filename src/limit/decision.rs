@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::quota::Quota;
 use crate::policy::BypassReason;
 
 /// The outcome of one check.
@@ -56,6 +57,12 @@ pub struct Decision {
     /// ([`RateLimiter::set_override`](crate::RateLimiter::set_override));
     /// `limit` is then the override's capacity.
     pub overridden: bool,
+    /// The quota the decision was made under: the subject's override when
+    /// [`overridden`](Self::overridden), else the limiter's quota at the
+    /// time of the check (it follows
+    /// [`set_quota`](crate::RateLimiter::set_quota)). The HTTP layer's
+    /// `RateLimit-Policy` is written from it.
+    pub quota: Quota,
     /// How long what Redis decided this by stays as it is unannounced: the
     /// end of a denial cached from it.
     pub(crate) settled: Settled,
@@ -98,8 +105,11 @@ impl Settled {
 }
 
 impl Decision {
-    pub(crate) fn bypass(limit: u32, reason: BypassReason) -> Self {
+    /// A fail-open admission without Redis, under the limiter's `quota`
+    /// and `limit` (its capacity).
+    pub(crate) fn bypass(quota: Quota, limit: u32, reason: BypassReason) -> Self {
         Decision {
+            quota,
             allowed: true,
             limit,
             remaining: 0,
@@ -195,6 +205,7 @@ mod tests {
             blocked: false,
             overridden: false,
             settled: Settled::Unbounded,
+            quota: Quota::per_second(10),
         }
     }
 

@@ -364,7 +364,7 @@ impl RateLimiter {
         match checked {
             Ok((_, mut decisions)) => Ok(decisions.swap_remove(0)),
             Err(err) => inner.policy.apply(err, &[self.outcomes()], |reason| {
-                Decision::bypass(spec.capacity, reason)
+                Decision::bypass(spec.quota, spec.capacity, reason)
             }),
         }
     }
@@ -450,7 +450,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn waiting_stops_when_allowed_or_past_the_deadline() {
-        let mut d = Decision::bypass(1, crate::BypassReason::Timeout);
+        let mut d = Decision::bypass(Quota::per_second(1), 1, crate::BypassReason::Timeout);
         let later = deadline_after(Duration::from_secs(10));
         assert_eq!(wait_for(&d, later), None);
         d.allowed = false;
@@ -471,7 +471,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn waiting_forever_has_no_deadline() {
         assert_eq!(deadline_after(Duration::MAX), None);
-        let mut d = Decision::bypass(1, crate::BypassReason::Timeout);
+        let mut d = Decision::bypass(Quota::per_second(1), 1, crate::BypassReason::Timeout);
         d.allowed = false;
         // Even a wait the clock cannot represent is waited for, not refused.
         for retry in [Duration::from_secs(3600), Duration::MAX] {

@@ -312,12 +312,12 @@ mod tests {
     #[test]
     fn limits_checked_alone_combine_into_one_reply() {
         let script = Script::new("t", "");
-        let admit = Limit::from_reply(&script, &[1, 1, 4, -1, 10, 5, 0, -1]).unwrap();
-        let deny = Limit::from_reply(&script, &[0, 0, 0, 300, 10, 5, 1, -2]).unwrap();
+        let admit = Limit::from_reply(&script, &[1, 1, 4, -1, 10, 5, 0, -1, 0, 0]).unwrap();
+        let deny = Limit::from_reply(&script, &[0, 0, 0, 300, 10, 5, 3, -2, 5, 9]).unwrap();
         assert!(admit.all && admit.allowed && !deny.all);
         assert_eq!(
             Limit::combine(&[admit.clone(), deny]),
-            [0, 1, 4, -1, 10, 5, 0, -1, 0, 0, 300, 10, 5, 1, -2]
+            [0, 1, 4, -1, 10, 5, 0, -1, 0, 0, 0, 0, 300, 10, 5, 3, -2, 5, 9]
         );
         assert_eq!(Limit::combine(&[admit])[0], 1);
         assert!(Limit::from_reply(&script, &[1, 1, 4]).is_err());

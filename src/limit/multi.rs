@@ -282,7 +282,7 @@ impl MultiLimiter {
                     decisions: self
                         .limiters
                         .iter()
-                        .map(|l| Decision::bypass(l.capacity(), reason))
+                        .map(|l| Decision::bypass(l.quota(), l.capacity(), reason))
                         .collect(),
                 })
             }

@@ -3,40 +3,50 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use crate::count::{Checked, Count};
 use crate::error::{Error, Result};
 
 /// A rate: `limit` units per `period`, and for GCRA an optional burst.
 ///
-/// A plain value with `const fn` constructors, so quotas can be constants:
+/// The constructors take a plain integer or a [`NonZeroU32`] (any
+/// [`Count`]); the limiter checks it when built:
+///
+/// ```
+/// use std::time::Duration;
+/// use shardlimit::Quota;
+///
+/// // 10 per second on average, up to 20 at once (GCRA only).
+/// let api = Quota::per_second(10).allow_burst(20);
+/// assert_eq!((api.limit().get(), api.burst().get()), (10, 20));
+/// assert_eq!(api.period(), Duration::from_secs(1));
+/// assert_eq!(Quota::per_hour(1000).burst(), Quota::per_hour(1000).limit());
+/// ```
+///
+/// [`Quota::new`] is the `const fn` for constants:
 ///
 /// ```
 /// use std::num::NonZeroU32;
 /// use std::time::Duration;
 /// use shardlimit::Quota;
 ///
-/// const API: Quota = Quota::per_minute(NonZeroU32::new(60).unwrap());
-/// assert_eq!(API.limit().get(), 60);
-/// assert_eq!(API.period(), Duration::from_secs(60));
-/// assert_eq!(API.burst(), API.limit());
-///
-/// // 10 per second on average, up to 50 at once (GCRA only).
-/// let bursty = Quota::per_second(NonZeroU32::new(10).unwrap())
-///     .allow_burst(NonZeroU32::new(50).unwrap());
-/// assert_eq!(bursty.burst().get(), 50);
+/// const API: Quota = Quota::new(NonZeroU32::new(60).unwrap(), Duration::from_secs(60));
+/// assert_eq!(API, Quota::per_minute(60));
 /// ```
 ///
 /// # Bounds
 ///
 /// A `Quota` is a plain value; the limiter's
-/// [`build`](crate::RateLimiterBuilder::build) checks it against these
-/// bounds and returns [`Error::Config`] (field `quota.period`, `quota.limit`
-/// or `quota.burst`) before anything is sent:
+/// [`build`](crate::RateLimiterBuilder::build) (and every call that takes a
+/// quota: [`set_quota`](crate::RateLimiter::set_quota),
+/// [`set_override`](crate::RateLimiter::set_override)) checks it against
+/// these bounds and returns [`Error::Config`] (field `quota.period`,
+/// `quota.limit` or `quota.burst`) before anything is sent:
 ///
 /// | field | bound |
 /// |---|---|
 /// | `period` | whole milliseconds, 1 ms ..= [`MAX_PERIOD`](Self::MAX_PERIOD) (366 days) |
 /// | `limit` | 1 ..= [`Algorithm::max_limit`](crate::Algorithm::max_limit): `u32::MAX`; the sliding log 128 |
-/// | `burst` | GCRA only; `burst × period / limit` (a full bucket's refill time) ≤ 366 days |
+/// | `burst` | 1 ..= `u32::MAX`, GCRA only; `burst × period / limit` (a full bucket's refill time) ≤ 366 days |
 /// | cost of one call | 1 ..= the limiter's [`capacity`](crate::RateLimiter::capacity) (limit, or GCRA burst), else [`Error::InvalidCost`] |
 ///
 /// So no timestamp, TTL or count a script computes leaves a double's exact
@@ -44,14 +54,16 @@ use crate::error::{Error, Result};
 ///
 /// ```
 /// # async fn demo(cluster: shardlimit::Cluster) {
-/// use std::num::NonZeroU32;
 /// use shardlimit::{Error, Quota, RateLimiter};
 ///
 /// // One per year with a burst of two: the bucket would take two years to refill.
-/// let quota = Quota::with_period(NonZeroU32::MIN, Quota::MAX_PERIOD)
-///     .allow_burst(NonZeroU32::new(2).unwrap());
+/// let quota = Quota::with_period(1, Quota::MAX_PERIOD).allow_burst(2);
 /// let err = RateLimiter::builder(&cluster, "yearly", quota).build().unwrap_err();
 /// assert!(matches!(err, Error::Config { field: "quota.burst", .. }));
+///
+/// // Zero is refused by name, before anything is sent.
+/// let err = RateLimiter::builder(&cluster, "none", Quota::per_second(0)).build().unwrap_err();
+/// assert!(matches!(err, Error::Config { field: "quota.limit", .. }));
 /// # }
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -59,6 +71,16 @@ pub struct Quota {
     limit: NonZeroU32,
     period: Duration,
     burst: Option<NonZeroU32>,
+    /// A count given that is not in 1 ..= `u32::MAX`, kept (with its
+    /// field) for the build to refuse; `limit` or `burst` reads 1 meanwhile.
+    invalid: Option<(Field, Checked)>,
+}
+
+/// Which count of a quota was given out of range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Field {
+    Limit,
+    Burst,
 }
 
 impl Quota {
@@ -72,32 +94,45 @@ impl Quota {
     /// 9 × 10^15), the numbers Lua computes with.
     pub const MAX_PERIOD: Duration = Duration::from_secs(366 * 24 * 3600);
 
+    /// `limit` per `period`, as a `const fn` for constants; the other
+    /// constructors take plain integers too.
+    #[must_use]
+    pub const fn new(limit: NonZeroU32, period: Duration) -> Self {
+        Quota {
+            limit,
+            period,
+            burst: None,
+            invalid: None,
+        }
+    }
+
     /// `limit` per second.
     #[must_use]
-    pub const fn per_second(limit: NonZeroU32) -> Self {
+    pub fn per_second(limit: impl Count) -> Self {
         Self::with_period(limit, Duration::from_secs(1))
     }
 
     /// `limit` per minute.
     #[must_use]
-    pub const fn per_minute(limit: NonZeroU32) -> Self {
+    pub fn per_minute(limit: impl Count) -> Self {
         Self::with_period(limit, Duration::from_secs(60))
     }
 
     /// `limit` per hour.
     #[must_use]
-    pub const fn per_hour(limit: NonZeroU32) -> Self {
+    pub fn per_hour(limit: impl Count) -> Self {
         Self::with_period(limit, Duration::from_secs(3600))
     }
 
-    /// `limit` per `period`. The period must be a whole number of
-    /// milliseconds from 1 ms to a year; limiters check this when built.
+    /// `limit` per `period`. The limit must be from 1 to `u32::MAX` and the
+    /// period a whole number of milliseconds from 1 ms to a year; limiters
+    /// check both when built.
     #[must_use]
-    pub const fn with_period(limit: NonZeroU32, period: Duration) -> Self {
+    pub fn with_period(limit: impl Count, period: Duration) -> Self {
+        let limit = Checked::new(limit);
         Quota {
-            limit,
-            period,
-            burst: None,
+            invalid: Self::invalid(Field::Limit, limit),
+            ..Self::new(limit.or_min(), period)
         }
     }
 
@@ -105,11 +140,17 @@ impl Quota {
     /// `limit` per `period`. Default: the limit. Other algorithms refuse a
     /// burst different from the limit when built.
     #[must_use]
-    pub const fn allow_burst(self, burst: NonZeroU32) -> Self {
+    pub fn allow_burst(self, burst: impl Count) -> Self {
+        let burst = Checked::new(burst);
         Quota {
-            burst: Some(burst),
+            burst: Some(burst.or_min()),
+            invalid: self.invalid.or(Self::invalid(Field::Burst, burst)),
             ..self
         }
+    }
+
+    fn invalid(field: Field, count: Checked) -> Option<(Field, Checked)> {
+        matches!(count, Checked::Invalid(_)).then_some((field, count))
     }
 
     /// Units per period.
@@ -135,6 +176,15 @@ impl Quota {
 
     pub(crate) fn has_custom_burst(&self) -> bool {
         self.burst.is_some_and(|b| b != self.limit)
+    }
+
+    /// [`Error::Config`] for a limit or burst given out of range.
+    pub(crate) fn check_counts(&self) -> Result<()> {
+        match self.invalid {
+            Some((Field::Limit, count)) => count.get("quota.limit").map(drop),
+            Some((Field::Burst, count)) => count.get("quota.burst").map(drop),
+            None => Ok(()),
+        }
     }
 
     /// The period in microseconds, checked: whole milliseconds, 1 ms to a
@@ -170,6 +220,22 @@ mod tests {
         assert!(!q.has_custom_burst());
         assert!(!q.allow_burst(nz(60)).has_custom_burst());
         assert!(q.allow_burst(nz(61)).has_custom_burst());
+    }
+
+    #[test]
+    fn invalid_counts_are_kept_for_the_build() {
+        assert!(Quota::per_second(5).allow_burst(7).check_counts().is_ok());
+        for (quota, field) in [
+            (Quota::per_second(0), "quota.limit"),
+            (Quota::per_second(-1).allow_burst(0), "quota.limit"),
+            (Quota::per_second(5).allow_burst(0), "quota.burst"),
+            (Quota::per_second(0).allow_burst(3), "quota.limit"),
+        ] {
+            match quota.check_counts() {
+                Err(Error::Config { field: f, .. }) => assert_eq!(f, field, "{quota:?}"),
+                other => panic!("{quota:?}: {other:?}"),
+            }
+        }
     }
 
     #[test]

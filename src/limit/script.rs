@@ -200,14 +200,15 @@ impl Invocation {
 }
 
 /// Values per limit in a check's reply.
-pub(crate) const REPLY_FIELDS: usize = 7;
+pub(crate) const REPLY_FIELDS: usize = 9;
 /// Reply flag: the subject is blocked.
 const FLAG_BLOCKED: i64 = 1;
 /// Reply flag: the subject's override applied.
 const FLAG_OVERRIDDEN: i64 = 2;
 
 /// `[all, then allowed, remaining, retry_after_us, reset_after_us,
-/// capacity, flags, settled_ms per limit]` into decisions. A limit in shadow mode that
+/// capacity, flags, settled_ms, override_limit, override_period_us per
+/// limit]` into decisions. A limit in shadow mode that
 /// denied is reported admitted, with [`Decision::would_deny`] set.
 pub(crate) fn parse_reply(
     script: &Script,
@@ -229,7 +230,14 @@ pub(crate) fn parse_reply(
         .zip(rest.chunks_exact(REPLY_FIELDS))
         .map(|(spec, f)| {
             let admitted = f[0] == 1;
-            Decision {
+            let overridden = f[5] & FLAG_OVERRIDDEN != 0;
+            let quota = if overridden {
+                applied_quota(f[7], f[8], count(f[4])).ok_or_else(bad)?
+            } else {
+                spec.quota
+            };
+            Ok(Decision {
+                quota,
                 allowed: admitted || spec.shadow,
                 limit: count(f[4]),
                 remaining: count(f[1]),
@@ -239,12 +247,26 @@ pub(crate) fn parse_reply(
                 cached: false,
                 would_deny: !admitted && spec.shadow,
                 blocked: f[5] & FLAG_BLOCKED != 0,
-                overridden: f[5] & FLAG_OVERRIDDEN != 0,
+                overridden,
                 settled: Settled::from_reply(f[6]),
-            }
+            })
         })
-        .collect();
+        .collect::<Result<_>>()?;
     Ok((all == 1, decisions))
+}
+
+/// An override's quota from a check's reply: its limit, its period and,
+/// as its burst, the capacity (which is the limit for all but GCRA).
+fn applied_quota(limit: i64, period_us: i64, capacity: u32) -> Option<Quota> {
+    let limit = u32::try_from(limit).ok()?;
+    let period = Duration::from_micros(u64::try_from(period_us).ok()?);
+    let quota = Quota::with_period(limit, period);
+    let quota = if capacity == limit {
+        quota
+    } else {
+        quota.allow_burst(capacity)
+    };
+    quota.check_counts().ok().map(|()| quota)
 }
 
 #[cfg(test)]
@@ -309,23 +331,34 @@ mod tests {
     fn replies_become_decisions() {
         let s = spec(10);
         let script = Script::new("gcra", "");
-        let (all, d) =
-            parse_reply(&script, &[&s], &[0, 0, 3, 250_000, 1_000_000, 10, 0, -1]).unwrap();
+        let (all, d) = parse_reply(
+            &script,
+            &[&s],
+            &[0, 0, 3, 250_000, 1_000_000, 10, 0, -1, 0, 0],
+        )
+        .unwrap();
         assert!(!all);
         assert!(!d[0].allowed && !d[0].would_deny && !d[0].blocked);
         assert_eq!(d[0].remaining, 3);
         assert_eq!(d[0].retry_after, Some(Duration::from_millis(250)));
         assert_eq!(d[0].reset_after, Duration::from_secs(1));
-        let (all, d) = parse_reply(&script, &[&s], &[1, 1, 9, -1, 100, 20, 2, 5000]).unwrap();
+        assert_eq!(d[0].quota, s.quota);
+        let reply = [1, 1, 9, -1, 100, 20, 2, 5000, 5, 60_000_000];
+        let (all, d) = parse_reply(&script, &[&s], &reply).unwrap();
         assert!(all && d[0].allowed && d[0].retry_after.is_none());
-        // The capacity is the reply's: an override's.
+        // The capacity and the quota are the reply's: an override's.
         assert_eq!(d[0].limit, 20);
+        assert_eq!(d[0].quota, Quota::per_minute(5).allow_burst(20));
         assert!(d[0].overridden && !d[0].blocked);
         assert_eq!(d[0].settled, Settled::For(Duration::from_secs(5)));
-        let (_, d) = parse_reply(&script, &[&s], &[0, 0, 0, 5, 0, 10, 3, -2]).unwrap();
+        let (_, d) =
+            parse_reply(&script, &[&s], &[0, 0, 0, 5, 0, 10, 3, -2, 10, 1_000_000]).unwrap();
         assert!(d[0].blocked && d[0].overridden);
         assert_eq!(d[0].settled, Settled::Unknown);
-        assert!(parse_reply(&script, &[&s], &[1, 1, 9, -1, 100]).is_err());
+        assert_eq!(d[0].quota, Quota::per_second(10));
+        assert!(parse_reply(&script, &[&s], &[1, 1, 9, -1, 100, 20, 0]).is_err());
+        // An override flagged without a quota is a malformed reply.
+        assert!(parse_reply(&script, &[&s], &[1, 1, 9, -1, 100, 20, 2, -1, 0, 0]).is_err());
     }
 
     #[test]
@@ -334,7 +367,7 @@ mod tests {
             .with(Quota::per_second(NonZeroU32::new(10).unwrap()), true)
             .unwrap();
         let script = Script::new("gcra", "");
-        let (all, d) = parse_reply(&script, &[&s], &[1, 0, 0, 50, 60, 10, 0, -1]).unwrap();
+        let (all, d) = parse_reply(&script, &[&s], &[1, 0, 0, 50, 60, 10, 0, -1, 0, 0]).unwrap();
         assert!(all && d[0].allowed && d[0].would_deny);
         assert_eq!(d[0].retry_after, Some(Duration::from_micros(50)));
     }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::{Lock, LockInner, ReplicaAck, WAIT_LATENESS};
 use crate::backoff::millis;
 use crate::cluster::Cluster;
+use crate::count::{Checked, Count};
 use crate::error::{Error, Result};
 use crate::keys::{KeyId, Kind};
 use crate::primitive::{Core, RetryBackoff};
@@ -36,7 +37,7 @@ pub struct LockBuilder {
     ttl: Duration,
     watchdog: bool,
     replica_ack: Option<Duration>,
-    replica_ack_count: NonZeroU32,
+    replica_ack_count: Checked,
     fence_ttl: Duration,
     retry: RetryBackoff,
 }
@@ -50,7 +51,7 @@ impl LockBuilder {
             ttl: Duration::from_secs(30),
             watchdog: false,
             replica_ack: None,
-            replica_ack_count: NonZeroU32::MIN,
+            replica_ack_count: Checked::new(NonZeroU32::MIN),
             fence_ttl: Duration::from_secs(60),
             retry: RetryBackoff::DEFAULT,
         }
@@ -110,9 +111,11 @@ impl LockBuilder {
     }
 
     /// How many replicas must confirm when
-    /// [`replica_ack`](Self::replica_ack) is on. Default 1.
-    pub fn replica_ack_count(mut self, replicas: NonZeroU32) -> Self {
-        self.replica_ack_count = replicas;
+    /// [`replica_ack`](Self::replica_ack) is on: a plain integer or a
+    /// [`NonZeroU32`], from 1 to `u32::MAX` (checked by
+    /// [`build`](Self::build), field `replica_ack_count`). Default 1.
+    pub fn replica_ack_count(mut self, replicas: impl Count) -> Self {
+        self.replica_ack_count = Checked::new(replicas);
         self
     }
 
@@ -147,6 +150,7 @@ impl LockBuilder {
         let fence = id.with_part("fence")?;
         let ttl_ms = millis("ttl", self.ttl)?;
         let fence_ttl_ms = millis("fence_ttl", self.fence_ttl)?;
+        let replica_ack_count = self.replica_ack_count.get("replica_ack_count")?;
         let replica_ack = match self.replica_ack {
             Some(timeout) => {
                 let timeout_ms = millis("replica_ack", timeout)?;
@@ -164,7 +168,7 @@ impl LockBuilder {
                 Some(ReplicaAck {
                     timeout,
                     timeout_ms,
-                    replicas: self.replica_ack_count,
+                    replicas: replica_ack_count,
                 })
             }
             None => None,

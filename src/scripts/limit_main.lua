@@ -30,8 +30,10 @@ for i = 1, #KEYS / LIMIT_KEYS do
       settled = earliest(settled, okey)
     end
   end
+  local applied_limit, applied_period = 0, 0
   if ol then
     limit, period, burst, flags = ol, op, ob, 2
+    applied_limit, applied_period = ol, op
   end
   local capacity = limit
   if code == 'gcra' then
@@ -69,6 +71,7 @@ for i = 1, #KEYS / LIMIT_KEYS do
     flags = flags + 1
   end
   s.capacity, s.flags, s.settled = capacity, flags, settled
+  s.applied_limit, s.applied_period = applied_limit, applied_period
   s.shadow = ARGV[a + 4] == '1'
   states[i] = s
   all_ok = all_ok and (s.ok or s.shadow)
@@ -92,5 +95,7 @@ for i = 1, #states do
   reply[#reply + 1] = s.capacity
   reply[#reply + 1] = s.flags
   reply[#reply + 1] = s.settled
+  reply[#reply + 1] = s.applied_limit
+  reply[#reply + 1] = s.applied_period
 end
 return reply

@@ -28,7 +28,8 @@
 -- state key alone follows the slot's ASK redirect like any one-key command.
 --
 -- Reply: { all_allowed, then per limit i: allowed, remaining, retry_after_us,
---          reset_after_us, capacity, flags, settled_ms }
+--          reset_after_us, capacity, flags, settled_ms, override_limit,
+--          override_period_us }
 --   all_allowed    1 if every limit not in shadow mode admitted the request
 --   allowed        1 or 0: this limit's own verdict (shadow or not)
 --   remaining      units left (after this request if it was consumed)
@@ -44,6 +45,10 @@
 --                  the two that exist; -1 when neither exists (or neither
 --                  expires); -2 when not known (inline mode with either
 --                  present: their values were read on their own)
+--   override_limit, override_period_us
+--                  the override's limit and period when one applied (its
+--                  burst is the capacity), else 0 and 0: the quota the
+--                  decision was made under, for the HTTP headers
 -- A limit's state is written only if the request is admitted (all_allowed),
 -- ARGV[2] is 1 and the limit itself admitted it: a rejected request consumes
 -- nothing, and a shadow limit that would deny it counts nothing. Time is the

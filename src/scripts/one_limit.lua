@@ -10,9 +10,9 @@
 -- ARGV  as the generic check for one limit: cost, mode (1 | 0 | i1 | i0),
 --       algorithm code, limit, period_us, burst, shadow; inline mode adds
 --       the override's value and the block's value ('' = none).
--- Reply (made by the algorithm's part) { all_allowed, allowed, remaining,
---       retry_after_us, reset_after_us, capacity, flags, settled_ms }: see
---       limit_prelude.lua.
+-- Reply (made by reply()) { all_allowed, allowed, remaining,
+--       retry_after_us, reset_after_us, capacity, flags, settled_ms,
+--       override_limit, override_period_us }: see limit_prelude.lua.
 -- Sets: MODE, KEY, VALUE (the state key's string, or false; not read for
 -- swc), BLOCK (the
 -- block's value), COST, LIMIT, PERIOD, BURST (the override's, if any),
@@ -56,12 +56,16 @@ end
 local COST = tonumber(ARGV[1])
 local LIMIT, PERIOD, BURST = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local FLAGS = 0
+-- The override's limit and period when it applied (else 0, 0): the reply's
+-- override_limit and override_period_us.
+local APPLIED_LIMIT, APPLIED_PERIOD = 0, 0
 if OVERRIDE and OVERRIDE ~= '' then
   local l, p, b = string.match(OVERRIDE, '^(%d+) (%d+) (%d+)$')
   if not l then
     return redis.error_reply('ERR shardlimit: malformed override in ' .. KEY .. ':quota')
   end
   LIMIT, PERIOD, BURST, FLAGS = tonumber(l), tonumber(p), tonumber(b), 2
+  APPLIED_LIMIT, APPLIED_PERIOD = LIMIT, PERIOD
 end
 
 -- The limit's own verdict `ok` and `retry` (-1: admitted, or never) after
@@ -94,5 +98,8 @@ local function reply(all_ok, ok, remaining, retry, reset, capacity, flags)
   if reset < 0 then
     reset = 0
   end
-  return { all_ok and 1 or 0, ok and 1 or 0, remaining, retry, reset, capacity, flags, SETTLED }
+  return {
+    all_ok and 1 or 0, ok and 1 or 0, remaining, retry, reset, capacity, flags,
+    SETTLED, APPLIED_LIMIT, APPLIED_PERIOD,
+  }
 end

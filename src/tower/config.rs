@@ -7,6 +7,7 @@ use std::sync::Arc;
 use http::HeaderValue;
 
 use super::limits::Limits;
+use crate::limit::Quota;
 use crate::warn::WarnLimiter;
 
 /// What to do with a request whose key cannot be extracted (the extractor
@@ -46,15 +47,24 @@ impl MissingKey {
 /// shared by every clone.
 pub(crate) struct Config {
     pub(crate) limits: Limits,
-    /// `RateLimit-Policy`, built once (its clones share the bytes).
+    /// `RateLimit-Policy`, built once (its clones share the bytes) from
+    /// `policy_quotas`; a check made under other quotas (an override, a
+    /// `set_quota` since) gets its own.
     pub(crate) policy: HeaderValue,
+    pub(crate) policy_quotas: Vec<(Quota, u32)>,
     pub(crate) missing: MissingKey,
     pub(crate) headers_on_allowed: bool,
+    /// A bypassed response says so in `shardlimit-bypassed`.
+    pub(crate) bypass_header: bool,
+    /// Units admitted here are given back when an inner layer denies.
+    pub(crate) refund_inner_denials: bool,
     pub(crate) cost: u32,
     /// Every key is limited under its digest, not only over-long ones.
     pub(crate) hash_keys: bool,
     /// At most one warning per few seconds about checks that failed (503).
     pub(crate) warn: WarnLimiter,
+    /// At most one warning per few seconds about requests without a key.
+    pub(crate) warn_missing: WarnLimiter,
 }
 
 impl fmt::Debug for Config {
@@ -64,6 +74,8 @@ impl fmt::Debug for Config {
             .field("policy", &self.policy)
             .field("missing", &self.missing)
             .field("headers_on_allowed", &self.headers_on_allowed)
+            .field("bypass_header", &self.bypass_header)
+            .field("refund_inner_denials", &self.refund_inner_denials)
             .field("cost", &self.cost)
             .field("hash_keys", &self.hash_keys)
             .finish_non_exhaustive()

@@ -46,6 +46,14 @@ pub trait KeyExtractor<B>: Clone + Send + Sync + 'static {
 
     /// The key of `request`, or `None` if it has none.
     fn extract(&self, request: &Request<B>) -> Option<Self::Key>;
+
+    /// Where the key is looked for, for the warning the layer logs (at
+    /// most every few seconds) when requests have none: `the request
+    /// extension core::net::SocketAddr`, `header x-api-key`. The default
+    /// names the extractor's type.
+    fn looked_for(&self) -> String {
+        format!("the key returned by {}", std::any::type_name::<Self>())
+    }
 }
 
 impl<B, K, F> KeyExtractor<B> for F
@@ -63,18 +71,34 @@ where
 /// The peer's IP address, from a connection-info extension of type `T`;
 /// an IPv6 peer is keyed by its /64 network.
 ///
-/// [`PeerIp::new`] reads a [`SocketAddr`] extension (what hyper-based
-/// servers usually insert). With axum, whose
-/// `into_make_service_with_connect_info::<SocketAddr>()` inserts
-/// `ConnectInfo<SocketAddr>`, say where the address is:
+/// With axum (feature `axum`), serve the app with
+/// `into_make_service_with_connect_info::<SocketAddr>()` — axum then puts
+/// a `ConnectInfo<SocketAddr>` in every request — and use
+/// [`PeerIp::connect_info`] (or [`PeerIp::new`], which finds either):
 ///
-/// ```
-/// # #[derive(Clone)] struct ConnectInfo<T>(T); // axum::extract::ConnectInfo
+/// ```no_run
+/// # #[cfg(feature = "axum")]
+/// # async fn demo(limiter: shardlimit::RateLimiter) {
 /// use std::net::SocketAddr;
-/// use shardlimit::tower::PeerIp;
+/// use axum::{Router, routing::get};
+/// use shardlimit::tower::{PeerIp, RateLimitLayer};
 ///
-/// let peer_ip = PeerIp::from_extension(|info: &ConnectInfo<SocketAddr>| info.0);
+/// let app = Router::new()
+///     .route("/", get(|| async { "hello" }))
+///     .layer(RateLimitLayer::new(limiter, PeerIp::connect_info()));
+/// let listener = tokio::net::TcpListener::bind("0.0.0.0:8080").await.unwrap();
+/// axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+///     .await
+///     .unwrap();
+/// # }
 /// ```
+///
+/// [`PeerIp::new`] reads a plain [`SocketAddr`] extension (what
+/// hyper-based servers usually insert) and, with feature `axum`, axum's
+/// `ConnectInfo<SocketAddr>`. Any other extension:
+/// [`PeerIp::from_extension`]. A request without the extension has no key
+/// (see [`MissingKey`](super::MissingKey)), and the layer's warning names
+/// the extension it looked for.
 ///
 /// The key ([`IpKey`]) is formatted on the stack: an IPv4 address as itself
 /// (`203.0.113.7`; an IPv4-mapped IPv6 address counts as IPv4), an IPv6
@@ -88,12 +112,40 @@ where
 /// you trust.
 pub struct PeerIp<T = SocketAddr> {
     addr: fn(&T) -> SocketAddr,
+    /// A second extension to read when `T` is absent: axum's connect info,
+    /// for [`PeerIp::new`].
+    fallback: Option<Fallback>,
     prefixes: Prefixes,
     _extension: PhantomData<fn(&T)>,
 }
 
+/// Reads the peer's address from another extension, and names it.
+#[derive(Clone, Copy)]
+struct Fallback {
+    read: fn(&http::Extensions) -> Option<SocketAddr>,
+    name: &'static str,
+}
+
+#[cfg(feature = "axum")]
+fn axum_connect_info(extensions: &http::Extensions) -> Option<SocketAddr> {
+    extensions
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+        .map(|info| info.0)
+}
+
+#[cfg(feature = "axum")]
+const AXUM_CONNECT_INFO: Option<Fallback> = Some(Fallback {
+    read: axum_connect_info,
+    name: "axum::extract::ConnectInfo<core::net::SocketAddr>",
+});
+
+#[cfg(not(feature = "axum"))]
+const AXUM_CONNECT_INFO: Option<Fallback> = None;
+
 impl PeerIp<SocketAddr> {
-    /// Reads a [`SocketAddr`] from the request extensions.
+    /// Reads a [`SocketAddr`] from the request extensions or, with feature
+    /// `axum`, axum's `ConnectInfo<SocketAddr>`: either server's way of
+    /// telling the peer.
     ///
     /// ```
     /// use std::net::SocketAddr;
@@ -107,7 +159,33 @@ impl PeerIp<SocketAddr> {
     /// ```
     #[must_use]
     pub fn new() -> Self {
-        PeerIp::from_extension(|addr: &SocketAddr| *addr)
+        PeerIp {
+            fallback: AXUM_CONNECT_INFO,
+            ..PeerIp::from_extension(|addr: &SocketAddr| *addr)
+        }
+    }
+}
+
+#[cfg(feature = "axum")]
+impl PeerIp<axum::extract::ConnectInfo<SocketAddr>> {
+    /// Reads axum's `ConnectInfo<SocketAddr>`, which axum inserts when the
+    /// app is served with `into_make_service_with_connect_info::<SocketAddr>()`
+    /// (feature `axum`). Other prefix lengths:
+    /// `PeerIp::builder(|info: &ConnectInfo<SocketAddr>| info.0)`.
+    ///
+    /// ```
+    /// use std::net::SocketAddr;
+    /// use axum::extract::ConnectInfo;
+    /// use http::Request;
+    /// use shardlimit::tower::{KeyExtractor, PeerIp};
+    ///
+    /// let mut req = Request::new(());
+    /// req.extensions_mut().insert(ConnectInfo("203.0.113.7:4711".parse::<SocketAddr>().unwrap()));
+    /// assert_eq!(PeerIp::connect_info().extract(&req).unwrap().as_ref(), b"203.0.113.7");
+    /// ```
+    #[must_use]
+    pub fn connect_info() -> Self {
+        PeerIp::from_extension(|info: &axum::extract::ConnectInfo<SocketAddr>| info.0)
     }
 }
 
@@ -125,6 +203,7 @@ impl<T: Send + Sync + 'static> PeerIp<T> {
     pub fn from_extension(addr: fn(&T) -> SocketAddr) -> Self {
         PeerIp {
             addr,
+            fallback: None,
             prefixes: Prefixes::default(),
             _extension: PhantomData,
         }
@@ -158,7 +237,33 @@ impl<T: Send + Sync + 'static> PeerIp<T> {
 
     /// The peer's address, unmasked, if the request has the extension.
     pub(crate) fn peer(&self, extensions: &http::Extensions) -> Option<IpAddr> {
-        extensions.get::<T>().map(|ext| (self.addr)(ext).ip())
+        match extensions.get::<T>() {
+            Some(ext) => Some((self.addr)(ext).ip()),
+            None => self
+                .fallback
+                .and_then(|fallback| (fallback.read)(extensions))
+                .map(|addr| addr.ip()),
+        }
+    }
+
+    /// The extensions it reads, for a warning about requests without one.
+    pub(crate) fn extensions_read(&self) -> String {
+        let mut text = format!("the request extension {}", std::any::type_name::<T>());
+        match self.fallback {
+            Some(fallback) => {
+                text.push_str(" or ");
+                text.push_str(fallback.name);
+            }
+            None if std::any::type_name::<T>() == std::any::type_name::<SocketAddr>() => {
+                text.push_str(
+                    " (with axum: serve with into_make_service_with_connect_info::<SocketAddr>() \
+                     and enable shardlimit's feature `axum`, or use \
+                     PeerIp::from_extension(|info: &ConnectInfo<SocketAddr>| info.0))",
+                );
+            }
+            None => {}
+        }
+        text
     }
 
     /// The key of `ip` under this extractor's prefix lengths.
@@ -179,6 +284,7 @@ impl<T> fmt::Debug for PeerIp<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PeerIp")
             .field("extension", &std::any::type_name::<T>())
+            .field("or", &self.fallback.map(|f| f.name))
             .field("prefixes", &self.prefixes)
             .finish()
     }
@@ -189,6 +295,10 @@ impl<B, T: Send + Sync + 'static> KeyExtractor<B> for PeerIp<T> {
 
     fn extract(&self, request: &Request<B>) -> Option<IpKey> {
         self.peer(request.extensions()).map(|ip| self.key(ip))
+    }
+
+    fn looked_for(&self) -> String {
+        self.extensions_read()
     }
 }
 
@@ -234,6 +344,7 @@ impl<T: Send + Sync + 'static> PeerIpBuilder<T> {
     pub fn build(self) -> Result<PeerIp<T>> {
         Ok(PeerIp {
             addr: self.addr,
+            fallback: None,
             prefixes: Prefixes::new(self.ipv4_prefix, self.ipv6_prefix)?,
             _extension: PhantomData,
         })
@@ -299,6 +410,10 @@ impl<B> KeyExtractor<B> for HeaderKey {
             .get(&self.name)
             .filter(|v| !v.is_empty())
             .cloned()
+    }
+
+    fn looked_for(&self) -> String {
+        format!("header {}", self.name)
     }
 }
 

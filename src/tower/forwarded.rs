@@ -194,6 +194,10 @@ impl<B, T: Send + Sync + 'static> KeyExtractor<B> for ForwardedIp<T> {
         let peer = self.peer.peer(request.extensions())?;
         Some(self.peer.key(self.client(peer, request.headers())))
     }
+
+    fn looked_for(&self) -> String {
+        self.peer.extensions_read()
+    }
 }
 
 /// Configures a [`ForwardedIp`]: which proxies are trusted and how the

@@ -39,20 +39,22 @@ pub(crate) fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
-/// The `RateLimit-Policy` value of `limiters`, built once per layer.
-pub(crate) fn policy<'a>(limiters: impl IntoIterator<Item = &'a RateLimiter>) -> HeaderValue {
+/// The quota and capacity each of `limiters` has now: what a layer's
+/// `RateLimit-Policy` is built from once.
+pub(crate) fn quotas(limiters: &[RateLimiter]) -> Vec<(Quota, u32)> {
+    limiters.iter().map(|l| (l.quota(), l.capacity())).collect()
+}
+
+/// The `RateLimit-Policy` value of named limits, each with its quota and
+/// capacity.
+pub(crate) fn policy<'a>(items: impl IntoIterator<Item = (&'a str, Quota, u32)>) -> HeaderValue {
     let mut out = String::new();
-    for (i, limiter) in limiters.into_iter().enumerate() {
+    for (i, (name, quota, capacity)) in items.into_iter().enumerate() {
         if i > 0 {
             out.push_str(", ");
         }
         // Writing to a String cannot fail.
-        let _ = write_policy_item(
-            &mut out,
-            limiter.name(),
-            limiter.quota(),
-            limiter.capacity(),
-        );
+        let _ = write_policy_item(&mut out, name, quota, capacity);
     }
     // Limiter names are [A-Za-z0-9_.-], numbers are digits: always a valid
     // header value. Fall back to nothing rather than panic if that changes.
@@ -166,7 +168,11 @@ mod tests {
     }
 
     fn decision(allowed: bool, remaining: u32, retry_ms: Option<u64>, reset_ms: u64) -> Decision {
-        let mut d = Decision::bypass(10, crate::BypassReason::Timeout);
+        let mut d = Decision::bypass(
+            crate::Quota::per_second(10),
+            10,
+            crate::BypassReason::Timeout,
+        );
         d.allowed = allowed;
         d.remaining = remaining;
         d.retry_after = retry_ms.map(Duration::from_millis);

@@ -25,8 +25,12 @@ use crate::warn::WarnLimiter;
 ///   rounded up), `RateLimit-Policy` and `RateLimit`; the inner service is not
 ///   called.
 /// * **Bypassed** (a fail-open limiter that could not reach Redis): the
-///   request goes through without headers; the limiter counted the bypass in
-///   [`Cluster::stats`](crate::Cluster::stats) and warned.
+///   request goes through without `RateLimit` headers, with
+///   [`RateLimitBypassed`](super::RateLimitBypassed) in its request's and
+///   response's extensions (and `shardlimit-bypassed` if
+///   [`bypass_header`](RateLimitLayerBuilder::bypass_header) is on); the
+///   limiter counted the bypass in [`Cluster::stats`](crate::Cluster::stats)
+///   and warned.
 /// * **Check failed** (a fail-closed limiter that could not reach Redis, or a
 ///   configuration fault): **503 Service Unavailable** with a short body; a
 ///   rate-limited `warn` says why.
@@ -78,13 +82,22 @@ impl<X> RateLimitLayer<X> {
         let limits = limits.into();
         RateLimitLayer {
             config: Arc::new(Config {
-                policy: headers::policy(limits.limiters()),
+                policy: headers::policy(
+                    limits
+                        .limiters()
+                        .iter()
+                        .map(|l| (l.name(), l.quota(), l.capacity())),
+                ),
+                policy_quotas: headers::quotas(limits.limiters()),
                 limits,
                 missing: MissingKey::default(),
                 headers_on_allowed: true,
+                bypass_header: false,
+                refund_inner_denials: true,
                 cost: 1,
                 hash_keys: false,
                 warn: WarnLimiter::new(),
+                warn_missing: WarnLimiter::new(),
             }),
             extractor,
         }
@@ -114,6 +127,8 @@ impl<X> RateLimitLayer<X> {
             extractor,
             missing: MissingKey::default(),
             headers_on_allowed: true,
+            bypass_header: false,
+            refund_inner_denials: true,
             cost: 1,
             hash_keys: false,
         }
@@ -169,6 +184,8 @@ impl<S, X: Clone> Layer<S> for RateLimitLayer<X> {
 /// let layer = RateLimitLayer::builder(limiter, HeaderKey::from_static("x-api-key"))
 ///     .missing_key(MissingKey::Reject) // default
 ///     .headers_on_allowed(true)         // default
+///     .bypass_header(false)             // default
+///     .refund_inner_denials(true)       // default
 ///     .cost(1)                          // default
 ///     .hash_keys(false)                 // default
 ///     .build()?;
@@ -180,6 +197,8 @@ pub struct RateLimitLayerBuilder<X> {
     extractor: X,
     missing: MissingKey,
     headers_on_allowed: bool,
+    bypass_header: bool,
+    refund_inner_denials: bool,
     cost: u32,
     hash_keys: bool,
 }
@@ -196,6 +215,32 @@ impl<X> RateLimitLayerBuilder<X> {
     /// Default `true`. Denied (429) responses always do.
     pub fn headers_on_allowed(mut self, on: bool) -> Self {
         self.headers_on_allowed = on;
+        self
+    }
+
+    /// Whether a response the layer let through without a decision (a
+    /// fail-open limiter, Redis not answering) carries
+    /// `shardlimit-bypassed: <reason>` (`timeout`, `connection`,
+    /// `node_down`, `cluster_unavailable`). Default `false`: it tells
+    /// clients about your Redis. Every such request and response carries
+    /// [`RateLimitBypassed`](super::RateLimitBypassed) in its extensions
+    /// either way.
+    pub fn bypass_header(mut self, on: bool) -> Self {
+        self.bypass_header = on;
+        self
+    }
+
+    /// Whether units this layer admitted are given back
+    /// ([`reward`](crate::RateLimiter::reward)) when a shardlimit layer
+    /// inside it answers the request 429. Default `true`: with a per-IP
+    /// layer outside a per-key one, the IP is charged only for what both
+    /// admitted. It costs one more round trip per such request, is not
+    /// atomic with the check (a concurrent request may be refused by this
+    /// layer in between), and the outer layer's `RateLimit` header was
+    /// written before the refund. The application's own 429s are not
+    /// refunded.
+    pub fn refund_inner_denials(mut self, on: bool) -> Self {
+        self.refund_inner_denials = on;
         self
     }
 
@@ -258,13 +303,22 @@ impl<X> RateLimitLayerBuilder<X> {
         }
         Ok(RateLimitLayer {
             config: Arc::new(Config {
-                policy: headers::policy(self.limits.limiters()),
+                policy: headers::policy(
+                    self.limits
+                        .limiters()
+                        .iter()
+                        .map(|l| (l.name(), l.quota(), l.capacity())),
+                ),
+                policy_quotas: headers::quotas(self.limits.limiters()),
                 limits: self.limits,
                 missing: self.missing,
                 headers_on_allowed: self.headers_on_allowed,
+                bypass_header: self.bypass_header,
+                refund_inner_denials: self.refund_inner_denials,
                 cost: self.cost,
                 hash_keys: self.hash_keys,
                 warn: WarnLimiter::new(),
+                warn_missing: WarnLimiter::new(),
             }),
             extractor: self.extractor,
         })
@@ -278,6 +332,8 @@ impl<X> fmt::Debug for RateLimitLayerBuilder<X> {
             .field("extractor", &std::any::type_name::<X>())
             .field("missing", &self.missing)
             .field("headers_on_allowed", &self.headers_on_allowed)
+            .field("bypass_header", &self.bypass_header)
+            .field("refund_inner_denials", &self.refund_inner_denials)
             .field("cost", &self.cost)
             .field("hash_keys", &self.hash_keys)
             .finish()

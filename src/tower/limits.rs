@@ -68,6 +68,21 @@ impl Limits {
             .unwrap_or(0)
     }
 
+    /// Gives `cost` units back to every limit (an inner layer refused what
+    /// these admitted). A failure only leaves them spent, as without a
+    /// refund: logged at `debug`.
+    pub(crate) async fn refund(&self, subject: &[u8], cost: u32) {
+        let Some(units) = std::num::NonZeroU32::new(cost) else {
+            return;
+        };
+        for limiter in self.limiters() {
+            if let Err(err) = limiter.reward(subject, units).await {
+                tracing::debug!(error = %err, limiter = limiter.name(),
+                    "shardlimit: refund after an inner layer's denial failed");
+            }
+        }
+    }
+
     pub(crate) async fn check(&self, subject: &[u8], cost: u32) -> Result<Verdict> {
         match &self.0 {
             Kind::One(limiter) => limiter.check_n(subject, cost).await.map(Verdict::One),

@@ -8,6 +8,7 @@ use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderValue, Request, Response, StatusCode};
 use tower::Service;
 
+use super::bypass::{BYPASSED, DeniedByLayer, RateLimitBypassed};
 use super::config::{Config, MissingKey};
 use super::extract::KeyExtractor;
 use super::future::ResponseFuture;
@@ -99,6 +100,9 @@ where
                     Subject::Key(k)
                 }
             });
+        if key.is_none() {
+            self.warn_missing();
+        }
         let subject = match (key, &self.config.missing) {
             (Some(subject), _) => subject,
             (None, MissingKey::Fallback(key)) => Subject::Fallback(Arc::clone(key)),
@@ -121,6 +125,31 @@ where
         // hand-written future could hold on stable Rust, so the check and
         // the call that follows it live in one box.
         ResponseFuture::checked(Box::pin(check_then_call(config, subject, inner, request)))
+    }
+}
+
+impl<S, X> RateLimitService<S, X> {
+    /// A request without a key: a policy when the key is optional, but
+    /// also how a misconfigured extractor looks (every request of an axum
+    /// app served without connect info), so say where the key was looked
+    /// for — at most once per few seconds.
+    fn warn_missing<B>(&self)
+    where
+        X: KeyExtractor<B>,
+    {
+        let Some(count) = self.config.warn_missing.should_warn() else {
+            return;
+        };
+        let looked_for = self.extractor.looked_for();
+        let limits = self.config.limits.limiters();
+        let limiter = limits.first().map_or("", |l| l.name());
+        if self.config.missing == MissingKey::Reject {
+            tracing::warn!(looked_for = %looked_for, limiter, missing_since_last_warning = count,
+                "shardlimit: a request has no rate-limit key; answering 400");
+        } else {
+            tracing::debug!(looked_for = %looked_for, limiter, missing_since_last_warning = count,
+                policy = ?self.config.missing, "shardlimit: a request has no rate-limit key");
+        }
     }
 }
 
@@ -169,15 +198,40 @@ where
     };
     if !verdict.allowed() {
         let mut response = plain(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n");
+        response.extensions_mut().insert(DeniedByLayer);
         let h = response.headers_mut();
         h.insert(RETRY_AFTER, headers::retry_after(verdict.retry_after()));
         add_ratelimit(h, &config, &verdict);
         return Ok(response);
     }
+    let bypassed = verdict.bypassed().map(RateLimitBypassed::new);
+    let mut request = request;
+    if let Some(signal) = bypassed {
+        request.extensions_mut().insert(signal);
+    }
     let mut response = inner.call(request).await?;
-    // A bypassed decision knows nothing about the quota: no headers.
-    if config.headers_on_allowed && verdict.bypassed().is_none() {
-        add_ratelimit(response.headers_mut(), &config, &verdict);
+    if config.refund_inner_denials
+        && bypassed.is_none()
+        && response.extensions().get::<DeniedByLayer>().is_some()
+    {
+        // An inner layer refused what this one admitted and counted: give
+        // the units back, so stacked layers charge only what they all admit.
+        config.limits.refund(subject.as_ref(), config.cost).await;
+    }
+    match bypassed {
+        // A bypassed decision knows nothing about the quota: no headers.
+        Some(signal) => {
+            if config.bypass_header {
+                response
+                    .headers_mut()
+                    .insert(BYPASSED.clone(), signal.header_value());
+            }
+            response.extensions_mut().insert(signal);
+        }
+        None if config.headers_on_allowed => {
+            add_ratelimit(response.headers_mut(), &config, &verdict);
+        }
+        None => {}
     }
     Ok(response)
 }
@@ -185,16 +239,31 @@ where
 /// Appends (not inserts): with one layer per key — per IP, then per API key
 /// — every layer's limits are listed, as the draft allows a list to be split
 /// over several fields.
+///
+/// `RateLimit-Policy` states the quota each decision was made under: the
+/// layer's prebuilt value unless a subject's override (or a
+/// `set_quota` since the layer was built) applied.
 fn add_ratelimit(h: &mut http::HeaderMap, config: &Config, verdict: &Verdict) {
-    let names = config
-        .limits
-        .limiters()
+    let limiters = config.limits.limiters();
+    let names = || limiters.iter().map(crate::RateLimiter::name);
+    let decisions = verdict.decisions();
+    let as_built = decisions
         .iter()
-        .map(crate::RateLimiter::name);
-    h.append(RATELIMIT_POLICY.clone(), config.policy.clone());
+        .map(|d| (d.quota, d.limit))
+        .eq(config.policy_quotas.iter().copied());
+    let policy = if as_built {
+        config.policy.clone()
+    } else {
+        headers::policy(
+            names()
+                .zip(decisions)
+                .map(|(name, d)| (name, d.quota, d.limit)),
+        )
+    };
+    h.append(RATELIMIT_POLICY.clone(), policy);
     h.append(
         RATELIMIT.clone(),
-        headers::ratelimit(names.zip(verdict.decisions())),
+        headers::ratelimit(names().zip(decisions)),
     );
 }
 

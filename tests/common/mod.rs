@@ -12,9 +12,17 @@ use rand::Rng;
 use redis::Value;
 use shardlimit::{Cluster, ClusterBuilder};
 
-/// Seed node URLs, from `SHARDLIMIT_NODES` or the six local ports.
+/// Seed node URLs: `SHARDLIMIT_NODES`, else the six local nodes at
+/// `SHARDLIMIT_CLUSTER_PORT`, else those at 7000 (the library itself has no
+/// such default: `Cluster::seeds_from_env` refuses to guess). A test that
+/// starts the CLI or an example passes these on as `SHARDLIMIT_NODES`.
 pub fn node_urls() -> Vec<String> {
-    Cluster::seeds_from_env()
+    Cluster::seeds_from_env().unwrap_or_else(|_| {
+        shardlimit::cluster::DEFAULT_NODES
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect()
+    })
 }
 
 /// A namespace no other test uses.
@@ -474,5 +482,39 @@ pub async fn finish_move(slot: u16, to: &Master, all: &[Master]) {
     cmd(&to.addr, &["CLUSTER", "SETSLOT", &s, "NODE", &to.id]).await;
     for m in all.iter().filter(|m| m.addr != to.addr) {
         cmd(&m.addr, &["CLUSTER", "SETSLOT", &s, "NODE", &to.id]).await;
+    }
+}
+
+/// Log lines written while a thread-local subscriber is set
+/// (`tracing::subscriber::set_default` with `fmt().with_writer(…)`).
+#[derive(Clone, Default)]
+pub struct LogLines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogLines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl LogLines {
+    /// Captures this thread's log lines (plain text, every level from
+    /// `INFO`) until the guard is dropped.
+    pub fn capture() -> (Self, tracing::subscriber::DefaultGuard) {
+        let logs = LogLines::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        (logs, tracing::subscriber::set_default(subscriber))
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
     }
 }

@@ -16,6 +16,7 @@ async fn start(ns: &str, args: &[&str], env: &[(&str, &str)]) -> (Child, String)
     command
         .args(["--namespace", ns, "web", "--listen", "127.0.0.1:0"])
         .args(args)
+        .env("SHARDLIMIT_NODES", crate::common::node_urls().join(","))
         .env_remove("SHARDLIMIT_WEB_TOKEN")
         .env_remove("SHARDLIMIT_WEB_USER")
         .env_remove("SHARDLIMIT_WEB_PASSWORD")

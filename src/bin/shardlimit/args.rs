@@ -63,7 +63,12 @@ pub(crate) struct Cli {
     )]
     pub(crate) tls_key: Option<std::path::PathBuf>,
     /// The namespace the primitives were built with.
-    #[arg(long, default_value = "sl", global = true)]
+    #[arg(
+        long,
+        env = "SHARDLIMIT_NAMESPACE",
+        default_value = "sl",
+        global = true
+    )]
     pub(crate) namespace: String,
     /// Timeout of each command, in milliseconds.
     #[arg(long, default_value_t = 2000, global = true)]

@@ -15,11 +15,12 @@
 //! ```
 //!
 //! Global: `--nodes` (or `SHARDLIMIT_NODES`, comma-separated
-//! `redis://host:port`, `rediss://` for TLS; default the six local test
-//! nodes), `--deployment` (or `SHARDLIMIT_DEPLOYMENT`: `detect` by default,
+//! `redis://host:port`, `rediss://` for TLS; required — or
+//! `SHARDLIMIT_CLUSTER_PORT=7000` for the six local test nodes),
+//! `--deployment` (or `SHARDLIMIT_DEPLOYMENT`: `detect` by default,
 //! `cluster`, `standalone` for one plain redis-server, `sentinel` with
 //! `--sentinel-service` or `SHARDLIMIT_SENTINEL_SERVICE`), `--namespace`
-//! (default `sl`); credentials `--user` (or
+//! (or `SHARDLIMIT_NAMESPACE`; default `sl`); credentials `--user` (or
 //! `SHARDLIMIT_USER`) with the password from `SHARDLIMIT_PASSWORD` or
 //! `--password-file` (never a flag: it would show in `ps`); TLS `--tls-ca`,
 //! `--tls-cert`, `--tls-key` (or `SHARDLIMIT_TLS_CA`, ...). No output ever
@@ -96,7 +97,7 @@ async fn run(cli: Cli) -> AnyResult<ExitCode> {
 /// The cluster handle the global options describe.
 async fn connect(cli: &Cli) -> AnyResult<Cluster> {
     let nodes: Vec<String> = if cli.nodes.is_empty() {
-        Cluster::seeds_from_env()
+        Cluster::seeds_from_env()?
     } else {
         cli.nodes.clone()
     };

@@ -73,7 +73,7 @@ pub(crate) struct Target {
 /// (src/scripts/limit_adjust.lua); a check, a penalty or a reward would
 /// apply it, and this command makes none. tests/cli.rs checks that the
 /// subject's state is untouched.
-const UNUSED_QUOTA: Quota = Quota::per_second(NonZeroU32::MIN);
+const UNUSED_QUOTA: Quota = Quota::new(NonZeroU32::MIN, Duration::from_secs(1));
 
 impl Target {
     /// The limiter, validated by the library with `quota` as its default
