@@ -317,7 +317,9 @@ mod tests {
         assert!(admit.all && admit.allowed && !deny.all);
         assert_eq!(
             Limit::combine(&[admit.clone(), deny]),
-            [0, 1, 4, -1, 10, 5, 0, -1, 0, 0, 0, 0, 300, 10, 5, 3, -2, 5, 9]
+            [
+                0, 1, 4, -1, 10, 5, 0, -1, 0, 0, 0, 0, 300, 10, 5, 3, -2, 5, 9
+            ]
         );
         assert_eq!(Limit::combine(&[admit])[0], 1);
         assert!(Limit::from_reply(&script, &[1, 1, 4]).is_err());
