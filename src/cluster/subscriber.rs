@@ -28,8 +28,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use futures::StreamExt;
-use redis::aio::MultiplexedConnection;
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -37,8 +35,13 @@ use tokio::time::Instant;
 use super::invalidation::Invalidations;
 use super::node::Node;
 use super::router::Router;
-use super::socket::Socket;
 use crate::keys::{SLOT_COUNT, slot};
+
+mod link;
+mod server;
+
+use self::link::{Conn, Event, health_check, subscribe};
+use self::server::follow_server;
 
 /// How often a standalone subscriber checks that it follows the server
 /// serving the slots now, and the task checks that its handle is alive.
@@ -50,10 +53,6 @@ const TICK: Duration = Duration::from_millis(100);
 /// its `PING` may take before the connection counts as lost.
 pub(crate) const PING_INTERVAL: Duration = Duration::from_secs(1);
 pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(1);
-/// How long one `SSUBSCRIBE` may take to be confirmed.
-const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(2);
-/// Subscriptions sent at once on one connection.
-const SUBSCRIBE_CONCURRENCY: usize = 64;
 /// The first and largest wait before trying a node again after a failed
 /// connection or subscription.
 const RETRY_MIN: Duration = Duration::from_millis(100);
@@ -123,31 +122,6 @@ enum SlotState {
     Pending(u64),
     /// Confirmed on connection `id`, which is still healthy.
     Live(u64),
-}
-
-/// What the connections and their tasks report to the follower.
-enum Event {
-    Push(u64, PushInfo),
-    Opened(u64, redis::RedisResult<(MultiplexedConnection, Socket)>),
-    /// The connection failed a health check, or answered out of turn.
-    Dead(u64),
-    Subscribed(u64, u16, redis::RedisResult<()>),
-}
-
-/// One node's subscription connection.
-struct Conn {
-    id: u64,
-    /// `None` while it opens.
-    open: Option<(MultiplexedConnection, Arc<Socket>)>,
-    pinger: Option<tokio::task::AbortHandle>,
-}
-
-impl Drop for Conn {
-    fn drop(&mut self) {
-        if let Some(pinger) = self.pinger.take() {
-            pinger.abort();
-        }
-    }
 }
 
 /// When a node may be tried again.
@@ -507,120 +481,6 @@ impl Follower<'_> {
     }
 }
 
-/// Subscribes `channels` (slot, channel) on connection `id`, reporting
-/// each confirmation or failure. A reply that is not the confirmation of
-/// this very channel (a drop the connection took for a reply) makes the
-/// connection untrusted.
-async fn subscribe(
-    conn: MultiplexedConnection,
-    id: u64,
-    channels: Vec<(u16, String)>,
-    events: mpsc::UnboundedSender<Event>,
-) {
-    futures::stream::iter(channels)
-        .for_each_concurrent(SUBSCRIBE_CONCURRENCY, |(slot, channel)| {
-            let mut conn = conn.clone();
-            let events = events.clone();
-            async move {
-                let reply = tokio::time::timeout(
-                    SUBSCRIBE_TIMEOUT,
-                    redis::cmd("SSUBSCRIBE")
-                        .arg(&channel)
-                        .query_async::<Value>(&mut conn),
-                )
-                .await;
-                let outcome = match reply {
-                    Err(_) => Err(timed_out("a deny-cache subscription was not confirmed")),
-                    Ok(Err(err)) => Err(err),
-                    Ok(Ok(Value::Push {
-                        kind: PushKind::SSubscribe,
-                        data,
-                    })) if matches!(data.first(), Some(Value::BulkString(c)) if *c == channel.as_bytes()) => {
-                        Ok(())
-                    }
-                    Ok(Ok(_)) => {
-                        let _ = events.send(Event::Dead(id));
-                        Err(timed_out("a deny-cache subscription got another reply"))
-                    }
-                };
-                let _ = events.send(Event::Subscribed(id, slot, outcome));
-            }
-        })
-        .await;
-}
-
-/// Pings the connection every [`PING_INTERVAL`]; reports it dead when it
-/// ends, or a `PING` is not answered `PONG` within [`PING_TIMEOUT`] (a hung
-/// server closes nothing).
-async fn health_check(
-    mut conn: MultiplexedConnection,
-    socket: Arc<Socket>,
-    id: u64,
-    events: mpsc::UnboundedSender<Event>,
-) {
-    loop {
-        tokio::select! {
-            () = socket.ended() => break,
-            () = tokio::time::sleep(PING_INTERVAL) => {}
-        }
-        let reply = tokio::time::timeout(
-            PING_TIMEOUT,
-            redis::cmd("PING").query_async::<Value>(&mut conn),
-        )
-        .await;
-        if !matches!(reply, Ok(Ok(Value::SimpleString(ref pong))) if pong == "PONG") {
-            break;
-        }
-    }
-    let _ = events.send(Event::Dead(id));
-}
-
-/// Follows the one channel of a standalone server or Sentinel primary,
-/// until that server changes or the connection ends.
-async fn follow_server(
-    hub: &Weak<Invalidations>,
-    router: &Weak<Router>,
-    config: &SubscriberConfig,
-) -> redis::RedisResult<()> {
-    let Some(node) = router.upgrade().and_then(|r| r.owner(0)) else {
-        return Err(timed_out("no server serves the slots yet"));
-    };
-    let Some(channel) = hub.upgrade().map(|h| h.server_channel()) else {
-        return Ok(());
-    };
-    let mut pubsub = tokio::time::timeout(config.connect_timeout, node.client().get_async_pubsub())
-        .await
-        .map_err(|_| timed_out("connecting the invalidation subscriber"))??;
-    pubsub.subscribe(&channel).await?;
-    match hub.upgrade() {
-        Some(hub) => hub.gained_all(),
-        None => return Ok(()),
-    }
-    let mut messages = pubsub.into_on_message();
-    loop {
-        let message = tokio::select! {
-            message = messages.next() => message,
-            () = tokio::time::sleep(WATCH_INTERVAL) => {
-                let moved = router
-                    .upgrade()
-                    .and_then(|r| r.owner(0))
-                    .is_none_or(|now| !Arc::ptr_eq(&now, &node));
-                if moved || hub.strong_count() == 0 {
-                    return Ok(());
-                }
-                continue;
-            }
-        };
-        let Some(message) = message else {
-            return Err(timed_out("the invalidation subscriber's connection ended"));
-        };
-        match hub.upgrade() {
-            Some(hub) => hub.key_changed(message.get_payload_bytes()),
-            None => return Ok(()),
-        }
-    }
-}
-
-fn timed_out(what: &'static str) -> redis::RedisError {
+pub(super) fn timed_out(what: &'static str) -> redis::RedisError {
     redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, what))
 }
