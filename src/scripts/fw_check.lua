@@ -28,12 +28,8 @@ if used > 0 and redis.call('PEXPIRETIME', KEY) < window_end / 1000 then
   used = 0
 end
 local count, expiry = used + cost, window_end / 1000
--- int() of the generic check, on both numbers it would write.
-for _, x in ipairs({ count, expiry }) do
-  if x ~= x or x < 0 or x >= 9007199254740992 or x ~= math.floor(x) then
-    return redis.error_reply('ERR shardlimit: number out of range: ' .. tostring(x))
-  end
-end
+exact(count)
+exact(expiry)
 local until_end = window_end - NOW_US
 local admits = count <= LIMIT and not never
 local ok, retry, flags, all_ok, wrote = blocked(admits, (admits or never) and -1 or until_end)

@@ -27,10 +27,7 @@ end
 local new_tat = tat + cost * interval
 local allow_at = new_tat - tolerance
 local stored = math.ceil(new_tat)
--- int() of the generic check: refuses what it would not format.
-if not (stored >= 0 and stored < 9007199254740992) then
-  return redis.error_reply('ERR shardlimit: number out of range: ' .. tostring(stored))
-end
+exact(stored)
 local admits = allow_at <= NOW_US and not never
 local ok, retry, flags, all_ok, wrote =
   blocked(admits, (admits or never) and -1 or math.ceil(allow_at - NOW_US))

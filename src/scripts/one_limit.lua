@@ -17,7 +17,7 @@
 -- swc), BLOCK (the
 -- block's value), COST, LIMIT, PERIOD, BURST (the override's, if any),
 -- FLAGS (2 if the override applied) and SETTLED (settled_ms); defines
--- blocked() and reply().
+-- exact(), blocked() and reply().
 
 local MODE = ARGV[2]
 local KEY = KEYS[1]
@@ -66,6 +66,15 @@ if OVERRIDE and OVERRIDE ~= '' then
   end
   LIMIT, PERIOD, BURST, FLAGS = tonumber(l), tonumber(p), tonumber(b), 2
   APPLIED_LIMIT, APPLIED_PERIOD = LIMIT, PERIOD
+end
+
+-- int() of the generic check without the formatting (done only when the
+-- number is written): refuses (raises, so nothing is written) anything
+-- that is not an integer in [0, 2^53).
+local function exact(x)
+  if x ~= x or x < 0 or x >= 9007199254740992 or x ~= math.floor(x) then
+    error({ err = 'ERR shardlimit: number out of range: ' .. tostring(x) })
+  end
 end
 
 -- The limit's own verdict `ok` and `retry` (-1: admitted, or never) after

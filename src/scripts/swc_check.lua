@@ -34,12 +34,10 @@ elseif sw == w - 1 then
 end
 local estimate = cur + prev * (1 - fraction)
 local window_end = start + 2 * PERIOD
--- int() of the generic check, on every number it would write.
-for _, x in ipairs({ w, cur + cost, prev, window_end / 1000 }) do
-  if x ~= x or x < 0 or x >= 9007199254740992 or x ~= math.floor(x) then
-    return redis.error_reply('ERR shardlimit: number out of range: ' .. tostring(x))
-  end
-end
+exact(w)
+exact(cur + cost)
+exact(prev)
+exact(window_end / 1000)
 local admits = estimate + cost <= LIMIT and not never
 local retry = -1
 if not admits and not never then
