@@ -1,7 +1,7 @@
 -- A change to one limit of one subject, other than a check: reset, block,
 -- unblock, penalize, reward, override, clear the override, or just read.
--- Follows clock.lua, limit_prelude.lua (for int(), override() and
--- blocked_until()) and the four algorithm files (for swc_counts() and
+-- Follows clock.lua, limit_prelude.lua (for int(), parse_override() and
+-- parse_block()) and the four algorithm files (for swc_counts() and
 -- slog_add(), shared with the checks). All KEYS share the subject's hash
 -- slot.
 --
@@ -33,6 +33,16 @@
 -- never past an empty quota; reward gives units back, never past a full one.
 -- Every key written has a TTL: a block until it ends, an override for
 -- ARGV[2], state as a check writes it.
+
+-- The override held in the override key `key` (see parse_override()).
+local function override(key)
+  return parse_override(redis.call('GET', key), key)
+end
+
+-- The server time (us) the block `key` holds the subject blocked until.
+local function blocked_until(key)
+  return parse_block(redis.call('GET', key))
+end
 
 local ADJUST = {}
 

@@ -120,21 +120,12 @@ local function parse_override(o, key)
   return tonumber(l), tonumber(p), tonumber(b)
 end
 
--- Limit i's override, read from its key.
-local function override(key)
-  return parse_override(redis.call('GET', key), key)
-end
-
 -- The server time (us) a block's value (false/'' for none) holds the
 -- subject blocked until; 0 when none.
 local function parse_block(v)
   return tonumber(v or 0) or 0
 end
 
--- The same, read from the block key.
-local function blocked_until(key)
-  return parse_block(redis.call('GET', key))
-end
 
 -- `settled` (see settled_ms in the reply above; -1: no bound) bounded by the expiry
 -- of `key`, which exists. Called only for an override or block that
