@@ -16,7 +16,10 @@
 //!   [`set_shadow`](RateLimiter::set_shadow); opt-in, a local
 //!   [deny cache](RateLimiterBuilder::deny_cache).
 //! * [`MultiLimiter`] — several limits on one subject, all or nothing, in
-//!   one script.
+//!   one script. A `RateLimiter` is a multi-limit of one: both (and
+//!   [`check_many`](RateLimiter::check_many) and the tower layer) run one
+//!   check pipeline — deny cache, script, failure policy, counting — and
+//!   `MultiLimiter::from(limiter)` checks exactly as the limiter does.
 //! * [`Decision`] — being limited is a value, not an error.
 //!
 //! Every check is one Lua script on the master owning the subject's slot,
@@ -136,6 +139,7 @@
 mod adjust;
 mod algorithm;
 mod batch;
+mod check;
 mod decision;
 mod deny_cache;
 mod limiter;

@@ -1,6 +1,7 @@
-//! `RateLimiter::check_many` against the six-node cluster: per-request
-//! results in order, per-request errors, counting, the deny cache, and a
-//! batch after `SCRIPT FLUSH` as the least-privilege ACL user.
+//! `RateLimiter::check_many` and `MultiLimiter::check_many` against the
+//! six-node cluster: per-request results in order, per-request errors,
+//! counting, the deny cache, all-or-nothing per request, and a batch after
+//! `SCRIPT FLUSH` as the least-privilege ACL user.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -8,7 +9,7 @@ mod common;
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
-use shardlimit::{Algorithm, Cluster, Error, Quota, RateLimiter};
+use shardlimit::{Algorithm, Cluster, Error, MultiLimiter, Quota, RateLimiter};
 
 fn nz(n: u32) -> NonZeroU32 {
     NonZeroU32::new(n).unwrap()
@@ -104,14 +105,17 @@ async fn a_batch_is_answered_from_the_deny_cache_where_it_can() {
         .unwrap();
     let batch: Vec<(String, u32)> = (0..50).map(|i| (format!("bot:{i}"), 1)).collect();
     for d in l.check_many(&batch).await {
-        assert!(d.unwrap().allowed);
+        assert!(d.expect("first batch").allowed);
     }
     // Denied by Redis (and cached once the subscription is live), then
     // from the cache.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let results = l.check_many(&batch).await;
-        let decisions: Vec<_> = results.into_iter().map(Result::unwrap).collect();
+        let decisions: Vec<_> = results
+            .into_iter()
+            .map(|r| r.expect("later batch"))
+            .collect();
         assert!(decisions.iter().all(|d| !d.allowed));
         if decisions.iter().all(|d| d.cached) {
             break;
@@ -124,6 +128,76 @@ async fn a_batch_is_answered_from_the_deny_cache_where_it_can() {
     }
     let s = cluster.stats().get("gcra", "cached").cloned().unwrap();
     assert!(s.denied_cached >= 50, "{s:?}");
+}
+
+#[tokio::test]
+async fn a_multi_limit_batch_is_all_or_nothing_per_request() {
+    let cluster = common::cluster("many-multi").await;
+    let small = RateLimiter::builder(&cluster, "small", Quota::per_hour(nz(2)))
+        .build()
+        .unwrap();
+    let big = RateLimiter::builder(&cluster, "big", Quota::per_hour(nz(3)))
+        .algorithm(Algorithm::SlidingWindow)
+        .build()
+        .unwrap();
+    let both = MultiLimiter::new([small.clone(), big.clone()])
+        .unwrap()
+        .with_deny_cache(100)
+        .unwrap();
+    let subjects: Vec<String> = (0..60).map(|i| format!("user:{i}")).collect();
+    let batch: Vec<(&str, u32)> = subjects.iter().map(|s| (s.as_str(), 1)).collect();
+    for round in 0..2 {
+        for (d, (subject, _)) in both.check_many(&batch).await.iter().zip(&batch) {
+            let d = d.as_ref().expect("an admitting batch");
+            assert!(d.allowed, "round {round} {subject}: {d:?}");
+        }
+    }
+    // The small limit is spent: every request is denied, and the big limit,
+    // which would admit, is not consumed.
+    for (d, (subject, _)) in both.check_many(&batch).await.iter().zip(&batch) {
+        let d = d.as_ref().expect("a denying batch");
+        assert!(!d.allowed && !d.decisions[0].allowed && d.decisions[1].allowed);
+        assert_eq!(big.peek(subject).await.unwrap().remaining, 1, "{subject}");
+    }
+    let s = cluster.stats().get("gcra", "small").cloned().unwrap();
+    assert_eq!((s.allowed, s.denied), (120, 60), "{s:?}");
+    let s = cluster
+        .stats()
+        .get(Algorithm::SlidingWindow.kind(), "big")
+        .cloned()
+        .unwrap();
+    assert_eq!((s.allowed, s.denied), (120, 0), "{s:?}");
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
+#[tokio::test]
+async fn a_limiter_alone_as_a_multi_limiter_shares_its_deny_cache() {
+    let cluster = common::cluster("many-one").await;
+    let l = RateLimiter::builder(&cluster, "one", Quota::per_hour(nz(1)))
+        .deny_cache(100)
+        .build()
+        .unwrap();
+    let alone = MultiLimiter::from(l.clone());
+    assert!(l.check("bot").await.unwrap().allowed);
+    // Denied by Redis, then cached once the subscription is live.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !l.check("bot").await.unwrap().cached {
+        assert!(Instant::now() < deadline, "never answered from the cache");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The multi-limiter of one answers from the limiter's cache, with the
+    // same script: what it sends is what the limiter sends.
+    let d = alone.check("bot").await.unwrap();
+    assert!(!d.allowed && d.cached(), "{d:?}");
+    let (one, many) = (
+        l.invocation("bot", 1).unwrap(),
+        alone.invocation("bot", 1).unwrap(),
+    );
+    assert_eq!(one.script.name(), many.script.name());
+    assert_eq!(one.args, many.args);
+    // A reset through either forgets it for both.
+    l.reset("bot").await.unwrap();
+    assert!(alone.check("bot").await.unwrap().allowed);
 }
 
 #[tokio::test]
@@ -142,7 +216,7 @@ async fn a_batch_after_script_flush_sends_nothing_the_least_privilege_user_lacks
     // Subjects on every master, so every master's pipeline meets NOSCRIPT.
     let batch: Vec<(String, u32)> = (0..60).map(|i| (format!("user:{i}"), 1)).collect();
     for d in l.check_many(&batch).await {
-        assert!(d.unwrap().allowed);
+        assert!(d.expect("first batch").allowed);
     }
     let mut admins = Vec::new();
     for m in common::masters().await {

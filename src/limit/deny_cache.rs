@@ -11,108 +11,73 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::decision::{Decision, MultiDecision};
+use super::decision::MultiDecision;
 use crate::cluster::{Cluster, Invalidations, Listener};
 use crate::keys::subject_slot;
 
-/// A decision that can be answered again from the cache.
-pub(crate) trait Cacheable: Clone + Send + Sync + 'static {
-    /// How long the same request is denied for sure, if it was denied by
-    /// Redis (not bypassed, not in shadow mode) and can be admitted at all:
-    /// until it could be admitted, or until an override or block it was
-    /// decided under expires (announced by no one), whichever is first.
-    fn denied_for(&self) -> Option<Duration>;
-    /// The decision answered `elapsed` after this one, `left` before the
-    /// entry ends.
-    fn replay(&self, elapsed: Duration, left: Duration) -> Self;
+/// How long the same request is denied for sure, if Redis denied it (not
+/// bypassed, not in shadow mode) and it can be admitted at all: until it
+/// could be admitted, or until an override or block it was decided under
+/// expires (announced by no one), whichever is first.
+fn denied_for(decision: &MultiDecision) -> Option<Duration> {
+    let never = decision
+        .decisions
+        .iter()
+        .any(|d| !d.allowed && d.retry_after.is_none());
+    if decision.allowed || never || decision.bypassed().is_some() {
+        return None;
+    }
+    // Any limit's override or block expiring may change the decision.
+    decision
+        .decisions
+        .iter()
+        .try_fold(decision.retry_after()?, |wait, d| d.settled.bound(wait))
 }
 
-/// `d` answered again `elapsed` later, `left` before its entry ends: its
-/// wait is what is left of the entry (the wait Redis gave, or less when an
-/// override or block it was decided under expires first, after which Redis
-/// may admit it).
-fn replay_one(d: &Decision, elapsed: Duration, left: Duration) -> Decision {
-    let mut d = d.clone();
-    d.cached = true;
-    if d.retry_after.is_some() {
-        d.retry_after = Some(left);
-    }
-    d.reset_after = d.reset_after.saturating_sub(elapsed);
-    d
-}
-
-impl Cacheable for Decision {
-    fn denied_for(&self) -> Option<Duration> {
-        match self {
-            Decision {
-                allowed: false,
-                bypassed: None,
-                retry_after: Some(wait),
-                settled,
-                ..
-            } => settled.bound(*wait),
-            _ => None,
-        }
-    }
-
-    fn replay(&self, elapsed: Duration, left: Duration) -> Self {
-        replay_one(self, elapsed, left)
-    }
-}
-
-impl Cacheable for MultiDecision {
-    fn denied_for(&self) -> Option<Duration> {
-        let never = self
-            .decisions
-            .iter()
-            .any(|d| !d.allowed && d.retry_after.is_none());
-        if self.allowed || never || self.bypassed().is_some() {
-            return None;
-        }
-        // Any limit's override or block expiring may change the decision.
-        self.decisions
-            .iter()
-            .try_fold(self.retry_after()?, |wait, d| d.settled.bound(wait))
-    }
-
-    fn replay(&self, elapsed: Duration, left: Duration) -> Self {
-        MultiDecision {
-            allowed: false,
-            decisions: self
-                .decisions
-                .iter()
-                .map(|d| {
-                    if d.allowed {
-                        let mut d = d.clone();
-                        d.cached = true;
-                        d
-                    } else {
-                        // A denying limit's own wait is at most the whole's.
-                        let own = d.retry_after.map_or(left, |w| w.saturating_sub(elapsed));
-                        replay_one(d, elapsed, own.min(left))
-                    }
-                })
-                .collect(),
-        }
+/// `decision` answered again `elapsed` later, `left` before its entry
+/// ends: a denying limit's wait is what is left of the entry (the wait
+/// Redis gave, or less when an override or block it was decided under
+/// expires first, after which Redis may admit it), and never more than
+/// its own wait.
+fn replay(decision: &MultiDecision, elapsed: Duration, left: Duration) -> MultiDecision {
+    let decisions = decision
+        .decisions
+        .iter()
+        .map(|d| {
+            let mut d = d.clone();
+            d.cached = true;
+            if !d.allowed {
+                let own = d.retry_after.map_or(left, |w| w.saturating_sub(elapsed));
+                if d.retry_after.is_some() {
+                    d.retry_after = Some(own.min(left));
+                }
+                d.reset_after = d.reset_after.saturating_sub(elapsed);
+            }
+            d
+        })
+        .collect();
+    MultiDecision {
+        allowed: false,
+        decisions,
     }
 }
 
-struct Entry<D> {
+struct Entry {
     fingerprint: u64,
     cost: u32,
     sent: Instant,
     until: Instant,
-    decision: D,
+    decision: MultiDecision,
 }
 
 /// Expires each entry when its denial ends.
 struct UntilDenialEnds;
 
-impl<D: Send + Sync + 'static> moka::Expiry<Box<[u8]>, Arc<Entry<D>>> for UntilDenialEnds {
+impl moka::Expiry<Box<[u8]>, Arc<Entry>> for UntilDenialEnds {
     fn expire_after_create(
         &self,
         _key: &Box<[u8]>,
-        entry: &Arc<Entry<D>>,
+        entry: &Arc<Entry>,
         created_at: Instant,
     ) -> Option<Duration> {
         Some(entry.until.saturating_duration_since(created_at))
@@ -120,13 +85,13 @@ impl<D: Send + Sync + 'static> moka::Expiry<Box<[u8]>, Arc<Entry<D>>> for UntilD
 }
 
 /// The entries, by subject, of one limiter or multi-limiter.
-struct Entries<D> {
-    cache: moka::sync::Cache<Box<[u8]>, Arc<Entry<D>>>,
+struct Entries {
+    cache: moka::sync::Cache<Box<[u8]>, Arc<Entry>>,
     /// The limits (kind, name) whose changes invalidate an entry.
     limits: Vec<(String, String)>,
 }
 
-impl<D: Cacheable> Listener for Entries<D> {
+impl Listener for Entries {
     fn invalidate(&self, kind: &str, name: &str, subject: &[u8]) {
         if self.limits.iter().any(|(k, n)| k == kind && n == name) {
             self.cache.invalidate(subject);
@@ -146,13 +111,13 @@ pub(crate) struct Ticket {
 }
 
 /// A bounded cache of denials (see the module docs).
-pub(crate) struct DenyCache<D> {
-    entries: Arc<Entries<D>>,
+pub(crate) struct DenyCache {
+    entries: Arc<Entries>,
     hub: Arc<Invalidations>,
     cluster: Cluster,
 }
 
-impl<D: Cacheable> DenyCache<D> {
+impl DenyCache {
     /// A cache of at most `max_entries` subjects for the limits `limits`
     /// (kind, name), following `cluster`'s invalidations.
     pub(crate) fn new(cluster: &Cluster, max_entries: u64, limits: Vec<(String, String)>) -> Self {
@@ -176,7 +141,12 @@ impl<D: Cacheable> DenyCache<D> {
 
     /// The cached denial of `subject` for a request of `cost` under
     /// `fingerprint`, if one holds now.
-    pub(crate) fn lookup(&self, subject: &[u8], fingerprint: u64, cost: u32) -> Option<D> {
+    pub(crate) fn lookup(
+        &self,
+        subject: &[u8],
+        fingerprint: u64,
+        cost: u32,
+    ) -> Option<MultiDecision> {
         self.cluster.follow_invalidations();
         let entry = self.entries.cache.get(subject)?;
         // Its slot's invalidations may be missed now (the entry goes with
@@ -188,11 +158,11 @@ impl<D: Cacheable> DenyCache<D> {
         if entry.fingerprint != fingerprint || cost < entry.cost || now >= entry.until {
             return None;
         }
-        Some(
-            entry
-                .decision
-                .replay(now.duration_since(entry.sent), entry.until - now),
-        )
+        Some(replay(
+            &entry.decision,
+            now.duration_since(entry.sent),
+            entry.until - now,
+        ))
     }
 
     /// Taken just before a check is sent.
@@ -213,9 +183,9 @@ impl<D: Cacheable> DenyCache<D> {
         fingerprint: u64,
         cost: u32,
         ticket: Ticket,
-        decision: &D,
+        decision: &MultiDecision,
     ) {
-        let Some(wait) = decision.denied_for() else {
+        let Some(wait) = denied_for(decision) else {
             return;
         };
         if self.hub.epoch() != ticket.epoch
@@ -248,7 +218,7 @@ impl<D: Cacheable> DenyCache<D> {
     }
 }
 
-impl<D> std::fmt::Debug for DenyCache<D> {
+impl std::fmt::Debug for DenyCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DenyCache")
             .field("max_entries", &self.entries.cache.policy().max_capacity())

@@ -9,10 +9,11 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use super::algorithm::Algorithm;
-use super::decision::Decision;
+use super::check::Pipeline;
+use super::decision::{Decision, MultiDecision};
 use super::deny_cache::DenyCache;
 use super::quota::Quota;
-use super::script::{Invocation, LimitSpec, check_cost};
+use super::script::{Invocation, LimitSpec};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::outcomes::Outcomes;
@@ -53,7 +54,9 @@ struct Inner {
     /// [`RateLimiter::set_shadow`]; a check reads it once.
     spec: ArcSwap<LimitSpec>,
     policy: FailurePolicy,
-    cache: Option<DenyCache<Decision>>,
+    /// Shared with the [`MultiLimiter`](super::MultiLimiter) made from
+    /// this limiter alone, which checks exactly as it does.
+    cache: Option<Arc<DenyCache>>,
 }
 
 /// Builds a [`RateLimiter`]; [`build`](Self::build) validates.
@@ -133,11 +136,11 @@ impl RateLimiterBuilder {
                     reason: "a deny cache needs room for at least one entry".into(),
                 });
             }
-            Some(max) => Some(DenyCache::new(
+            Some(max) => Some(Arc::new(DenyCache::new(
                 &self.cluster,
                 max,
                 vec![(spec.id.kind().to_owned(), spec.id.name().to_owned())],
-            )),
+            ))),
         };
         Ok(RateLimiter {
             inner: Arc::new(Inner {
@@ -290,43 +293,24 @@ impl RateLimiter {
     /// (points, weight). A rejected request consumes nothing. Errors with
     /// [`Error::InvalidCost`](crate::Error::InvalidCost) before sending if `cost` is 0 or above
     /// [`capacity`](Self::capacity).
-    #[tracing::instrument(name = "shardlimit.check", level = "debug", skip_all,
-        fields(kind = self.inner.core.id().kind(), name = self.name(), slot, outcome, subject))]
     pub async fn check_n(&self, subject: impl AsRef<[u8]>, cost: u32) -> Result<Decision> {
-        let subject = subject.as_ref();
-        let spec = self.spec();
-        let Some(cache) = &self.inner.cache else {
-            let decision = self.decide(subject, cost, true, &spec).await?;
-            self.count(&decision);
-            return Ok(decision);
-        };
-        if let Err(err) = check_cost(&[&spec], cost) {
-            self.outcomes().error();
-            return Err(err);
+        let decision = self.pipeline().run(subject.as_ref(), cost, true).await?;
+        Ok(only(decision))
+    }
+
+    /// The one check pipeline over this limiter alone, with its policy
+    /// and deny cache.
+    pub(crate) fn pipeline(&self) -> Pipeline<'_> {
+        Pipeline {
+            limiters: std::slice::from_ref(self),
+            policy: self.inner.policy,
+            cache: self.inner.cache.as_deref(),
         }
-        if let Some(decision) = cache.lookup(subject, spec.fingerprint, cost) {
-            self.outcomes().denied_cached();
-            return Ok(decision);
-        }
-        let ticket = cache.ticket();
-        let decision = self.decide(subject, cost, true, &spec).await?;
-        self.count(&decision);
-        cache.offer(subject, spec.fingerprint, cost, ticket, &decision);
-        Ok(decision)
     }
 
     /// Its deny cache, if it has one.
-    pub(crate) fn deny_cache(&self) -> Option<&DenyCache<Decision>> {
+    pub(crate) fn deny_cache(&self) -> Option<&Arc<DenyCache>> {
         self.inner.cache.as_ref()
-    }
-
-    /// Counts a check's decision (a bypass was counted when the policy made
-    /// it).
-    pub(crate) fn count(&self, decision: &Decision) {
-        if decision.bypassed.is_none() {
-            self.outcomes()
-                .decided(decision.allowed, decision.would_deny);
-        }
     }
 
     /// What a one-unit request would get now, without consuming anything or
@@ -339,34 +323,8 @@ impl RateLimiter {
 
     /// What a request costing `cost` would get now; consumes nothing.
     pub async fn peek_n(&self, subject: impl AsRef<[u8]>, cost: u32) -> Result<Decision> {
-        self.decide(subject.as_ref(), cost, false, &self.spec())
-            .await
-    }
-
-    /// One script call (`consume = false`: a peek), with the failure policy
-    /// applied to a failure.
-    async fn decide(
-        &self,
-        subject: &[u8],
-        cost: u32,
-        consume: bool,
-        spec: &LimitSpec,
-    ) -> Result<Decision> {
-        let inner = &*self.inner;
-        crate::metrics::span_subject(subject);
-        let specs = [spec];
-        let script = spec.algorithm.script();
-        let checked = match Invocation::new(self.cluster(), script, &specs, subject, cost, consume)
-        {
-            Ok(call) => call.run(self.cluster(), &specs).await,
-            Err(err) => Err(err),
-        };
-        match checked {
-            Ok((_, mut decisions)) => Ok(decisions.swap_remove(0)),
-            Err(err) => inner.policy.apply(err, &[self.outcomes()], |reason| {
-                Decision::bypass(spec.quota, spec.capacity, reason)
-            }),
-        }
+        let decision = self.pipeline().run(subject.as_ref(), cost, false).await?;
+        Ok(only(decision))
     }
 
     /// Exactly what [`check_n`](Self::check_n) sends for `subject` and
@@ -374,16 +332,7 @@ impl RateLimiter {
     /// through another client — the bench harness uses it to measure this
     /// crate against bare redis-rs with identical work on the server.
     pub fn invocation(&self, subject: impl AsRef<[u8]>, cost: u32) -> Result<Invocation> {
-        let spec = self.spec();
-        let script = spec.algorithm.script();
-        Invocation::new(
-            self.cluster(),
-            script,
-            &[&spec],
-            subject.as_ref(),
-            cost,
-            true,
-        )
+        self.pipeline().invocation(subject.as_ref(), cost)
     }
 
     /// Checks until admitted, sleeping `retry_after` (plus jitter, so waiting
@@ -406,16 +355,17 @@ impl RateLimiter {
         cost: u32,
         max_wait: Duration,
     ) -> Result<Decision> {
-        let subject = subject.as_ref();
-        let deadline = deadline_after(max_wait);
-        loop {
-            let decision = self.check_n(subject, cost).await?;
-            match wait_for(&decision, deadline) {
-                Some(wait) => tokio::time::sleep(wait).await,
-                None => return Ok(decision),
-            }
-        }
+        let decision = self
+            .pipeline()
+            .until_ready(subject.as_ref(), cost, max_wait)
+            .await?;
+        Ok(only(decision))
     }
+}
+
+/// The decision of a multi-limit of one.
+pub(crate) fn only(mut decision: MultiDecision) -> Decision {
+    decision.decisions.swap_remove(0)
 }
 
 /// The deadline `max_wait` from now; `None` (no deadline) when that is

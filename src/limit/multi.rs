@@ -1,18 +1,15 @@
 //! `MultiLimiter`: several limits on one subject, all or nothing.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use std::fmt;
-
-use std::sync::Arc;
-
-use super::decision::{Decision, MultiDecision};
+use super::check::Pipeline;
+use super::decision::MultiDecision;
 use super::deny_cache::DenyCache;
-use super::limiter::{RateLimiter, deadline_after, wait_for};
-use super::script::{Invocation, LimitSpec, check_cost, fingerprint, max_cost};
+use super::limiter::RateLimiter;
+use super::script::{Invocation, LimitSpec, max_cost};
 use crate::error::{Error, Result};
 use crate::policy::FailurePolicy;
-use crate::scripts;
 
 /// Several [`RateLimiter`]s checked on one subject in **one script call**:
 /// the request is admitted only if every limit admits it, and then consumed
@@ -41,7 +38,7 @@ use crate::scripts;
 pub struct MultiLimiter {
     limiters: Vec<RateLimiter>,
     policy: FailurePolicy,
-    cache: Option<Arc<DenyCache<MultiDecision>>>,
+    cache: Option<Arc<DenyCache>>,
 }
 
 impl MultiLimiter {
@@ -151,7 +148,7 @@ impl MultiLimiter {
 
     /// Checks and, if every limit admits, consumes one unit from each.
     pub async fn check(&self, subject: impl AsRef<[u8]>) -> Result<MultiDecision> {
-        self.run(subject.as_ref(), 1, true).await
+        self.pipeline().run(subject.as_ref(), 1, true).await
     }
 
     /// Like [`check`](Self::check) for `cost` units. Errors with
@@ -161,12 +158,12 @@ impl MultiLimiter {
     /// members in one check (two sliding logs: at most 64 each), which keeps
     /// every check as short as the worst single-limit one.
     pub async fn check_n(&self, subject: impl AsRef<[u8]>, cost: u32) -> Result<MultiDecision> {
-        self.run(subject.as_ref(), cost, true).await
+        self.pipeline().run(subject.as_ref(), cost, true).await
     }
 
     /// What a one-unit request would get now; consumes nothing.
     pub async fn peek(&self, subject: impl AsRef<[u8]>) -> Result<MultiDecision> {
-        self.run(subject.as_ref(), 1, false).await
+        self.pipeline().run(subject.as_ref(), 1, false).await
     }
 
     /// Checks until admitted by every limit or until `max_wait` would be
@@ -178,20 +175,15 @@ impl MultiLimiter {
         cost: u32,
         max_wait: Duration,
     ) -> Result<MultiDecision> {
-        let subject = subject.as_ref();
-        let deadline = deadline_after(max_wait);
-        loop {
-            let decision = self.run(subject, cost, true).await?;
-            match wait_for(decision.binding(), deadline) {
-                Some(wait) if !decision.allowed => tokio::time::sleep(wait).await,
-                _ => return Ok(decision),
-            }
-        }
+        self.pipeline()
+            .until_ready(subject.as_ref(), cost, max_wait)
+            .await
     }
 
     /// Exactly what [`check_n`](Self::check_n) sends for `subject` and
     /// `cost`: the multi-limit script, three keys per limiter (its state, the
-    /// subject's override and block) and their `ARGV`; see
+    /// subject's override and block) and their `ARGV` — or, for a
+    /// multi-limiter made from one limiter, that limiter's own check; see
     /// [`RateLimiter::invocation`].
     ///
     /// ```no_run
@@ -201,107 +193,27 @@ impl MultiLimiter {
     /// # Ok(()) }
     /// ```
     pub fn invocation(&self, subject: impl AsRef<[u8]>, cost: u32) -> Result<Invocation> {
-        let specs = self.specs();
-        let cluster = self.limiters[0].cluster();
-        Invocation::new(
-            cluster,
-            &scripts::MULTI_LIMIT,
-            &specs.iter().map(|s| &**s).collect::<Vec<_>>(),
-            subject.as_ref(),
-            cost,
-            true,
-        )
+        self.pipeline().invocation(subject.as_ref(), cost)
     }
 
-    #[tracing::instrument(name = "shardlimit.multi_check", level = "debug", skip_all,
-        fields(kind = "multi", name = %Names(&self.limiters),
-            consume = consume, slot, outcome, subject))]
-    async fn run(&self, subject: &[u8], cost: u32, consume: bool) -> Result<MultiDecision> {
-        crate::metrics::span_subject(subject);
-        let owned = self.specs();
-        let specs: Vec<&LimitSpec> = owned.iter().map(|s| &**s).collect();
-        let cache = self.cache.as_deref().filter(|_| consume);
-        let Some(cache) = cache else {
-            return self.decide(subject, cost, consume, &specs).await;
-        };
-        if let Err(err) = check_cost(&specs, cost) {
-            self.limiters.iter().for_each(|l| l.outcomes().error());
-            return Err(err);
-        }
-        let print = fingerprint(&specs);
-        if let Some(decision) = cache.lookup(subject, print, cost) {
-            for (limiter, d) in self.limiters.iter().zip(&decision.decisions) {
-                if !d.allowed {
-                    limiter.outcomes().denied_cached();
-                }
-            }
-            return Ok(decision);
-        }
-        let ticket = cache.ticket();
-        let decision = self.decide(subject, cost, consume, &specs).await?;
-        cache.offer(subject, print, cost, ticket, &decision);
-        Ok(decision)
-    }
-
-    /// One script call for every limit, counted, with the policy applied
-    /// to a failure.
-    async fn decide(
-        &self,
-        subject: &[u8],
-        cost: u32,
-        consume: bool,
-        specs: &[&LimitSpec],
-    ) -> Result<MultiDecision> {
-        let cluster = self.limiters[0].cluster();
-        let script = &scripts::MULTI_LIMIT;
-        let checked = match Invocation::new(cluster, script, specs, subject, cost, consume) {
-            Ok(call) => call.run(cluster, specs).await,
-            Err(err) => Err(err),
-        };
-        match checked {
-            Ok((allowed, decisions)) => {
-                if consume {
-                    for (limiter, decision) in self.limiters.iter().zip(&decisions) {
-                        let outcomes = limiter.outcomes();
-                        if allowed {
-                            outcomes.decided(true, decision.would_deny);
-                        } else if !decision.allowed {
-                            outcomes.denied();
-                        } else if decision.would_deny {
-                            outcomes.would_deny();
-                        }
-                    }
-                }
-                Ok(MultiDecision { allowed, decisions })
-            }
-            Err(err) => {
-                // Every limiter sees the failure.
-                let outcomes: Vec<_> = self.limiters.iter().map(RateLimiter::outcomes).collect();
-                self.policy.apply(err, &outcomes, |reason| MultiDecision {
-                    allowed: true,
-                    decisions: self
-                        .limiters
-                        .iter()
-                        .map(|l| Decision::bypass(l.quota(), l.capacity(), reason))
-                        .collect(),
-                })
-            }
+    /// The one check pipeline over these limits.
+    pub(crate) fn pipeline(&self) -> Pipeline<'_> {
+        Pipeline {
+            limiters: &self.limiters,
+            policy: self.policy,
+            cache: self.cache.as_deref(),
         }
     }
 }
 
-/// Names of a multi-limiter's limits joined by `+`, formatted only if a span
-/// records them.
-struct Names<'a>(&'a [RateLimiter]);
-
-impl fmt::Display for Names<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, limiter) in self.0.iter().enumerate() {
-            if i > 0 {
-                f.write_str("+")?;
-            }
-            f.write_str(limiter.name())?;
+/// A limiter alone, checked exactly as [`RateLimiter::check_n`] checks it:
+/// its own script, its failure policy and its deny cache (shared).
+impl From<RateLimiter> for MultiLimiter {
+    fn from(limiter: RateLimiter) -> Self {
+        MultiLimiter {
+            policy: limiter.failure_policy(),
+            cache: limiter.deny_cache().cloned(),
+            limiters: vec![limiter],
         }
-        Ok(())
     }
 }

@@ -180,22 +180,17 @@ impl Invocation {
         })
     }
 
-    /// Sends the check (at most once) and parses the reply into whether all
-    /// of `specs` admitted it, and one decision per spec.
-    pub(crate) async fn run(
-        &self,
-        cluster: &Cluster,
-        specs: &[&LimitSpec],
-    ) -> Result<(bool, Vec<Decision>)> {
-        let reply = match cluster
+    /// Sends the check (at most once); a check refused because its slot is
+    /// migrating is done one key at a time. The script's reply, for
+    /// [`parse_reply`].
+    pub(crate) async fn send(&self, cluster: &Cluster, specs: &[&LimitSpec]) -> Result<Vec<i64>> {
+        match cluster
             .eval_unless_migrating(&self.script, &self.keys, &self.args)
             .await
         {
-            // The slot is migrating: the same check, one key at a time.
-            Err(err) if err.is_tryagain() => self.run_migrating(cluster, specs).await?,
-            other => other?,
-        };
-        parse_reply(&self.script, specs, &reply)
+            Err(err) if err.is_tryagain() => self.run_migrating(cluster, specs).await,
+            other => other,
+        }
     }
 }
 

@@ -1,11 +1,7 @@
 //! What a layer checks: one [`RateLimiter`] or a [`MultiLimiter`].
 
-use std::slice;
-use std::time::Duration;
-
 use crate::error::Result;
-use crate::limit::{Decision, MultiDecision, MultiLimiter, RateLimiter};
-use crate::policy::BypassReason;
+use crate::limit::{MultiDecision, MultiLimiter, RateLimiter};
 
 /// The limit(s) a [`RateLimitLayer`](super::RateLimitLayer) enforces: a
 /// [`RateLimiter`] or a [`MultiLimiter`] (several limits on one key, all or
@@ -29,23 +25,19 @@ use crate::policy::BypassReason;
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Debug)]
-pub struct Limits(Kind);
+pub struct Limits(MultiLimiter);
 
-#[derive(Clone, Debug)]
-enum Kind {
-    One(RateLimiter),
-    Many(MultiLimiter),
-}
-
+/// A limiter alone is checked exactly as [`RateLimiter::check_n`] checks it
+/// (see [`MultiLimiter`]'s `From<RateLimiter>`).
 impl From<RateLimiter> for Limits {
     fn from(limiter: RateLimiter) -> Self {
-        Limits(Kind::One(limiter))
+        Limits(limiter.into())
     }
 }
 
 impl From<MultiLimiter> for Limits {
     fn from(limiters: MultiLimiter) -> Self {
-        Limits(Kind::Many(limiters))
+        Limits(limiters)
     }
 }
 
@@ -53,19 +45,12 @@ impl Limits {
     /// The limiters, in order (one for a [`RateLimiter`]).
     #[must_use]
     pub fn limiters(&self) -> &[RateLimiter] {
-        match &self.0 {
-            Kind::One(limiter) => slice::from_ref(limiter),
-            Kind::Many(multi) => multi.limiters(),
-        }
+        self.0.limiters()
     }
 
-    /// The most one request may cost: the smallest capacity of the limits.
+    /// The most one request may cost.
     pub(crate) fn capacity(&self) -> u32 {
-        self.limiters()
-            .iter()
-            .map(RateLimiter::capacity)
-            .min()
-            .unwrap_or(0)
+        self.0.capacity()
     }
 
     /// Gives `cost` units back to every limit (an inner layer refused what
@@ -83,49 +68,7 @@ impl Limits {
         }
     }
 
-    pub(crate) async fn check(&self, subject: &[u8], cost: u32) -> Result<Verdict> {
-        match &self.0 {
-            Kind::One(limiter) => limiter.check_n(subject, cost).await.map(Verdict::One),
-            Kind::Many(multi) => multi.check_n(subject, cost).await.map(Verdict::Many),
-        }
-    }
-}
-
-/// One check's answer, as the limiter gave it (no copying).
-#[derive(Debug)]
-pub(crate) enum Verdict {
-    One(Decision),
-    Many(MultiDecision),
-}
-
-impl Verdict {
-    pub(crate) fn allowed(&self) -> bool {
-        match self {
-            Verdict::One(d) => d.allowed,
-            Verdict::Many(m) => m.allowed,
-        }
-    }
-
-    pub(crate) fn bypassed(&self) -> Option<BypassReason> {
-        match self {
-            Verdict::One(d) => d.bypassed,
-            Verdict::Many(m) => m.bypassed(),
-        }
-    }
-
-    /// The longest wait among the limits that denied.
-    pub(crate) fn retry_after(&self) -> Option<Duration> {
-        match self {
-            Verdict::One(d) => d.retry_after,
-            Verdict::Many(m) => m.retry_after(),
-        }
-    }
-
-    /// One decision per limiter, in the order of [`Limits::limiters`].
-    pub(crate) fn decisions(&self) -> &[Decision] {
-        match self {
-            Verdict::One(d) => slice::from_ref(d),
-            Verdict::Many(m) => &m.decisions,
-        }
+    pub(crate) async fn check(&self, subject: &[u8], cost: u32) -> Result<MultiDecision> {
+        self.0.check_n(subject, cost).await
     }
 }

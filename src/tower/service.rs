@@ -13,8 +13,8 @@ use super::config::{Config, MissingKey};
 use super::extract::KeyExtractor;
 use super::future::ResponseFuture;
 use super::headers::{self, RATELIMIT, RATELIMIT_POLICY};
-use super::limits::Verdict;
 use crate::keys::{HashedSubject, MAX_SUBJECT_LEN};
+use crate::limit::MultiDecision;
 
 /// The service a [`RateLimitLayer`](super::RateLimitLayer) wraps around an
 /// inner service. Cheap to clone (the configuration is shared); see the
@@ -196,7 +196,7 @@ where
             ));
         }
     };
-    if !verdict.allowed() {
+    if !verdict.allowed {
         let mut response = plain(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n");
         response.extensions_mut().insert(DeniedByLayer);
         let h = response.headers_mut();
@@ -243,10 +243,10 @@ where
 /// `RateLimit-Policy` states the quota each decision was made under: the
 /// layer's prebuilt value unless a subject's override (or a
 /// `set_quota` since the layer was built) applied.
-fn add_ratelimit(h: &mut http::HeaderMap, config: &Config, verdict: &Verdict) {
+fn add_ratelimit(h: &mut http::HeaderMap, config: &Config, verdict: &MultiDecision) {
     let limiters = config.limits.limiters();
     let names = || limiters.iter().map(crate::RateLimiter::name);
-    let decisions = verdict.decisions();
+    let decisions = &verdict.decisions;
     let as_built = decisions
         .iter()
         .map(|d| (d.quota, d.limit))

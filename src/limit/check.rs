@@ -1,0 +1,315 @@
+//! The one check pipeline. A [`RateLimiter`] is a multi-limit of one: its
+//! `check`, `check_n`, `peek`, `check_many` and `until_ready`, a
+//! [`MultiLimiter`](super::MultiLimiter)'s, and the tower layer's all run
+//! through [`Pipeline`] — the deny cache's lookup, the invocation, the
+//! failure policy, the counting and the cache's offer are written here once.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use tracing::Instrument;
+use tracing::field::Empty;
+
+use super::decision::{Decision, MultiDecision};
+use super::deny_cache::{DenyCache, Ticket};
+use super::limiter::{RateLimiter, deadline_after, wait_for};
+use super::script::{Invocation, LimitSpec, fingerprint, parse_reply};
+use crate::cluster::Cluster;
+use crate::error::{Error, Result};
+use crate::policy::FailurePolicy;
+use crate::scripts::{self, Script};
+
+/// What one check covers: its limits (at least one, all on one cluster),
+/// the policy for a failure and the deny cache that answers denials again.
+#[derive(Clone, Copy)]
+pub(crate) struct Pipeline<'a> {
+    pub(crate) limiters: &'a [RateLimiter],
+    pub(crate) policy: FailurePolicy,
+    pub(crate) cache: Option<&'a DenyCache>,
+}
+
+/// One operation's view of the limits: their specs read once, the script
+/// that checks them and the fingerprint a denial is cached under.
+struct Round<'r> {
+    pipeline: Pipeline<'r>,
+    specs: &'r [&'r LimitSpec],
+    script: &'static Script,
+    print: u64,
+    consume: bool,
+}
+
+/// A request before it is sent: what to send, or already its answer (a
+/// cached denial, or a request refused before sending).
+enum Prepared {
+    Send(Invocation),
+    Answered(Result<MultiDecision>),
+}
+
+impl<'a> Pipeline<'a> {
+    fn cluster(&self) -> &'a Cluster {
+        self.limiters[0].cluster()
+    }
+
+    /// The limiters' current specs, read once per operation.
+    fn specs(&self) -> Vec<Arc<LimitSpec>> {
+        self.limiters.iter().map(RateLimiter::spec).collect()
+    }
+
+    /// The span of one check: `shardlimit.check` for one limit,
+    /// `shardlimit.multi_check` for several (named `a+b`).
+    fn span(&self, consume: bool) -> tracing::Span {
+        match self.limiters {
+            [one] => tracing::debug_span!(
+                "shardlimit.check",
+                kind = one.core().id().kind(),
+                name = one.name(),
+                consume,
+                slot = Empty,
+                outcome = Empty,
+                subject = Empty
+            ),
+            many => tracing::debug_span!("shardlimit.multi_check",
+                kind = "multi", name = %Names(many), consume,
+                slot = Empty, outcome = Empty, subject = Empty),
+        }
+    }
+
+    /// Checks `subject` for `cost` (`consume` false: a peek, never answered
+    /// from the cache nor counted as a decision).
+    pub(crate) async fn run(
+        &self,
+        subject: &[u8],
+        cost: u32,
+        consume: bool,
+    ) -> Result<MultiDecision> {
+        let span = self.span(consume);
+        async {
+            crate::metrics::span_subject(subject);
+            let owned = self.specs();
+            let specs = refs(&owned);
+            let round = Round::new(*self, &specs, consume);
+            let invocation = match round.prepare(subject, cost) {
+                Prepared::Send(invocation) => invocation,
+                Prepared::Answered(answer) => return answer,
+            };
+            let ticket = round.cache().map(DenyCache::ticket);
+            let reply = invocation.send(self.cluster(), &specs).await;
+            round.conclude(subject, cost, ticket, reply)
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Checks until admitted by every limit, or until the next admission
+    /// would come after `max_wait` ([`Duration::MAX`]: however long it
+    /// takes), sleeping the binding wait (plus jitter) between checks.
+    pub(crate) async fn until_ready(
+        &self,
+        subject: &[u8],
+        cost: u32,
+        max_wait: Duration,
+    ) -> Result<MultiDecision> {
+        let deadline = deadline_after(max_wait);
+        loop {
+            let decision = self.run(subject, cost, true).await?;
+            match wait_for(decision.binding(), deadline) {
+                Some(wait) if !decision.allowed => tokio::time::sleep(wait).await,
+                _ => return Ok(decision),
+            }
+        }
+    }
+
+    /// Many subjects' checks: the ones the cache cannot answer go out as
+    /// one pipeline per master (see
+    /// [`RateLimiter::check_many`](RateLimiter::check_many)); each result is
+    /// what [`run`](Self::run) would give for that request alone.
+    pub(crate) async fn run_many<S: AsRef<[u8]>>(
+        &self,
+        requests: &[(S, u32)],
+    ) -> Vec<Result<MultiDecision>> {
+        let owned = self.specs();
+        let specs = refs(&owned);
+        let round = Round::new(*self, &specs, true);
+        let ticket = round.cache().map(DenyCache::ticket);
+        let mut results: Vec<Option<Result<MultiDecision>>> = Vec::with_capacity(requests.len());
+        // The requests that go to Redis: their index and what they send.
+        let mut sent: Vec<(usize, Invocation)> = Vec::with_capacity(requests.len());
+        for (i, (subject, cost)) in requests.iter().enumerate() {
+            match round.prepare(subject.as_ref(), *cost) {
+                Prepared::Send(invocation) => {
+                    results.push(None);
+                    sent.push((i, invocation));
+                }
+                Prepared::Answered(answer) => results.push(Some(answer)),
+            }
+        }
+        let cluster = self.cluster();
+        let mut replies = cluster
+            .eval_many_unless_migrating::<Vec<i64>, _>(
+                round.script,
+                sent.iter().map(|(_, inv)| (&inv.keys, &inv.args)),
+            )
+            .await;
+        // Checks whose slot is migrating: again, one key at a time.
+        let migrating: Vec<usize> = (0..replies.len())
+            .filter(|&j| matches!(&replies[j], Err(err) if err.is_tryagain()))
+            .collect();
+        let redone = join_all(
+            migrating
+                .iter()
+                .map(|&j| sent[j].1.run_migrating(cluster, &specs)),
+        )
+        .await;
+        for (j, reply) in migrating.into_iter().zip(redone) {
+            replies[j] = reply;
+        }
+        for ((i, _), reply) in sent.iter().zip(replies) {
+            let (subject, cost) = &requests[*i];
+            results[*i] = Some(round.conclude(subject.as_ref(), *cost, ticket, reply));
+        }
+        results
+            .into_iter()
+            .map(|r| {
+                // eval_many answers every call it is given.
+                r.unwrap_or_else(|| {
+                    Err(Error::UnexpectedReply {
+                        op: round.script.name().to_owned().into(),
+                        detail: "no reply for a request of the batch".into(),
+                    })
+                })
+            })
+            .collect()
+    }
+
+    /// Exactly what a check of `subject` for `cost` sends.
+    pub(crate) fn invocation(&self, subject: &[u8], cost: u32) -> Result<Invocation> {
+        let owned = self.specs();
+        let specs = refs(&owned);
+        let round = Round::new(*self, &specs, true);
+        Invocation::new(self.cluster(), round.script, &specs, subject, cost, true)
+    }
+}
+
+fn refs(owned: &[Arc<LimitSpec>]) -> Vec<&LimitSpec> {
+    owned.iter().map(|s| &**s).collect()
+}
+
+impl<'r> Round<'r> {
+    /// One limit is checked by its algorithm's own script, several by the
+    /// multi-limit script.
+    fn new(pipeline: Pipeline<'r>, specs: &'r [&'r LimitSpec], consume: bool) -> Self {
+        let script = match specs {
+            [one] => one.algorithm.script(),
+            _ => &scripts::MULTI_LIMIT,
+        };
+        Round {
+            pipeline,
+            specs,
+            script,
+            print: fingerprint(specs),
+            consume,
+        }
+    }
+
+    fn cache(&self) -> Option<&DenyCache> {
+        self.pipeline.cache.filter(|_| self.consume)
+    }
+
+    /// Refuses a bad request before sending (counted, through the policy,
+    /// as an error), or answers a denial from the cache.
+    fn prepare(&self, subject: &[u8], cost: u32) -> Prepared {
+        let cluster = self.pipeline.cluster();
+        let invocation = Invocation::new(
+            cluster,
+            self.script,
+            self.specs,
+            subject,
+            cost,
+            self.consume,
+        );
+        let invocation = match invocation {
+            Ok(invocation) => invocation,
+            Err(err) => return Prepared::Answered(self.fail(err)),
+        };
+        if let Some(cached) = self
+            .cache()
+            .and_then(|cache| cache.lookup(subject, self.print, cost))
+        {
+            for (limiter, d) in self.pipeline.limiters.iter().zip(&cached.decisions) {
+                if !d.allowed {
+                    limiter.outcomes().denied_cached();
+                }
+            }
+            return Prepared::Answered(Ok(cached));
+        }
+        Prepared::Send(invocation)
+    }
+
+    /// The decision from Redis' reply, counted and offered to the cache,
+    /// or the failure through the policy.
+    fn conclude(
+        &self,
+        subject: &[u8],
+        cost: u32,
+        ticket: Option<Ticket>,
+        reply: Result<Vec<i64>>,
+    ) -> Result<MultiDecision> {
+        let (allowed, decisions) =
+            match reply.and_then(|reply| parse_reply(self.script, self.specs, &reply)) {
+                Ok(parsed) => parsed,
+                Err(err) => return self.fail(err),
+            };
+        if self.consume {
+            for (limiter, d) in self.pipeline.limiters.iter().zip(&decisions) {
+                let outcomes = limiter.outcomes();
+                if allowed {
+                    outcomes.decided(true, d.would_deny);
+                } else if !d.allowed {
+                    outcomes.denied();
+                } else if d.would_deny {
+                    outcomes.would_deny();
+                }
+            }
+        }
+        let decision = MultiDecision { allowed, decisions };
+        if let (Some(cache), Some(ticket)) = (self.cache(), ticket) {
+            cache.offer(subject, self.print, cost, ticket, &decision);
+        }
+        Ok(decision)
+    }
+
+    /// A failure under the policy: every limit sees it; fail-open admits
+    /// with every limit bypassed.
+    fn fail(&self, err: Error) -> Result<MultiDecision> {
+        let limiters = self.pipeline.limiters;
+        let outcomes: Vec<_> = limiters.iter().map(RateLimiter::outcomes).collect();
+        self.pipeline
+            .policy
+            .apply(err, &outcomes, |reason| MultiDecision {
+                allowed: true,
+                decisions: self
+                    .specs
+                    .iter()
+                    .map(|s| Decision::bypass(s.quota, s.capacity, reason))
+                    .collect(),
+            })
+    }
+}
+
+/// Names of a multi-limiter's limits joined by `+`, formatted only if a span
+/// records them.
+struct Names<'a>(&'a [RateLimiter]);
+
+impl fmt::Display for Names<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, limiter) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("+")?;
+            }
+            f.write_str(limiter.name())?;
+        }
+        Ok(())
+    }
+}
