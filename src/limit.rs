@@ -151,6 +151,7 @@ mod script;
 pub(crate) use adjust::parse_override;
 pub use adjust::{MAX_BLOCK, MAX_OVERRIDE_TTL, SubjectSettings};
 pub use algorithm::Algorithm;
+pub(crate) use algorithm::StateRead;
 pub use decision::{Decision, MultiDecision};
 pub use limiter::{RateLimiter, RateLimiterBuilder};
 pub use multi::MultiLimiter;

@@ -1,18 +1,78 @@
-//! The four rate-limit algorithms and what they cost.
+//! The four rate-limit algorithms and what they cost. Each is a module
+//! that owns everything about it — its bounds, its script, how the admin
+//! scanner reads its state and what a person reads from it — as one
+//! [`Rules`] value; [`Algorithm::rules`] is the registry. Adding an
+//! algorithm is a module, a variant and a registry line (and its key
+//! [`Kind`], which [`Algorithm::key_kind`] names in a `const fn`).
 
 use std::fmt;
 use std::num::NonZeroU32;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use super::quota::Quota;
+use crate::admin::Usage;
 use crate::error::{Error, Result};
 use crate::keys::Kind;
-use crate::scripts::{self, Script};
+use crate::scripts::Script;
 
-const SLIDING_LOG_MAX: NonZeroU32 = match NonZeroU32::new(128) {
-    Some(n) => n,
-    None => NonZeroU32::MIN,
-};
+mod fixed_window;
+mod gcra;
+mod sliding_log;
+mod sliding_window;
+
+const SLIDING_LOG_MAX: NonZeroU32 = sliding_log::MAX_LIMIT;
+
+/// Everything about one algorithm.
+pub(crate) struct Rules {
+    /// Its name in words.
+    pub(crate) words: &'static str,
+    /// The script of a check of it alone.
+    pub(crate) script: &'static LazyLock<Script>,
+    /// The largest limit it accepts.
+    pub(crate) max_limit: NonZeroU32,
+    /// Whether a burst above the limit applies: a request may then cost up
+    /// to the burst.
+    pub(crate) bursts: bool,
+    /// Its own bounds on a quota of `period_us` microseconds, beyond the
+    /// ones every algorithm has.
+    pub(crate) bounds: fn(&Quota, u64) -> Result<()>,
+    /// How the admin scanner reads a subject's state key.
+    pub(crate) state: StateRead,
+    /// Units left under `quota` given the state the scanner read and the
+    /// key's TTL: `(remaining, exact)`, or `None` when the usage is not
+    /// this algorithm's or cannot say.
+    pub(crate) remaining: fn(&Usage, &Quota, Option<Duration>) -> Option<Remaining>,
+}
+
+/// Units left, and whether that is exact (`false`: a lower bound).
+pub(crate) type Remaining = (u64, bool);
+
+/// How the admin scanner reads a state key, and what the reply means.
+#[derive(Clone, Copy)]
+pub(crate) enum StateRead {
+    /// A string holding an integer (`GET`).
+    Integer(fn(Option<i64>) -> Usage),
+    /// A sorted set (`ZCARD`): its members.
+    Members(fn(u64) -> Usage),
+    /// A hash (`HMGET` of these fields): their integer values, in order.
+    Fields(&'static [&'static str], fn(&[Option<i64>]) -> Usage),
+}
+
+/// An integer read by the scanner as a count: missing or negative is 0.
+fn count(v: Option<i64>) -> u64 {
+    v.and_then(|v| u64::try_from(v).ok()).unwrap_or(0)
+}
+
+/// A check's reply's limit less what is used: exact.
+fn left(quota: &Quota, used: u64) -> Option<Remaining> {
+    Some((u64::from(quota.limit().get()).saturating_sub(used), true))
+}
+
+/// No bounds beyond the ones every algorithm has.
+fn no_bounds(_: &Quota, _: u64) -> Result<()> {
+    Ok(())
+}
 
 /// How a [`RateLimiter`](super::RateLimiter) counts.
 ///
@@ -63,7 +123,22 @@ impl Algorithm {
         self.key_kind().as_str()
     }
 
-    /// Its [`Kind`].
+    /// Everything about it: the one place that matches on the algorithm.
+    pub(crate) fn rules(self) -> &'static Rules {
+        match self {
+            Algorithm::FixedWindow => &fixed_window::RULES,
+            Algorithm::SlidingLog => &sliding_log::RULES,
+            Algorithm::SlidingWindow => &sliding_window::RULES,
+            Algorithm::Gcra => &gcra::RULES,
+        }
+    }
+
+    /// The algorithm whose keys have this kind.
+    pub(crate) fn from_key_kind(kind: Kind) -> Option<Self> {
+        Self::ALL.into_iter().find(|a| a.key_kind() == kind)
+    }
+
+    /// Its [`Kind`] (`const`, so it repeats the registry for the kind).
     #[must_use]
     pub const fn key_kind(self) -> Kind {
         match self {
@@ -81,12 +156,7 @@ impl Algorithm {
     }
 
     pub(crate) fn script(self) -> &'static Script {
-        match self {
-            Algorithm::FixedWindow => &scripts::FIXED_WINDOW,
-            Algorithm::SlidingLog => &scripts::SLIDING_LOG,
-            Algorithm::SlidingWindow => &scripts::SLIDING_WINDOW,
-            Algorithm::Gcra => &scripts::GCRA,
-        }
+        self.rules().script
     }
 
     /// The largest limit this algorithm accepts: `u32::MAX` for all but the
@@ -99,18 +169,16 @@ impl Algorithm {
     /// assert_eq!(Algorithm::Gcra.max_limit().get(), u32::MAX);
     /// ```
     #[must_use]
-    pub const fn max_limit(self) -> NonZeroU32 {
-        match self {
-            Algorithm::SlidingLog => SLIDING_LOG_MAX,
-            _ => NonZeroU32::MAX,
-        }
+    pub fn max_limit(self) -> NonZeroU32 {
+        self.rules().max_limit
     }
 
     /// The most one request may cost under `quota`.
     pub(crate) fn capacity(self, quota: &Quota) -> u32 {
-        match self {
-            Algorithm::Gcra => quota.burst().get(),
-            _ => quota.limit().get(),
+        if self.rules().bursts {
+            quota.burst().get()
+        } else {
+            quota.limit().get()
         }
     }
 
@@ -120,13 +188,14 @@ impl Algorithm {
     pub(crate) fn validate(self, quota: &Quota) -> Result<u64> {
         quota.check_counts()?;
         let period = quota.period_micros()?;
-        if self != Algorithm::Gcra && quota.has_custom_burst() {
+        let rules = self.rules();
+        if !rules.bursts && quota.has_custom_burst() {
             return Err(Error::Config {
                 field: "quota.burst",
                 reason: format!("a burst only applies to GCRA, not to {self}"),
             });
         }
-        let max = self.max_limit();
+        let max = rules.max_limit;
         if quota.limit() > max {
             return Err(Error::Config {
                 field: "quota.limit",
@@ -137,38 +206,14 @@ impl Algorithm {
                 ),
             });
         }
-        if self == Algorithm::Gcra {
-            // The time a full bucket takes to refill: how far ahead of the
-            // server clock the TAT may run, and the key's longest TTL.
-            let refill = u128::from(period) * u128::from(quota.burst().get())
-                / u128::from(quota.limit().get());
-            if refill > Quota::MAX_PERIOD.as_micros() {
-                return Err(Error::Config {
-                    field: "quota.burst",
-                    reason: format!(
-                        "burst {} x period {:?} / limit {} = {:?} to refill a full bucket, over \
-                         the maximum of {:?}",
-                        quota.burst(),
-                        quota.period(),
-                        quota.limit(),
-                        Duration::from_micros(u64::try_from(refill).unwrap_or(u64::MAX)),
-                        Quota::MAX_PERIOD,
-                    ),
-                });
-            }
-        }
+        (rules.bounds)(quota, period)?;
         Ok(period)
     }
 }
 
 impl fmt::Display for Algorithm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Algorithm::FixedWindow => "fixed window",
-            Algorithm::SlidingLog => "sliding log",
-            Algorithm::SlidingWindow => "sliding window counter",
-            Algorithm::Gcra => "GCRA",
-        })
+        f.write_str(self.rules().words)
     }
 }
 

@@ -4,12 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use rand::Rng;
-// tokio's clock, so tests can pause it.
-use tokio::time::Instant;
 
 use super::algorithm::Algorithm;
-use super::check::Pipeline;
 use super::decision::{Decision, MultiDecision};
 use super::deny_cache::DenyCache;
 use super::quota::Quota;
@@ -298,16 +294,6 @@ impl RateLimiter {
         Ok(only(decision))
     }
 
-    /// The one check pipeline over this limiter alone, with its policy
-    /// and deny cache.
-    pub(crate) fn pipeline(&self) -> Pipeline<'_> {
-        Pipeline {
-            limiters: std::slice::from_ref(self),
-            policy: self.inner.policy,
-            cache: self.inner.cache.as_deref(),
-        }
-    }
-
     /// Its deny cache, if it has one.
     pub(crate) fn deny_cache(&self) -> Option<&Arc<DenyCache>> {
         self.inner.cache.as_ref()
@@ -366,70 +352,4 @@ impl RateLimiter {
 /// The decision of a multi-limit of one.
 pub(crate) fn only(mut decision: MultiDecision) -> Decision {
     decision.decisions.swap_remove(0)
-}
-
-/// The deadline `max_wait` from now; `None` (no deadline) when that is
-/// beyond what the clock can represent, so "wait forever" means it.
-pub(crate) fn deadline_after(max_wait: Duration) -> Option<Instant> {
-    Instant::now().checked_add(max_wait)
-}
-
-/// How long to sleep before retrying after `decision`, or `None` to stop:
-/// admitted, never admissible, or admissible only after `deadline` (`None`:
-/// no deadline).
-pub(crate) fn wait_for(decision: &Decision, deadline: Option<Instant>) -> Option<Duration> {
-    if decision.allowed {
-        return None;
-    }
-    let wait = decision.retry_after?;
-    // Up to 10% (at most 50 ms) later, so a crowd of waiters spreads out.
-    let spread = u64::try_from((wait / 10).min(Duration::from_millis(50)).as_micros()).unwrap_or(0);
-    let wait = wait.saturating_add(Duration::from_micros(rand::rng().random_range(0..=spread)));
-    match deadline {
-        None => Some(wait),
-        Some(deadline) => Instant::now()
-            .checked_add(wait)
-            .is_some_and(|ready| ready <= deadline)
-            .then_some(wait),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn waiting_stops_when_allowed_or_past_the_deadline() {
-        let mut d = Decision::bypass(Quota::per_second(1), 1, crate::BypassReason::Timeout);
-        let later = deadline_after(Duration::from_secs(10));
-        assert_eq!(wait_for(&d, later), None);
-        d.allowed = false;
-        d.retry_after = Some(Duration::from_millis(100));
-        let wait = wait_for(&d, later).unwrap();
-        assert!(wait >= Duration::from_millis(100) && wait <= Duration::from_millis(110));
-        assert_eq!(
-            wait_for(&d, deadline_after(Duration::from_millis(50))),
-            None
-        );
-        // Time passes: 9.95 s later the same wait no longer fits.
-        tokio::time::advance(Duration::from_millis(9950)).await;
-        assert_eq!(wait_for(&d, later), None);
-        d.retry_after = None;
-        assert_eq!(wait_for(&d, later), None);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn waiting_forever_has_no_deadline() {
-        assert_eq!(deadline_after(Duration::MAX), None);
-        let mut d = Decision::bypass(Quota::per_second(1), 1, crate::BypassReason::Timeout);
-        d.allowed = false;
-        // Even a wait the clock cannot represent is waited for, not refused.
-        for retry in [Duration::from_secs(3600), Duration::MAX] {
-            d.retry_after = Some(retry);
-            assert!(wait_for(&d, None).unwrap() >= retry);
-        }
-        tokio::time::advance(Duration::from_secs(1_000_000)).await;
-        d.retry_after = Some(Duration::from_secs(1));
-        assert!(wait_for(&d, deadline_after(Duration::MAX)).is_some());
-    }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::Quota;
 use crate::admin::{LimiterInfo, Usage};
 use crate::keys::Kind;
+use crate::limit::Algorithm;
 
 /// Known quotas by rate limiter name ([`WebOptionsBuilder::quota`](super::WebOptionsBuilder::quota)).
 pub(super) type Quotas = BTreeMap<String, Quota>;
@@ -20,29 +21,10 @@ pub(super) fn remaining(info: &LimiterInfo, quotas: &Quotas) -> Option<(u64, boo
         .override_quota
         .as_ref()
         .or_else(|| quotas.get(&info.name))?;
-    let limit = u64::from(quota.limit().get());
-    match (&info.usage, Kind::parse(&info.kind)?) {
-        (Usage::Unused, Kind::Gcra) => Some((u64::from(quota.burst().get()), true)),
-        (Usage::Unused, _) => Some((limit, true)),
-        (Usage::FixedWindow { used }, Kind::FixedWindow) => {
-            Some((limit.saturating_sub(*used), true))
-        }
-        (Usage::SlidingLog { entries }, Kind::SlidingLog) => {
-            Some((limit.saturating_sub(*entries), false))
-        }
-        // The key expires at the theoretical arrival time, so its TTL is
-        // how far ahead of now it is: remaining = (tolerance - ttl) /
-        // interval, at most the burst (gcra.lua's formula, in integers).
-        (Usage::Gcra { .. }, Kind::Gcra) => {
-            let burst = u128::from(quota.burst().get());
-            let period = quota.period().as_micros();
-            let ahead = info.ttl?.as_micros();
-            let tolerance = burst * period / u128::from(quota.limit().get());
-            let left =
-                tolerance.saturating_sub(ahead) * u128::from(quota.limit().get()) / period.max(1);
-            u64::try_from(left.min(burst)).ok().map(|n| (n, true))
-        }
-        _ => None,
+    let algorithm = Algorithm::from_key_kind(Kind::parse(&info.kind)?)?;
+    match &info.usage {
+        Usage::Unused => Some((u64::from(algorithm.capacity(quota)), true)),
+        usage => (algorithm.rules().remaining)(usage, quota, info.ttl),
     }
 }
 

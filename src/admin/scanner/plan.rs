@@ -11,6 +11,7 @@ use super::settings::{self, LimiterKeys, Role};
 use crate::admin::info::{LimiterInfo, Usage};
 use crate::cluster::NodeAddr;
 use crate::keys::{Kind, ParsedKey, slot};
+use crate::limit::{Algorithm, StateRead};
 
 /// What a walk does with each page of keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,9 +77,9 @@ pub(super) enum Plan {
 
 #[derive(Clone, Copy)]
 pub(super) enum StateReads {
-    Get(fn(Option<i64>) -> Usage),
-    Card(fn(u64) -> Usage),
-    Window,
+    /// A rate limiter's (its algorithm says how), a lease set's or a
+    /// counter's.
+    State(StateRead),
     Lock,
     Type,
 }
@@ -119,19 +120,17 @@ impl Plan {
             };
         }
         let reads = match Kind::parse(parsed.kind) {
-            Some(Kind::FixedWindow) => {
-                StateReads::Get(|v| Usage::FixedWindow { used: unsigned(v) })
-            }
-            Some(Kind::Gcra) => StateReads::Get(|v| Usage::Gcra {
-                theoretical_arrival_us: unsigned(v),
-            }),
-            Some(Kind::Counter) => StateReads::Get(|v| Usage::Counter {
+            Some(Kind::Counter) => StateReads::State(StateRead::Integer(|v| Usage::Counter {
                 value: v.unwrap_or(0),
-            }),
-            Some(Kind::SlidingLog) => StateReads::Card(|entries| Usage::SlidingLog { entries }),
-            Some(Kind::Lease) => StateReads::Card(|holders| Usage::Lease { holders }),
-            Some(Kind::SlidingWindow) => StateReads::Window,
+            })),
+            Some(Kind::Lease) => {
+                StateReads::State(StateRead::Members(|holders| Usage::Lease { holders }))
+            }
             Some(Kind::Lock) => StateReads::Lock,
+            Some(kind) => match Algorithm::from_key_kind(kind) {
+                Some(algorithm) => StateReads::State(algorithm.rules().state),
+                None => StateReads::Type,
+            },
             None => StateReads::Type,
         };
         Plan::Main {
@@ -209,9 +208,11 @@ impl Plan {
             } => {
                 pipe.cmd("PTTL").arg(key);
                 match reads {
-                    StateReads::Get(_) => pipe.cmd("GET").arg(key),
-                    StateReads::Card(_) => pipe.cmd("ZCARD").arg(key),
-                    StateReads::Window => pipe.cmd("HMGET").arg(key).arg("c").arg("p"),
+                    StateReads::State(StateRead::Integer(_)) => pipe.cmd("GET").arg(key),
+                    StateReads::State(StateRead::Members(_)) => pipe.cmd("ZCARD").arg(key),
+                    StateReads::State(StateRead::Fields(fields, _)) => {
+                        pipe.cmd("HMGET").arg(key).arg(*fields)
+                    }
                     StateReads::Lock => pipe.cmd("GET").arg(fence_of(key)),
                     StateReads::Type => pipe.cmd("TYPE").arg(key),
                 };
@@ -307,9 +308,9 @@ impl Plan {
                     return;
                 };
                 let usage = match reads {
-                    StateReads::Get(f) => f(int(replies.get(1))),
-                    StateReads::Card(f) => f(unsigned(int(replies.get(1)))),
-                    StateReads::Window => window(replies.get(1)),
+                    StateReads::State(StateRead::Integer(f)) => f(int(replies.get(1))),
+                    StateReads::State(StateRead::Members(f)) => f(unsigned(int(replies.get(1)))),
+                    StateReads::State(StateRead::Fields(_, f)) => f(&fields(replies.get(1))),
                     StateReads::Lock => Usage::Lock {
                         held: true,
                         fencing_token: int(replies.get(1)).and_then(|v| u64::try_from(v).ok()),
@@ -368,17 +369,11 @@ impl Id {
     }
 }
 
-/// The sliding window counter's `c` and `p` fields: the counts of the
-/// window last written and the one before it.
-fn window(stored: Option<&Value>) -> Usage {
-    let fields: Vec<Option<i64>> = match stored {
+/// A hash's fields read by `HMGET`, as integers.
+fn fields(stored: Option<&Value>) -> Vec<Option<i64>> {
+    match stored {
         Some(Value::Array(items)) => items.iter().map(|v| int(Some(v))).collect(),
         _ => Vec::new(),
-    };
-    let get = |i: usize| fields.get(i).copied().flatten();
-    Usage::SlidingWindow {
-        current: unsigned(get(0)),
-        previous: unsigned(get(1)),
     }
 }
 

@@ -1,0 +1,22 @@
+//! Clock-aligned fixed window: one counter key whose TTL ends with the
+//! window. Exact per window; up to twice the limit across a boundary.
+
+use std::num::NonZeroU32;
+
+use super::{Rules, StateRead, count, left, no_bounds};
+use crate::admin::Usage;
+use crate::scripts;
+
+pub(super) static RULES: Rules = Rules {
+    words: "fixed window",
+    script: &scripts::FIXED_WINDOW,
+    max_limit: NonZeroU32::MAX,
+    bursts: false,
+    bounds: no_bounds,
+    // The units used in the current window.
+    state: StateRead::Integer(|v| Usage::FixedWindow { used: count(v) }),
+    remaining: |usage, quota, _| match usage {
+        Usage::FixedWindow { used } => left(quota, *used),
+        _ => None,
+    },
+};

@@ -1,0 +1,63 @@
+//! GCRA (a token or leaky bucket in one number): the theoretical arrival
+//! time of the next request. An exact rate with a burst, in the least
+//! memory; the key expires when the bucket is full again.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use super::{Remaining, Rules, StateRead, count};
+use crate::admin::Usage;
+use crate::error::{Error, Result};
+use crate::limit::Quota;
+use crate::scripts;
+
+pub(super) static RULES: Rules = Rules {
+    words: "GCRA",
+    script: &scripts::GCRA,
+    max_limit: NonZeroU32::MAX,
+    bursts: true,
+    bounds,
+    state: StateRead::Integer(|v| Usage::Gcra {
+        theoretical_arrival_us: count(v),
+    }),
+    remaining,
+};
+
+/// The time a full bucket takes to refill — how far ahead of the server
+/// clock the TAT may run, and the key's longest TTL — is at most
+/// [`Quota::MAX_PERIOD`].
+fn bounds(quota: &Quota, period: u64) -> Result<()> {
+    let refill =
+        u128::from(period) * u128::from(quota.burst().get()) / u128::from(quota.limit().get());
+    if refill > Quota::MAX_PERIOD.as_micros() {
+        return Err(Error::Config {
+            field: "quota.burst",
+            reason: format!(
+                "burst {} x period {:?} / limit {} = {:?} to refill a full bucket, over the \
+                 maximum of {:?}",
+                quota.burst(),
+                quota.period(),
+                quota.limit(),
+                Duration::from_micros(u64::try_from(refill).unwrap_or(u64::MAX)),
+                Quota::MAX_PERIOD,
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The key expires at the theoretical arrival time, so its TTL is how far
+/// ahead of now it is: remaining = (tolerance - ttl) / interval, at most
+/// the burst (gcra.lua's formula, in integers).
+fn remaining(usage: &Usage, quota: &Quota, ttl: Option<Duration>) -> Option<Remaining> {
+    let Usage::Gcra { .. } = usage else {
+        return None;
+    };
+    let burst = u128::from(quota.burst().get());
+    let limit = u128::from(quota.limit().get());
+    let period = quota.period().as_micros();
+    let ahead = ttl?.as_micros();
+    let tolerance = burst * period / limit;
+    let left = tolerance.saturating_sub(ahead) * limit / period.max(1);
+    u64::try_from(left.min(burst)).ok().map(|n| (n, true))
+}
