@@ -16,6 +16,8 @@
 //! The `shardlimit` command-line tool (feature `cli`) is built on it.
 
 mod info;
+#[cfg(any(feature = "web", feature = "cli"))]
+pub mod json;
 mod reset;
 mod scanner;
 

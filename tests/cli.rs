@@ -157,6 +157,17 @@ async fn reset_dry_runs_and_refuses_held_locks_live_permits_and_counts_unless_fo
     assert!(limiter.check("busy").await.unwrap().allowed);
     let keys_before = common::keys_with_pttl(&ns).await.len();
     assert_eq!(keys_before, 5, "gcra, lease, counter, lock and its fence");
+    // Each state as the library's JSON names it (the Limits page's API
+    // serves the same shape): a lease's holders, a lock's fencing token.
+    let out = cli(&ns, &["list", "--json", "--subject", "busy"]);
+    let rows: Vec<Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let state = |kind: &str| rows.iter().find(|r| r["kind"] == kind).unwrap()["state"].clone();
+    assert_eq!(state("lease")["holders"], 1, "{rows:?}");
+    assert_eq!(state("lock")["held"], true, "{rows:?}");
+    assert_eq!(state("counter")["value"], 30, "{rows:?}");
 
     // --dry-run lists exactly the keys, deletes nothing.
     let out = cli(&ns, &["reset", "busy", "--dry-run"]);

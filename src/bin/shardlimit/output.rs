@@ -5,8 +5,8 @@ use std::io::{IsTerminal, Write};
 use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::{Value, json};
-use shardlimit::admin::{LimiterInfo, Progress, Scanner, Usage};
+use serde_json::Value;
+use shardlimit::admin::{LimiterInfo, Progress, Scanner, json};
 use shardlimit::limit::SubjectSettings;
 
 use super::syntax::{format_duration, format_quota};
@@ -97,58 +97,24 @@ pub(crate) fn state(info: &LimiterInfo) -> String {
     text
 }
 
-/// A rate limiter's override for a subject: `{"quota": "5/1h", "limit": 5,
-/// "period_ms": 3600000, "burst": 5, "ttl_ms": 86399000}`, or `null`.
+/// A rate limiter's override for a subject as the library gives it (see
+/// `shardlimit::admin::json::override_of`), with the quota in the syntax
+/// the CLI takes: `{"quota": "5/1h", "limit": 5, "period_ms": 3600000,
+/// "burst": 5, "ttl_ms": 86399000}`, or `null`.
 pub(crate) fn override_json(settings: &SubjectSettings) -> Value {
-    match &settings.override_quota {
-        Some(quota) => json!({
-            "quota": format_quota(quota),
-            "limit": quota.limit().get(),
-            "period_ms": quota.period().as_millis(),
-            "burst": quota.burst().get(),
-            "ttl_ms": settings.override_ttl.map(|t| t.as_millis()),
-        }),
-        None => Value::Null,
+    let mut value = json::override_of(settings);
+    if let (Some(quota), Some(fields)) = (&settings.override_quota, value.as_object_mut()) {
+        fields.insert("quota".to_owned(), Value::from(format_quota(quota)));
     }
+    value
 }
 
+/// One primitive as the library gives it (`shardlimit::admin::json`), its
+/// override as [`override_json`] writes it.
 pub(crate) fn info_json(info: &LimiterInfo) -> Value {
-    let subject = match std::str::from_utf8(&info.subject) {
-        Ok(text) => json!(text),
-        Err(_) => {
-            json!({ "hex": info.subject.iter().map(|b| format!("{b:02x}")).collect::<String>() })
-        }
-    };
-    let usage = match &info.usage {
-        Usage::FixedWindow { used } => json!({"used": used}),
-        Usage::SlidingLog { entries } => json!({"entries": entries}),
-        Usage::SlidingWindow { current, previous } => {
-            json!({"current": current, "previous": previous})
-        }
-        Usage::Gcra {
-            theoretical_arrival_us,
-        } => json!({"theoretical_arrival_us": theoretical_arrival_us}),
-        Usage::Lease { holders } => json!({"holders": holders}),
-        Usage::Lock {
-            held,
-            fencing_token,
-        } => json!({"held": held, "fencing_token": fencing_token}),
-        Usage::Counter { value } => json!({"value": value}),
-        Usage::Unused => json!({"unused": true}),
-        Usage::Other { redis_type } => json!({"redis_type": redis_type}),
-        other => json!({"state": other.describe()}),
-    };
-    json!({
-        "kind": info.kind,
-        "name": info.name,
-        "subject": subject,
-        "slot": info.slot,
-        "node": info.node,
-        "ttl_ms": info.ttl.map(|t| t.as_millis()),
-        "state": usage,
-        "override": override_json(&info.settings),
-        "blocked_for_ms": info.settings.blocked_for.map(|t| t.as_millis()),
-    })
+    let mut value = json::limiter(info);
+    value["override"] = override_json(&info.settings);
+    value
 }
 
 pub(crate) fn human_bytes(bytes: u64) -> String {

@@ -1,0 +1,96 @@
+//! The JSON form of what the scanner finds, defined once: `shardlimit list
+//! --json` prints it, the Limits page's `/api/…` routes serve it (with the
+//! words and units left they add).
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::info::{LimiterInfo, Usage};
+use crate::limit::SubjectSettings;
+
+/// One primitive: `kind`, `name`, `subject` (its text when it is UTF-8,
+/// else `{"hex": "…"}`), `slot`, `node`, `ttl_ms` (`null`: no TTL),
+/// `state` (the typed usage, named as [`Usage`]'s fields are),
+/// `override` (see [`override_of`]) and `blocked_for_ms` (`null`: not
+/// blocked).
+///
+/// ```
+/// # #[cfg(any(feature = "web", feature = "cli"))] {
+/// use shardlimit::admin::{LimiterInfo, Usage, json};
+/// # fn show(info: &LimiterInfo) {
+/// let value = json::limiter(info);
+/// if let Usage::Lease { holders } = info.usage {
+///     assert_eq!(value["state"]["holders"], holders);
+/// }
+/// # }
+/// # }
+/// ```
+#[must_use]
+pub fn limiter(info: &LimiterInfo) -> Value {
+    json!({
+        "kind": info.kind,
+        "name": info.name,
+        "subject": subject(&info.subject),
+        "slot": info.slot,
+        "node": info.node,
+        "ttl_ms": info.ttl.map(millis),
+        "state": usage(&info.usage),
+        "override": override_of(&info.settings),
+        "blocked_for_ms": info.settings.blocked_for.map(millis),
+    })
+}
+
+/// A usage, its fields named as [`Usage`]'s are.
+#[must_use]
+pub fn usage(usage: &Usage) -> Value {
+    match usage {
+        Usage::FixedWindow { used } => json!({ "used": used }),
+        Usage::SlidingLog { entries } => json!({ "entries": entries }),
+        Usage::SlidingWindow { current, previous } => {
+            json!({ "current": current, "previous": previous })
+        }
+        Usage::Gcra {
+            theoretical_arrival_us,
+        } => json!({ "theoretical_arrival_us": theoretical_arrival_us }),
+        Usage::Lease { holders } => json!({ "holders": holders }),
+        Usage::Lock {
+            held,
+            fencing_token,
+        } => json!({ "held": held, "fencing_token": fencing_token }),
+        Usage::Counter { value } => json!({ "value": value }),
+        Usage::Unused => json!({ "unused": true }),
+        Usage::Other { redis_type } => json!({ "redis_type": redis_type }),
+    }
+}
+
+/// A subject's override of a rate limiter: `{"limit": 5, "period_ms":
+/// 3600000, "burst": 5, "ttl_ms": 86399000}`, or `null` when it has none.
+#[must_use]
+pub fn override_of(settings: &SubjectSettings) -> Value {
+    match &settings.override_quota {
+        Some(quota) => json!({
+            "limit": quota.limit().get(),
+            "period_ms": millis(quota.period()),
+            "burst": quota.burst().get(),
+            "ttl_ms": settings.override_ttl.map(millis),
+        }),
+        None => Value::Null,
+    }
+}
+
+/// A subject: its text when it is UTF-8, else `{"hex": "…"}`.
+#[must_use]
+pub fn subject(subject: &[u8]) -> Value {
+    match std::str::from_utf8(subject) {
+        Ok(text) => json!(text),
+        Err(_) => {
+            let hex: String = subject.iter().map(|b| format!("{b:02x}")).collect();
+            json!({ "hex": hex })
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
