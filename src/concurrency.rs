@@ -423,7 +423,9 @@ impl ConcurrencyLimiterBuilder {
 
     /// What a transient Redis fault does: return the error
     /// ([`FailurePolicy::FailClosed`], the default) or grant a bypassed
-    /// permit ([`FailurePolicy::FailOpen`]).
+    /// permit ([`FailurePolicy::FailOpen`]). [`FailurePolicy::Local`] is a
+    /// configuration error at [`build`](Self::build): permits cannot be
+    /// split into local shares.
     pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
         self.policy = policy;
         self
@@ -446,6 +448,14 @@ impl ConcurrencyLimiterBuilder {
         let max_holders = self.max_holders.get("max_holders")?;
         let lease_ms = millis("lease_ttl", self.lease_ttl)?;
         let retry = self.retry.checked()?;
+        if let FailurePolicy::Local { .. } = self.policy {
+            return Err(Error::Config {
+                field: "failure_policy",
+                reason: "a lease's permits are shared by every process and cannot be split \
+                         into local shares: use FailOpen or FailClosed"
+                    .into(),
+            });
+        }
         Ok(ConcurrencyLimiter {
             inner: Arc::new(LeaseInner {
                 core: Core::new(self.cluster, id),

@@ -16,12 +16,14 @@
 //! limiters end up silently off for weeks.
 
 use std::fmt;
+use std::num::NonZeroU32;
 
 use crate::error::{Error, Result, is_reconfiguring};
 use crate::outcomes::Outcomes;
 
 /// Per-limiter choice of behaviour when Redis cannot answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum FailurePolicy {
     /// Admit the request, marked [`bypassed`](crate::Decision::bypassed),
     /// count it and warn. For limits the service can survive not enforcing.
@@ -30,13 +32,35 @@ pub enum FailurePolicy {
     /// The default: opening a limit must be a decision.
     #[default]
     FailClosed,
+    /// Neither open nor closed: decide from a limiter in this process, of
+    /// the same algorithm, with this process's share of the quota — the
+    /// limit (and burst) divided by `instances`, the number of processes
+    /// sharing the limit, rounded up — so that the instances together
+    /// admit about the quota (at most one share more per period, from
+    /// rounding up and from the local windows not lining up), not
+    /// `instances` times it. A rate limiter's option only: a lease's
+    /// permits or a lock cannot be shared out (their builders refuse it).
+    ///
+    /// Each such decision is [`local`](crate::Decision::local), carries its
+    /// [`bypassed`](crate::Decision::bypassed) reason, is counted as a
+    /// bypass and warned about like one; the next check asks Redis again,
+    /// so decisions come from Redis again as soon as it answers. The local
+    /// state is per process and per subject (at most
+    /// [`LOCAL_MAX_SUBJECTS`](crate::limit::LOCAL_MAX_SUBJECTS) subjects per
+    /// limiter, least recently used evicted), starts empty at the first
+    /// failure and is not written back to Redis: what the process admitted
+    /// locally is not counted in Redis afterwards.
+    Local {
+        /// How many processes share the limit.
+        instances: NonZeroU32,
+    },
 }
 
 impl FailurePolicy {
     /// Applies the policy to `err`, a failed call shared by the primitives
     /// whose outcomes are `outcomes` (one, or every limiter of a
-    /// multi-limiter): a transient error under fail-open becomes
-    /// `Ok(bypass(reason))`, counted as a bypass for each and warned about
+    /// multi-limiter): a transient error under fail-open or local becomes
+    /// `Ok(bypass(reason))` (the caller's decision without Redis), counted as a bypass for each and warned about
     /// (by the first, at most every few seconds); anything else is counted
     /// as an error for each and returned. The only place a policy is
     /// applied.
@@ -47,18 +71,23 @@ impl FailurePolicy {
         bypass: impl FnOnce(BypassReason) -> T,
     ) -> Result<T> {
         match (self, BypassReason::of(&err)) {
-            (FailurePolicy::FailOpen, Some(reason)) => {
+            (FailurePolicy::FailOpen | FailurePolicy::Local { .. }, Some(reason)) => {
                 outcomes.iter().for_each(|o| o.bypassed());
                 if let Some(first) = outcomes.first()
                     && let Some(count) = first.should_warn()
                 {
+                    let decided = if self == FailurePolicy::FailOpen {
+                        "admitted (fail-open)"
+                    } else {
+                        "decided locally with this process's share of the quota"
+                    };
                     tracing::warn!(
                         kind = %first.kind(),
                         name = %first.name(),
                         reason = %reason,
                         bypassed_since_last_warning = count,
                         error = %err,
-                        "shardlimit: limiter bypassed (fail-open): Redis did not answer"
+                        "shardlimit: limiter bypassed, Redis did not answer: {decided}"
                     );
                 }
                 Ok(bypass(reason))

@@ -5,6 +5,7 @@
 //! algorithm is a module, a variant and a registry line (and its key
 //! [`Kind`], which [`Algorithm::key_kind`] names in a `const fn`).
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::num::NonZeroU32;
 use std::sync::LazyLock;
@@ -43,10 +44,62 @@ pub(crate) struct Rules {
     /// key's TTL: `(remaining, exact)`, or `None` when the usage is not
     /// this algorithm's or cannot say.
     pub(crate) remaining: fn(&Usage, &Quota, Option<Duration>) -> Option<Remaining>,
+    /// A check of `cost` at `now` (µs, the process's clock) against the
+    /// local state of the degraded local mode, under `quota` (this
+    /// process's share); when `consume` and admitted, the state takes it.
+    pub(crate) local: fn(&mut LocalState, Local) -> LocalVerdict,
+}
+
+/// What a local check is given.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Local {
+    /// Microseconds on the process's monotonic clock.
+    pub(crate) now: u64,
+    pub(crate) cost: u64,
+    pub(crate) limit: u64,
+    /// The burst (GCRA), else the limit.
+    pub(crate) capacity: u64,
+    /// The period in microseconds, at least 1.
+    pub(crate) period: u64,
+    pub(crate) consume: bool,
 }
 
 /// Units left, and whether that is exact (`false`: a lower bound).
 pub(crate) type Remaining = (u64, bool);
+
+/// One subject's local state; each algorithm uses its own fields.
+#[derive(Debug, Default)]
+pub(crate) struct LocalState {
+    /// Fixed window, sliding window counter: the index of the current
+    /// window.
+    pub(crate) window: u64,
+    /// Fixed window, sliding window counter: units in the current window.
+    pub(crate) count: u64,
+    /// Sliding window counter: units in the previous window.
+    pub(crate) previous: u64,
+    /// GCRA: the theoretical arrival time, µs since the limiter's epoch.
+    pub(crate) tat: u64,
+    /// Sliding log: when each admitted unit was admitted, µs, oldest first.
+    pub(crate) log: VecDeque<u64>,
+}
+
+/// What a local check found: `(allowed, remaining, retry_after_us,
+/// reset_after_us)`, before anything is consumed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LocalVerdict {
+    pub(crate) allowed: bool,
+    pub(crate) remaining: u64,
+    pub(crate) retry_after_us: Option<u64>,
+    pub(crate) reset_after_us: u64,
+}
+
+impl Local {
+    /// Units left after a request admitted or not with `used` in use.
+    fn left_after(&self, used: u64, allowed: bool) -> u64 {
+        self.limit
+            .saturating_sub(used + if allowed { self.cost } else { 0 })
+    }
+}
 
 /// How the admin scanner reads a state key, and what the reply means.
 #[derive(Clone, Copy)]
@@ -67,6 +120,19 @@ fn count(v: Option<i64>) -> u64 {
 /// A check's reply's limit less what is used: exact.
 fn left(quota: &Quota, used: u64) -> Option<Remaining> {
     Some((u64::from(quota.limit().get()).saturating_sub(used), true))
+}
+
+/// A window-based local verdict: `used` units in a window that ends in
+/// `ends_in` µs; denied requests wait for the window's end.
+fn windowed(used: u64, ends_in: u64, at: Local) -> LocalVerdict {
+    let allowed = used + at.cost <= at.limit;
+    let after = if allowed { used + at.cost } else { used };
+    LocalVerdict {
+        allowed,
+        remaining: at.left_after(used, allowed),
+        retry_after_us: (!allowed && at.cost <= at.limit).then_some(ends_in.max(1)),
+        reset_after_us: if after > 0 { ends_in } else { 0 },
+    }
 }
 
 /// No bounds beyond the ones every algorithm has.

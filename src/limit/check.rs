@@ -5,7 +5,7 @@
 //! failure policy, the counting and the cache's offer are written here once.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
 use futures::future::join_all;
@@ -15,13 +15,15 @@ use tokio::time::Instant;
 use tracing::Instrument;
 use tracing::field::Empty;
 
+use super::algorithm::{LocalState, LocalVerdict};
 use super::decision::{Decision, MultiDecision};
 use super::deny_cache::{DenyCache, Ticket};
 use super::limiter::RateLimiter;
+use super::local;
 use super::script::{Invocation, LimitSpec, fingerprint, parse_reply};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
-use crate::policy::FailurePolicy;
+use crate::policy::{BypassReason, FailurePolicy};
 use crate::scripts::{self, Script};
 
 /// What one check covers: its limits (at least one, all on one cluster),
@@ -246,7 +248,7 @@ impl<'r> Round<'r> {
         );
         let invocation = match invocation {
             Ok(invocation) => invocation,
-            Err(err) => return Prepared::Answered(self.fail(err)),
+            Err(err) => return Prepared::Answered(self.fail(err, subject, cost)),
         };
         if let Some(cached) = self
             .cache()
@@ -274,7 +276,7 @@ impl<'r> Round<'r> {
         let (allowed, decisions) =
             match reply.and_then(|reply| parse_reply(self.script, self.specs, &reply)) {
                 Ok(parsed) => parsed,
-                Err(err) => return self.fail(err),
+                Err(err) => return self.fail(err, subject, cost),
             };
         if self.consume {
             for (limiter, d) in self.pipeline.limiters.iter().zip(&decisions) {
@@ -296,20 +298,71 @@ impl<'r> Round<'r> {
     }
 
     /// A failure under the policy: every limit sees it; fail-open admits
-    /// with every limit bypassed.
-    fn fail(&self, err: Error) -> Result<MultiDecision> {
+    /// with every limit bypassed, local decides from this process's share.
+    fn fail(&self, err: Error, subject: &[u8], cost: u32) -> Result<MultiDecision> {
         let limiters = self.pipeline.limiters;
         let outcomes: Vec<_> = limiters.iter().map(RateLimiter::outcomes).collect();
-        self.pipeline
-            .policy
-            .apply(err, &outcomes, |reason| MultiDecision {
-                allowed: true,
-                decisions: self
-                    .specs
-                    .iter()
-                    .map(|s| Decision::bypass(s.quota, s.capacity, reason))
-                    .collect(),
+        self.pipeline.policy.apply(err, &outcomes, |reason| {
+            if matches!(self.pipeline.policy, FailurePolicy::Local { .. }) {
+                self.decide_locally(subject, cost, reason)
+            } else {
+                MultiDecision {
+                    allowed: true,
+                    decisions: self
+                        .specs
+                        .iter()
+                        .map(|s| Decision::bypass(s.quota, s.capacity, reason))
+                        .collect(),
+                }
+            }
+        })
+    }
+
+    /// Every limit with local limiters decides from its share, all or
+    /// nothing (the others, fail-open, admit): their states are locked
+    /// together, in one global order, checked, then consumed if all admit.
+    fn decide_locally(&self, subject: &[u8], cost: u32, reason: BypassReason) -> MultiDecision {
+        let limiters = self.pipeline.limiters;
+        let states: Vec<_> = limiters
+            .iter()
+            .map(|l| l.local().map(|local| (local, local.state(subject))))
+            .collect();
+        let mut order: Vec<usize> = (0..states.len()).filter(|&i| states[i].is_some()).collect();
+        order.sort_by_key(|&i| states[i].as_ref().map(|(_, s)| Arc::as_ptr(s)));
+        let mut guards: Vec<Option<MutexGuard<'_, LocalState>>> =
+            states.iter().map(|_| None).collect();
+        for i in order {
+            guards[i] = states[i].as_ref().map(|(_, state)| local::lock(state));
+        }
+        let check = |guards: &mut [Option<MutexGuard<'_, LocalState>>], consume: bool| {
+            states
+                .iter()
+                .zip(guards.iter_mut())
+                .zip(self.specs)
+                .map(|((local, guard), spec)| {
+                    let (local, _) = local.as_ref()?;
+                    let state: &mut LocalState = guard.as_mut()?;
+                    Some(local.check(state, spec, cost, consume))
+                })
+                .collect::<Vec<Option<LocalVerdict>>>()
+        };
+        let verdicts = check(&mut guards, false);
+        let allowed = verdicts.iter().flatten().all(|v| v.allowed);
+        if allowed && self.consume {
+            check(&mut guards, true);
+        }
+        let decisions = verdicts
+            .into_iter()
+            .zip(self.specs)
+            .zip(&states)
+            .map(|((verdict, spec), local)| match (verdict, local) {
+                (Some(verdict), Some((local, _))) => {
+                    local::decision(verdict, spec.algorithm, local.share(spec.quota), reason)
+                }
+                _ => Decision::bypass(spec.quota, spec.capacity, reason),
             })
+            .collect();
+        MultiDecision { allowed, decisions }
     }
 }
 

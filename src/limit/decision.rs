@@ -34,10 +34,17 @@ pub struct Decision {
     pub retry_after: Option<Duration>,
     /// When the limiter is back to full (nothing in use).
     pub reset_after: Duration,
-    /// Set when the decision was made without Redis under
-    /// [`FailurePolicy::FailOpen`](crate::FailurePolicy::FailOpen); `allowed`
-    /// is then `true`.
+    /// Set when the decision was made without Redis: under
+    /// [`FailurePolicy::FailOpen`](crate::FailurePolicy::FailOpen) `allowed`
+    /// is then `true`; under [`FailurePolicy::Local`](crate::FailurePolicy::Local)
+    /// [`local`](Self::local) is set too.
     pub bypassed: Option<BypassReason>,
+    /// Decided by this process's local limiter with its share of the quota
+    /// ([`FailurePolicy::Local`](crate::FailurePolicy::Local)), Redis not
+    /// answering: `allowed`, `limit`, `remaining`, `retry_after` and
+    /// `quota` are the local limiter's; [`bypassed`](Self::bypassed) says
+    /// why Redis did not decide.
+    pub local: bool,
     /// Answered from the local deny cache, without Redis (see
     /// [`RateLimiterBuilder::deny_cache`](crate::RateLimiterBuilder::deny_cache)):
     /// `allowed` is then `false`, and `retry_after` counts down to the end
@@ -116,6 +123,7 @@ impl Decision {
             retry_after: None,
             reset_after: Duration::ZERO,
             bypassed: Some(reason),
+            local: false,
             cached: false,
             would_deny: false,
             blocked: false,
@@ -200,6 +208,7 @@ mod tests {
             retry_after: retry_ms.map(Duration::from_millis),
             reset_after: Duration::ZERO,
             bypassed: None,
+            local: false,
             cached: false,
             would_deny: false,
             blocked: false,

@@ -8,6 +8,7 @@ use arc_swap::ArcSwap;
 use super::algorithm::Algorithm;
 use super::decision::{Decision, MultiDecision};
 use super::deny_cache::DenyCache;
+use super::local::LocalLimits;
 use super::quota::Quota;
 use super::script::{Invocation, LimitSpec};
 use crate::cluster::Cluster;
@@ -53,6 +54,8 @@ struct Inner {
     /// Shared with the [`MultiLimiter`](super::MultiLimiter) made from
     /// this limiter alone, which checks exactly as it does.
     cache: Option<Arc<DenyCache>>,
+    /// The local limiters of [`FailurePolicy::Local`].
+    local: Option<LocalLimits>,
 }
 
 /// Builds a [`RateLimiter`]; [`build`](Self::build) validates.
@@ -75,7 +78,10 @@ impl RateLimiterBuilder {
         self
     }
 
-    /// What to do when Redis cannot answer. Default
+    /// What to do when Redis cannot answer: return the error, admit, or
+    /// decide from this process's share of the quota
+    /// ([`FailurePolicy::Local`]; its share must be a valid quota, checked
+    /// by [`build`](Self::build) and [`RateLimiter::set_quota`]). Default
     /// [`FailurePolicy::FailClosed`].
     pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
         self.policy = policy;
@@ -138,12 +144,21 @@ impl RateLimiterBuilder {
                 vec![(spec.id.kind().to_owned(), spec.id.name().to_owned())],
             ))),
         };
+        let local = match self.policy {
+            FailurePolicy::Local { instances } => {
+                let local = LocalLimits::new(instances);
+                local.validate(&spec)?;
+                Some(local)
+            }
+            _ => None,
+        };
         Ok(RateLimiter {
             inner: Arc::new(Inner {
                 core: Core::new(self.cluster, spec.id.clone()),
                 spec: ArcSwap::from_pointee(spec),
                 policy: self.policy,
                 cache,
+                local,
             }),
         })
     }
@@ -208,9 +223,11 @@ impl RateLimiter {
     /// cache forgets every subject. A subject with an override keeps it.
     pub fn set_quota(&self, quota: Quota) -> Result<()> {
         let spec = self.inner.spec.load();
-        self.inner
-            .spec
-            .store(Arc::new(spec.with(quota, spec.shadow)?));
+        let next = spec.with(quota, spec.shadow)?;
+        if let Some(local) = &self.inner.local {
+            local.validate(&next)?;
+        }
+        self.inner.spec.store(Arc::new(next));
         if let Some(cache) = &self.inner.cache {
             cache.clear();
         }
@@ -292,6 +309,11 @@ impl RateLimiter {
     pub async fn check_n(&self, subject: impl AsRef<[u8]>, cost: u32) -> Result<Decision> {
         let decision = self.pipeline().run(subject.as_ref(), cost, true).await?;
         Ok(only(decision))
+    }
+
+    /// Its local limiters, under [`FailurePolicy::Local`].
+    pub(crate) fn local(&self) -> Option<&LocalLimits> {
+        self.inner.local.as_ref()
     }
 
     /// Its deny cache, if it has one.

@@ -18,7 +18,9 @@ use crate::policy::FailurePolicy;
 /// This works on a cluster because every limiter keeps a subject's state in
 /// that subject's hash slot. The limiters may use different algorithms.
 ///
-/// Failure policy: fail-open only if **every** limiter is fail-open.
+/// Failure policy: fail-closed if any limiter is; else
+/// [local](FailurePolicy::Local) if any is (the others, fail-open, admit);
+/// fail-open if every limiter is.
 ///
 /// ```no_run
 /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
@@ -71,14 +73,13 @@ impl MultiLimiter {
                 });
             }
         }
-        let policy = if limiters
-            .iter()
-            .all(|l| l.failure_policy() == FailurePolicy::FailOpen)
-        {
-            FailurePolicy::FailOpen
-        } else {
-            FailurePolicy::FailClosed
-        };
+        // Closed if any limit is; else local if any is (each limit then
+        // decides locally or, fail-open, admits); else open.
+        let policies = || limiters.iter().map(RateLimiter::failure_policy);
+        let policy = policies()
+            .find(|p| *p == FailurePolicy::FailClosed)
+            .or_else(|| policies().find(|p| matches!(p, FailurePolicy::Local { .. })))
+            .unwrap_or(FailurePolicy::FailOpen);
         Ok(MultiLimiter {
             limiters,
             policy,

@@ -239,6 +239,7 @@ pub(crate) fn parse_reply(
                 retry_after: micros(f[2]),
                 reset_after: micros(f[3]).unwrap_or_default(),
                 bypassed: None,
+                local: false,
                 cached: false,
                 would_deny: !admitted && spec.shadow,
                 blocked: f[5] & FLAG_BLOCKED != 0,

@@ -307,20 +307,11 @@ async fn whole_cluster_down_and_back() {
     };
 
     tokio::time::sleep(Duration::from_secs(1)).await;
-    // Kill all six at once; the cluster is down once the last one is (a
-    // master still alive a few hundred ms into the kills keeps deciding).
-    let kills = ports().map(|port| node("kill", port));
-    futures::future::join_all(kills).await;
-    let down_at = t0.elapsed();
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    let up_at = t0.elapsed();
-    for port in ports() {
-        node("start", port).await;
-    }
-    tokio::task::spawn_blocking(|| node_sh(&["wait-healthy", "90"]).unwrap())
-        .await
-        .unwrap();
-    let healthy_at = t0.elapsed();
+    let Outage {
+        down_at,
+        up_at,
+        healthy_at,
+    } = whole_cluster_down(t0, Duration::from_secs(4)).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     stop.store(true, Ordering::Relaxed);
     let mut samples = open_load.await.unwrap();

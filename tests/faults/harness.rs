@@ -85,6 +85,38 @@ pub(crate) fn restore_cluster() {
     std::thread::sleep(Duration::from_secs(5));
 }
 
+/// When a whole-cluster outage happened, since the scenario's start.
+pub(crate) struct Outage {
+    /// Every node killed.
+    pub(crate) down_at: Duration,
+    /// Every node started again.
+    pub(crate) up_at: Duration,
+    /// The cluster answered healthy.
+    pub(crate) healthy_at: Duration,
+}
+
+/// Kills all six nodes at once (the cluster is down once the last one is:
+/// a master still alive a few hundred ms into the kills keeps deciding),
+/// starts them again after `down_for` and waits until the cluster is
+/// healthy.
+pub(crate) async fn whole_cluster_down(t0: Instant, down_for: Duration) -> Outage {
+    futures::future::join_all(ports().map(|port| node("kill", port))).await;
+    let down_at = t0.elapsed();
+    tokio::time::sleep(down_for).await;
+    let up_at = t0.elapsed();
+    for port in ports() {
+        node("start", port).await;
+    }
+    tokio::task::spawn_blocking(|| node_sh(&["wait-healthy", "90"]).unwrap())
+        .await
+        .unwrap();
+    Outage {
+        down_at,
+        up_at,
+        healthy_at: t0.elapsed(),
+    }
+}
+
 /// Restores the cluster when the scenario ends, passed or failed.
 pub(crate) struct RestoreOnDrop;
 

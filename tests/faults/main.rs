@@ -32,6 +32,7 @@ mod acquire;
 mod deny_cache;
 mod failover;
 mod isolation;
+mod local;
 mod locks;
 mod migration;
 mod operational;

@@ -3,7 +3,7 @@
 
 use std::num::NonZeroU32;
 
-use super::{Rules, StateRead, count, left, no_bounds};
+use super::{Rules, StateRead, count, left, no_bounds, windowed};
 use crate::admin::Usage;
 use crate::scripts;
 
@@ -18,5 +18,17 @@ pub(super) static RULES: Rules = Rules {
     remaining: |usage, quota, _| match usage {
         Usage::FixedWindow { used } => left(quota, *used),
         _ => None,
+    },
+    local: |state, at| {
+        let window = at.now / at.period;
+        if state.window != window {
+            state.window = window;
+            state.count = 0;
+        }
+        let verdict = windowed(state.count, (window + 1) * at.period - at.now, at);
+        if verdict.allowed && at.consume {
+            state.count += at.cost;
+        }
+        verdict
     },
 };

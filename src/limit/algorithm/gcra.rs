@@ -5,7 +5,7 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use super::{Remaining, Rules, StateRead, count};
+use super::{Local, LocalState, LocalVerdict, Remaining, Rules, StateRead, count};
 use crate::admin::Usage;
 use crate::error::{Error, Result};
 use crate::limit::Quota;
@@ -21,6 +21,7 @@ pub(super) static RULES: Rules = Rules {
         theoretical_arrival_us: count(v),
     }),
     remaining,
+    local,
 };
 
 /// The time a full bucket takes to refill — how far ahead of the server
@@ -60,4 +61,31 @@ fn remaining(usage: &Usage, quota: &Quota, ttl: Option<Duration>) -> Option<Rema
     let tolerance = burst * period / limit;
     let left = tolerance.saturating_sub(ahead) * limit / period.max(1);
     u64::try_from(left.min(burst)).ok().map(|n| (n, true))
+}
+
+/// A bucket of `capacity` refilling `limit` per `period`: each unit moves
+/// the theoretical arrival time (TAT) on by `period / limit`; a request is
+/// admitted when its TAT is within the tolerance (`capacity` units) of now.
+fn local(state: &mut LocalState, at: Local) -> LocalVerdict {
+    let interval = |units: u64| {
+        u64::try_from(u128::from(units) * u128::from(at.period) / u128::from(at.limit.max(1)))
+            .unwrap_or(u64::MAX)
+    };
+    let tolerance = interval(at.capacity);
+    let tat = state.tat.max(at.now);
+    let next = tat.saturating_add(interval(at.cost));
+    let ahead = next - at.now;
+    let allowed = ahead <= tolerance;
+    let retry = (!allowed && at.cost <= at.capacity).then(|| (ahead - tolerance).max(1));
+    let after = if allowed { ahead } else { tat - at.now };
+    if allowed && at.consume {
+        state.tat = next;
+    }
+    let per_unit = interval(1).max(1);
+    LocalVerdict {
+        allowed,
+        remaining: (tolerance.saturating_sub(after) / per_unit).min(at.capacity),
+        retry_after_us: retry,
+        reset_after_us: after,
+    }
 }

@@ -4,8 +4,9 @@
 
 use std::num::NonZeroU32;
 
-use super::{Rules, StateRead, no_bounds};
+use super::{LocalVerdict, Rules, StateRead, no_bounds};
 use crate::admin::Usage;
+
 use crate::scripts;
 
 /// The largest limit (and cost): see
@@ -30,5 +31,38 @@ pub(super) static RULES: Rules = Rules {
             false,
         )),
         _ => None,
+    },
+    local: |state, at| {
+        // Units admitted more than a period ago have left the window.
+        while state.log.front().is_some_and(|&t| t + at.period <= at.now) {
+            state.log.pop_front();
+        }
+        let used = state.log.len() as u64;
+        let allowed = used + at.cost <= at.limit;
+        // Denied: when enough of the oldest units leave for `cost` to fit.
+        let must_leave = (used + at.cost).saturating_sub(at.limit);
+        let retry = (!allowed && at.cost <= at.limit)
+            .then(|| {
+                let index = usize::try_from(must_leave - 1).ok()?;
+                state
+                    .log
+                    .get(index)
+                    .map(|&t| (t + at.period - at.now).max(1))
+            })
+            .flatten();
+        let newest = if allowed {
+            Some(at.now)
+        } else {
+            state.log.back().copied()
+        };
+        if allowed && at.consume {
+            state.log.extend((0..at.cost).map(|_| at.now));
+        }
+        LocalVerdict {
+            allowed,
+            remaining: at.left_after(used, allowed),
+            retry_after_us: retry,
+            reset_after_us: newest.map_or(0, |t| t + at.period - at.now),
+        }
     },
 };

@@ -4,8 +4,9 @@
 
 use std::num::NonZeroU32;
 
-use super::{Rules, StateRead, count, no_bounds};
+use super::{LocalVerdict, Rules, StateRead, count, no_bounds};
 use crate::admin::Usage;
+
 use crate::scripts;
 
 pub(super) static RULES: Rules = Rules {
@@ -23,4 +24,49 @@ pub(super) static RULES: Rules = Rules {
     // The weight of the previous window depends on the time within the
     // current one, which the scanner does not read: not said.
     remaining: |_, _, _| None,
+    local: |state, at| {
+        let window = at.now / at.period;
+        if window != state.window {
+            state.previous = if window == state.window + 1 {
+                state.count
+            } else {
+                0
+            };
+            state.count = 0;
+            state.window = window;
+        }
+        // The previous window weighs what is left of it in the sliding
+        // window: (period - elapsed) / period.
+        let elapsed = at.now - window * at.period;
+        let weighted = |elapsed: u64| {
+            (u128::from(state.previous) * u128::from(at.period - elapsed))
+                .div_ceil(u128::from(at.period))
+        };
+        let used = u64::try_from(weighted(elapsed)).unwrap_or(u64::MAX) + state.count;
+        let allowed = used + at.cost <= at.limit;
+        // Denied: when the previous window has weighed out enough, if this
+        // window's count leaves room; else at the next window.
+        let retry = (!allowed && at.cost <= at.limit).then(|| {
+            let room = at.limit.saturating_sub(state.count + at.cost);
+            let next_window = at.period - elapsed;
+            if state.count + at.cost > at.limit || state.previous == 0 {
+                return next_window.max(1);
+            }
+            let needed = at.period - room * at.period / state.previous;
+            needed.saturating_sub(elapsed).clamp(1, next_window.max(1))
+        });
+        if allowed && at.consume {
+            state.count += at.cost;
+        }
+        LocalVerdict {
+            allowed,
+            remaining: at.left_after(used, allowed),
+            retry_after_us: retry,
+            reset_after_us: if state.count > 0 {
+                2 * at.period - elapsed
+            } else {
+                0
+            },
+        }
+    },
 };
