@@ -28,7 +28,7 @@ ACL_USER=shardlimit
 OFFICIAL_IMAGE=redis:7
 OFFLINE_IMAGE=shardlimit/redis:7.0-debian
 
-# The least-privilege ACL user (README "Production connections"): exactly
+# The least-privilege ACL user (docs/production.md): exactly
 # the commands shardlimit sends, keys only under the namespaces `sl` and
 # `aclsmoke-*` (the smoke tests'), and channels too (the deny caches').
 # Scripts' own commands are checked too.

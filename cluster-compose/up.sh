@@ -20,8 +20,8 @@
 #     daemonized redis-server processes, same ports and flags, under .state/native.
 #   SHARDLIMIT_CLUSTER_PORT=7100: ports 7100-7105, state in .state-7100,
 #     containers shardlimit-7100-redis-*, beside a cluster on 7000.
-# Every node also has the least-privilege ACL user `shardlimit` (README,
-# "Production connections"); its password is in .state/acl/password.
+# Every node also has the least-privilege ACL user `shardlimit`
+# (docs/production.md); its password is in .state/acl/password.
 # The mode is recorded in .state/mode for node.sh and down.sh.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"

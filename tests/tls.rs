@@ -139,7 +139,7 @@ async fn every_primitive_works_over_tls_as_the_acl_user_from_one_seed() {
     assert_eq!(
         acl::script_load_refusals(&mut admins).await - refused_before,
         0,
-        "the batch sent SCRIPT LOAD, which this user may not (README)"
+        "the batch sent SCRIPT LOAD, which this user may not (docs/production.md)"
     );
 
     let both = MultiLimiter::new([hour.clone(), second]).unwrap();
