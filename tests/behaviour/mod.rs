@@ -289,79 +289,31 @@ impl Setup {
 /// (e.g. `#[ignore = "needs cluster-compose/up.sh --standalone"]`).
 macro_rules! suite {
     ($setup:expr $(, #[$attr:meta])*) => {
+        $crate::behaviour::suite!(@each ($setup) [$(#[$attr])*]
+            topology_covers_every_slot
+            eval_many_runs_every_call_once_in_order
+            every_algorithm_checks_denies_peeks_and_resets
+            multi_limit_binds_on_the_tightest
+            lock_is_held_once_and_fenced
+            lease_caps_holders
+            counter_add_and_drain_keep_the_ttl
+            scanner_lists_counts_audits_and_resets
+            health_reports_every_master
+            a_reset_lifts_a_cached_denial_here_and_through_another_handle
+            a_block_denies_and_a_reward_gives_back
+        );
+        $crate::behaviour::suite!(@each ($setup) [#[cfg(feature = "cli")] $(#[$attr])*]
+            cli_lists_shows_and_reports_health
+        );
+    };
+    (@each ($setup:expr) [$(#[$attr:meta])*]) => {};
+    (@each ($setup:expr) [$(#[$attr:meta])*] $name:ident $($rest:ident)*) => {
         #[tokio::test]
         $(#[$attr])*
-        async fn topology_covers_every_slot() {
-            $crate::behaviour::topology_covers_every_slot($setup).await;
+        async fn $name() {
+            $crate::behaviour::$name($setup).await;
         }
-
-        #[tokio::test]
-        $(#[$attr])*
-        async fn eval_many_runs_every_call_once_in_order() {
-            $crate::behaviour::eval_many_runs_every_call_once_in_order($setup).await;
-        }
-
-        #[tokio::test]
-        $(#[$attr])*
-        async fn every_algorithm_checks_denies_peeks_and_resets() {
-            $crate::behaviour::every_algorithm_checks_denies_peeks_and_resets($setup).await;
-        }
-
-        #[tokio::test]
-        $(#[$attr])*
-        async fn multi_limit_binds_on_the_tightest() {
-            $crate::behaviour::multi_limit_binds_on_the_tightest($setup).await;
-        }
-
-        #[tokio::test]
-        $(#[$attr])*
-        async fn lock_is_held_once_and_fenced() {
-            $crate::behaviour::lock_is_held_once_and_fenced($setup).await;
-        }
-
-        #[tokio::test]
-        $(#[$attr])*
-        async fn lease_caps_holders() {
-            $crate::behaviour::lease_caps_holders($setup).await;
-        }
-
-        #[tokio::test]
-        $(#[$attr])*
-        async fn counter_add_and_drain_keep_the_ttl() {
-            $crate::behaviour::counter_add_and_drain_keep_the_ttl($setup).await;
-        }
-
-        #[tokio::test]
-        $(#[$attr])*
-        async fn scanner_lists_counts_audits_and_resets() {
-            $crate::behaviour::scanner_lists_counts_audits_and_resets($setup).await;
-        }
-
-        #[tokio::test]
-        $(#[$attr])*
-        async fn health_reports_every_master() {
-            $crate::behaviour::health_reports_every_master($setup).await;
-        }
-
-        #[tokio::test]
-        $(#[$attr])*
-        async fn a_reset_lifts_a_cached_denial_here_and_through_another_handle() {
-            $crate::behaviour::a_reset_lifts_a_cached_denial_here_and_through_another_handle($setup)
-                .await;
-        }
-
-        #[tokio::test]
-        $(#[$attr])*
-        async fn a_block_denies_and_a_reward_gives_back() {
-            $crate::behaviour::a_block_denies_and_a_reward_gives_back($setup).await;
-        }
-
-        #[cfg(feature = "cli")]
-        #[tokio::test]
-        $(#[$attr])*
-        async fn cli_lists_shows_and_reports_health() {
-            $crate::behaviour::cli_lists_shows_and_reports_health($setup).await;
-        }
+        $crate::behaviour::suite!(@each ($setup) [$(#[$attr])*] $($rest)*);
     };
 }
 pub(crate) use suite;
