@@ -258,3 +258,9 @@ pub use limit::{
 };
 pub use lock::{Lock, LockBuilder, LockGuard};
 pub use policy::{BypassReason, FailurePolicy};
+
+// The README's examples are compiled (and run: they only define functions)
+// as doctests, so the front door cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;
