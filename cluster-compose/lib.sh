@@ -28,7 +28,7 @@ ACL_USER=shardlimit
 OFFICIAL_IMAGE=redis:7
 OFFLINE_IMAGE=shardlimit/redis:7.0-debian
 
-# The least-privilege ACL user (README "Production connections"): exactly
+# The least-privilege ACL user (docs/production.md): exactly
 # the commands shardlimit sends, keys only under the namespaces `sl` and
 # `aclsmoke-*` (the smoke tests'), and channels too (the deny caches').
 # Scripts' own commands are checked too.
@@ -126,7 +126,8 @@ native_start() {
 }
 
 # Standalone mode (up.sh/down.sh --standalone): one plain redis-server, no
-# cluster, on $STANDALONE_PORT with its own state dir, so it never touches a
+# cluster, on $STANDALONE_PORT (SHARDLIMIT_STANDALONE_PORT, default 6390;
+# tests/standalone.rs reads it too) with its own state dir, so it never touches a
 # cluster's ports, processes or state. Native only: one process needs no
 # image, and the scripts stay usable on a laptop with only redis-server.
 STANDALONE_PORT=${SHARDLIMIT_STANDALONE_PORT:-6390}
@@ -288,10 +289,15 @@ restore_layout() {  # [timeout_s]
 # standalone server's), state under .state-sentinel. The sentinels decide
 # which data node is the primary: after a failover it may be either port.
 # A 1 s down-after and a 3 s failover timeout make a failover take ~2-3 s
-# instead of the defaults' ~30 s+.
+# instead of the defaults' ~30 s+. SHARDLIMIT_SENTINEL_DATA_PORT (default
+# 6400: the data nodes on it and the next port) and SHARDLIMIT_SENTINEL_PORT
+# (default 26400: the sentinels on it and the next two) move the setup
+# beside another one; tests/sentinel.rs reads the same variables.
 SENTINEL_SERVICE=${SHARDLIMIT_SENTINEL_SERVICE:-shardlimit}
-SENTINEL_DATA_PORTS=(6400 6401)
-SENTINEL_PORTS=(26400 26401 26402)
+SENTINEL_DATA_PORT=${SHARDLIMIT_SENTINEL_DATA_PORT:-6400}
+SENTINEL_PORT=${SHARDLIMIT_SENTINEL_PORT:-26400}
+SENTINEL_DATA_PORTS=("$SENTINEL_DATA_PORT" $((SENTINEL_DATA_PORT + 1)))
+SENTINEL_PORTS=("$SENTINEL_PORT" $((SENTINEL_PORT + 1)) $((SENTINEL_PORT + 2)))
 SENTINEL_DOWN_AFTER_MS=1000
 SENTINEL_FAILOVER_TIMEOUT_MS=3000
 SENTINEL_DIR=$CC_DIR/.state-sentinel  # gitignored like .state

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Start the six-node test cluster on 127.0.0.1:7000-7005 (idempotent).
 #   usage: up.sh [--tls | --standalone | --sentinel]
-#   --sentinel: instead of the cluster, one primary (6400), one replica
-#     (6401) and three sentinels (26400-26402) watching them as service
+#   --sentinel: instead of the cluster, one primary (6400,
+#     $SHARDLIMIT_SENTINEL_DATA_PORT), one replica (the next port) and three
+#     sentinels (26400-26402, from $SHARDLIMIT_SENTINEL_PORT) watching them as service
 #     `shardlimit`, native processes on 127.0.0.1, state in .state-sentinel;
 #     idempotent, and restarts whichever of them is missing (a data node as
 #     a replica of the current primary). Stop it with down.sh --sentinel.
@@ -20,8 +21,8 @@
 #     daemonized redis-server processes, same ports and flags, under .state/native.
 #   SHARDLIMIT_CLUSTER_PORT=7100: ports 7100-7105, state in .state-7100,
 #     containers shardlimit-7100-redis-*, beside a cluster on 7000.
-# Every node also has the least-privilege ACL user `shardlimit` (README,
-# "Production connections"); its password is in .state/acl/password.
+# Every node also has the least-privilege ACL user `shardlimit`
+# (docs/production.md); its password is in .state/acl/password.
 # The mode is recorded in .state/mode for node.sh and down.sh.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"

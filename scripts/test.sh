@@ -12,7 +12,9 @@
 # standalone suite (tests/standalone.rs), then the Sentinel setup (primary
 # 6400, replica 6401, sentinels 26400-26402) for tests/sentinel.rs: its
 # suite, then its fault test alone (it kills the primary, and restores it
-# as a replica).
+# as a replica). SHARDLIMIT_CLUSTER_PORT, SHARDLIMIT_STANDALONE_PORT,
+# SHARDLIMIT_SENTINEL_DATA_PORT and SHARDLIMIT_SENTINEL_PORT move each setup
+# (scripts and tests alike) beside another one.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -27,8 +29,12 @@ fi
 
 cluster-compose/down.sh
 cluster-compose/up.sh --tls
-SHARDLIMIT_TLS_NODES=rediss://127.0.0.1:7000 \
-  SHARDLIMIT_TLS_CA="$PWD/cluster-compose/.state/tls/ca.crt" \
+# cluster-compose/lib.sh: the state of a cluster on another port base is
+# in .state-<base>.
+state=cluster-compose/.state
+[ "$SHARDLIMIT_CLUSTER_PORT" = 7000 ] || state=$state-$SHARDLIMIT_CLUSTER_PORT
+SHARDLIMIT_TLS_NODES=rediss://127.0.0.1:$SHARDLIMIT_CLUSTER_PORT \
+  SHARDLIMIT_TLS_CA="$PWD/$state/tls/ca.crt" \
   cargo test --all-features --test tls -- --ignored
 cluster-compose/down.sh
 cluster-compose/up.sh

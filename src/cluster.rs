@@ -108,7 +108,7 @@ pub use crate::scripts::{NO_ARGS, Script};
 /// connection per master, so a call only ever waits for the node that serves
 /// its slot: a dead or hung master does not slow the others. (redis-rs'
 /// cluster connection stalls every node while it refreshes its slot map
-/// after one node fails; see the README's "Failure behaviour".)
+/// after one node fails; see docs/failures.md.)
 ///
 /// * A node whose connection breaks under a request that may have been
 ///   written, that refuses a connection, or that times out

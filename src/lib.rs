@@ -99,7 +99,7 @@
 //! URLs ([`ClusterBuilder::username`], [`ClusterBuilder::password_file`]) and
 //! are never shown: nodes print as `redis://user:***@host:port`. A TLS,
 //! authentication or permission refusal is not transient, so it is never
-//! bypassed. The README gives the least-privilege ACL rule.
+//! bypassed. docs/production.md gives the least-privilege ACL rule.
 //!
 //! ```no_run
 //! # async fn demo() -> shardlimit::Result<()> {
@@ -258,3 +258,9 @@ pub use limit::{
 };
 pub use lock::{Lock, LockBuilder, LockGuard};
 pub use policy::{BypassReason, FailurePolicy};
+
+// The README's examples are compiled (and run: they only define functions)
+// as doctests, so the front door cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;

@@ -231,7 +231,7 @@ async fn a_batch_after_script_flush_sends_nothing_the_least_privilege_user_lacks
     assert_eq!(
         common::acl::script_load_refusals(&mut admins).await - refused_before,
         0,
-        "the batch sent SCRIPT LOAD, which the least-privilege user may not (README)"
+        "the batch sent SCRIPT LOAD, which the least-privilege user may not (docs/production.md)"
     );
     common::assert_every_key_has_ttl(cluster.namespace()).await;
 }

@@ -1,9 +1,14 @@
 //! The `Cluster` handle against the six-node cluster: slot calculation agrees
 //! with the server, operations land on the owning master, bad input is
-//! refused before anything is sent.
+//! refused before anything is sent — and the behaviour suite every
+//! deployment runs (`tests/behaviour`), here against the cluster.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod batches;
+mod behaviour;
 mod common;
+
+behaviour::suite!(behaviour::Setup::Cluster);
 
 use std::collections::BTreeSet;
 use std::time::Duration;

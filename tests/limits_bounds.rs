@@ -2,7 +2,7 @@
 //! Redis measures it: `SLOWLOG` on the master that owns the subject. Each
 //! algorithm runs its largest allowed quota and cost (the sliding log its
 //! worst check: trim a full log and write a full one), and a multi-limit
-//! runs all of them at once; the README's "Limits and guarantees" table
+//! runs all of them at once; the table in docs/limits.md
 //! comes from this test's output (`cargo test --test limits_bounds --
 //! --nocapture`).
 //!
@@ -29,7 +29,7 @@ use shardlimit::{Algorithm, Cluster, MultiLimiter, Quota, RateLimiter};
 /// The bound every check's fastest run must stay under, in microseconds.
 ///
 /// The design budget is 1 ms per check, and the table this test prints is
-/// how it is measured (README, "Limits and guarantees"). On the shared
+/// how it is measured (docs/limits.md). On the shared
 /// 2-core test machine the same scripts measure up to ~2x apart between
 /// runs (a clean CI run saw the heaviest check at 1.1 ms, another run at
 /// 0.52 ms), so the assertion is 5x the budget: it catches a script whose

@@ -1,8 +1,9 @@
-//! Everything against a Sentinel deployment (one primary, one replica,
-//! three sentinels): discovery, every algorithm, a batch of scripts, a lock
-//! with replica acknowledgement, lease, counter, scanner, health and the
-//! configuration errors — and the fault test, which kills the primary under
-//! load.
+//! Against a Sentinel deployment (one primary, one replica, three
+//! sentinels): the behaviour suite every deployment runs (`tests/behaviour`:
+//! every algorithm, a batch of scripts, a `replica_ack` lock, lease, counter,
+//! scanner, health, the CLI, the deny cache), plus what is Sentinel's own:
+//! discovery, the configuration errors, and the fault test, which kills the
+//! primary under load.
 //! `#[ignore]`d so the cluster run skips them; run with
 //!
 //! ```text
@@ -14,73 +15,40 @@
 //!
 //! (The fault test kills the primary, so it must not run beside the rest.)
 //! `SHARDLIMIT_SENTINEL_NODES` (comma-separated URLs, default the three
-//! sentinels of `up.sh --sentinel`) and `SHARDLIMIT_SENTINEL_SERVICE`
-//! (default `shardlimit`) pick the deployment.
+//! sentinels of `up.sh --sentinel`, from `SHARDLIMIT_SENTINEL_PORT` as it
+//! reads it) and `SHARDLIMIT_SENTINEL_SERVICE` (default `shardlimit`) pick
+//! the deployment.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod batches;
+mod behaviour;
+mod common;
 
-#[path = "lifting/mod.rs"]
-mod lifting;
-
-use std::num::NonZeroU32;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rand::Rng;
-use shardlimit::admin::Scanner;
-use shardlimit::{
-    Algorithm, Cluster, ConcurrencyLimiter, Counter, Deployment, Error, Lock, Quota, RateLimiter,
-};
+use behaviour::{SENTINEL_COMMAND_TIMEOUT as COMMAND_TIMEOUT, Setup, sentinels};
+use shardlimit::{Cluster, Counter, Deployment, Error, Lock};
 
-const COMMAND_TIMEOUT: Duration = Duration::from_millis(250);
+behaviour::suite!(
+    Setup::Sentinel,
+    #[ignore = "needs cluster-compose/up.sh --sentinel"]
+);
+
 /// Scheduling on a busy two-core machine, as in tests/faults.
 const SCHEDULING_SLACK: Duration = Duration::from_millis(250);
 /// `cluster-compose/lib.sh`: down-after-milliseconds and failover-timeout.
 const DOWN_AFTER: Duration = Duration::from_millis(1000);
 const FAILOVER_TIMEOUT: Duration = Duration::from_millis(3000);
 
-fn sentinels() -> Vec<String> {
-    let list = std::env::var("SHARDLIMIT_SENTINEL_NODES").unwrap_or_default();
-    let given: Vec<String> = list
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .collect();
-    if given.is_empty() {
-        (26400..=26402)
-            .map(|p| format!("redis://127.0.0.1:{p}"))
-            .collect()
-    } else {
-        given
-    }
-}
-
 fn service() -> String {
-    std::env::var("SHARDLIMIT_SENTINEL_SERVICE")
-        .ok()
-        .filter(|s| !s.trim().is_empty())
-        .unwrap_or_else(|| "shardlimit".to_owned())
-}
-
-fn namespace(prefix: &str) -> String {
-    format!("{prefix}-{:08x}", rand::rng().random::<u32>())
+    behaviour::sentinel_service()
 }
 
 async fn sentinel(prefix: &str) -> Cluster {
-    let cluster = Cluster::builder(sentinels())
-        .deployment(Deployment::Sentinel)
-        .sentinel_service(service())
-        .namespace(namespace(prefix))
-        .command_timeout(COMMAND_TIMEOUT)
-        .build()
-        .await
-        .expect("no Sentinel setup; start it with cluster-compose/up.sh --sentinel");
-    assert_eq!(cluster.deployment(), Deployment::Sentinel);
-    cluster
+    Setup::Sentinel.connect(prefix).await
 }
 
 async fn conn(url: &str) -> redis::aio::MultiplexedConnection {
@@ -115,25 +83,6 @@ async fn primary_port() -> Option<u16> {
     None
 }
 
-async fn assert_every_key_has_ttl(namespace: &str) {
-    let port = primary_port().await.unwrap();
-    let mut conn = conn(&format!("redis://127.0.0.1:{port}")).await;
-    let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
-        .arg(format!("{namespace}:*"))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert!(!keys.is_empty(), "no keys under {namespace}");
-    for key in keys {
-        let pttl: i64 = redis::cmd("PTTL")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        assert!(pttl > 0, "{} has no TTL", String::from_utf8_lossy(&key));
-    }
-}
-
 #[tokio::test]
 #[ignore = "needs cluster-compose/up.sh --sentinel"]
 async fn the_primary_is_found_through_the_sentinels() {
@@ -158,132 +107,6 @@ async fn the_primary_is_found_through_the_sentinels() {
         .unwrap();
     let found = skipping.topology().await.unwrap();
     assert_eq!(found.shards[0].master, shard.master);
-}
-
-#[tokio::test]
-#[ignore = "needs cluster-compose/up.sh --sentinel"]
-async fn eval_many_is_one_pipeline_to_the_one_server() {
-    let cluster = sentinel("se-batch").await;
-    let script = batches::uncached(&cluster);
-    batches::twice_in_order(&cluster, &script, 40).await;
-    assert_every_key_has_ttl(cluster.namespace()).await;
-}
-
-#[tokio::test]
-#[ignore = "needs cluster-compose/up.sh --sentinel"]
-async fn every_algorithm_checks_denies_and_resets() {
-    let cluster = sentinel("se-algo").await;
-    let quota = Quota::per_hour(NonZeroU32::new(3).unwrap());
-    for algorithm in Algorithm::ALL {
-        let limiter = RateLimiter::builder(&cluster, "api", quota)
-            .algorithm(algorithm)
-            .build()
-            .unwrap();
-        for _ in 0..3 {
-            assert!(
-                limiter.check("user:1").await.unwrap().allowed,
-                "{algorithm:?}"
-            );
-        }
-        let denied = limiter.check("user:1").await.unwrap();
-        assert!(!denied.allowed, "{algorithm:?}");
-        assert!(denied.retry_after.is_some());
-        limiter.reset("user:1").await.unwrap();
-        assert!(limiter.check("user:1").await.unwrap().allowed);
-    }
-    assert_every_key_has_ttl(cluster.namespace()).await;
-}
-
-#[tokio::test]
-#[ignore = "needs cluster-compose/up.sh --sentinel"]
-async fn a_replica_acknowledged_lock_is_held_once_and_fenced() {
-    let cluster = sentinel("se-lock").await;
-    let lock = Lock::builder(&cluster, "job")
-        .ttl(Duration::from_secs(30))
-        .replica_ack(Duration::from_millis(100))
-        .build()
-        .unwrap();
-    let first = lock.try_acquire("export").await.unwrap().unwrap();
-    assert!(lock.try_acquire("export").await.unwrap().is_none());
-    let token = first.fencing_token();
-    assert!(first.release().await.unwrap());
-    let second = lock.try_acquire("export").await.unwrap().unwrap();
-    assert!(second.fencing_token() > token, "fencing tokens grow");
-    // The replica has the lock: WAIT confirmed it.
-    let replica = cluster.topology().await.unwrap().shards[0].replicas[0].clone();
-    let mut replica = conn(&format!("redis://127.0.0.1:{}", replica.port)).await;
-    let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
-        .arg(format!("{}:*", cluster.namespace()))
-        .query_async(&mut replica)
-        .await
-        .unwrap();
-    assert!(!keys.is_empty(), "the replica holds the lock's keys");
-    assert!(second.release().await.unwrap());
-    assert_every_key_has_ttl(cluster.namespace()).await;
-}
-
-#[tokio::test]
-#[ignore = "needs cluster-compose/up.sh --sentinel"]
-async fn lease_and_counter_work() {
-    let cluster = sentinel("se-prims").await;
-    let lease = ConcurrencyLimiter::builder(&cluster, "exports")
-        .max_holders(NonZeroU32::new(1).unwrap())
-        .lease_ttl(Duration::from_secs(30))
-        .build()
-        .unwrap();
-    let held = lease.try_acquire("tenant").await.unwrap().unwrap();
-    assert!(lease.try_acquire("tenant").await.unwrap().is_none());
-    let counter = Counter::builder(&cluster, "billing")
-        .idle_ttl(Duration::from_secs(900))
-        .build()
-        .unwrap();
-    assert_eq!(counter.add("session:9", 30).await.unwrap(), 30);
-    assert_eq!(counter.add("session:9", 12).await.unwrap(), 42);
-    assert_eq!(counter.drain("session:9").await.unwrap(), Some(42));
-    let (value, ttl) = counter.get_with_ttl("session:9").await.unwrap().unwrap();
-    assert_eq!(value, 0);
-    assert!(ttl > Duration::from_secs(890), "drain keeps the TTL");
-    assert_every_key_has_ttl(cluster.namespace()).await;
-    assert!(held.release().await.unwrap());
-}
-
-#[tokio::test]
-#[ignore = "needs cluster-compose/up.sh --sentinel"]
-async fn the_scanner_lists_and_audits_the_primary() {
-    let cluster = sentinel("se-scan").await;
-    let quota = Quota::per_hour(NonZeroU32::new(10).unwrap());
-    let limiter = RateLimiter::builder(&cluster, "api", quota)
-        .build()
-        .unwrap();
-    assert!(limiter.check("user:1").await.unwrap().allowed);
-    Counter::builder(&cluster, "billing")
-        .build()
-        .unwrap()
-        .add("user:1", 5)
-        .await
-        .unwrap();
-    let scanner = Scanner::new(&cluster);
-    let found = scanner.subject("user:1").await.unwrap();
-    assert_eq!(found.len(), 2, "{found:?}");
-    let primary = format!("127.0.0.1:{}", primary_port().await.unwrap());
-    assert!(found.iter().all(|info| info.node == primary), "{found:?}");
-    let audit = scanner.audit().await.unwrap();
-    assert!(audit.is_clean(), "{audit:?}");
-    assert!(audit.scanned >= 2, "{audit:?}");
-}
-
-#[tokio::test]
-#[ignore = "needs cluster-compose/up.sh --sentinel"]
-async fn health_says_the_primary_is_fit_for_locks() {
-    let cluster = sentinel("se-health").await;
-    let health = cluster.health().await.unwrap();
-    assert_eq!(health.covered_slots, 16384);
-    assert_eq!(health.masters.len(), 1);
-    let status = health.masters[0].status.as_ref().unwrap();
-    assert_eq!(status.role, "master");
-    assert!(status.aof_enabled, "up.sh --sentinel turns AOF on");
-    assert_eq!(status.connected_replicas, 1);
-    assert!(health.fit_for_locks(), "{health:?}");
 }
 
 #[tokio::test]
@@ -550,59 +373,4 @@ async fn kill_under_load() -> Figures {
         record,
         text,
     }
-}
-
-/// The CLI finds the primary through the sentinels too, and lists what a
-/// limiter wrote there.
-#[cfg(feature = "cli")]
-#[tokio::test]
-#[ignore = "needs cluster-compose/up.sh --sentinel"]
-async fn the_cli_lists_through_the_sentinels() {
-    let cluster = sentinel("se-cli").await;
-    let quota = Quota::per_hour(NonZeroU32::new(10).unwrap());
-    let limiter = RateLimiter::builder(&cluster, "api", quota)
-        .build()
-        .unwrap();
-    assert!(limiter.check("user:cli").await.unwrap().allowed);
-    let out = Command::new(env!("CARGO_BIN_EXE_shardlimit"))
-        .env_remove("SHARDLIMIT_DEPLOYMENT")
-        .env_remove("SHARDLIMIT_SENTINEL_SERVICE")
-        .arg("--nodes")
-        .arg(sentinels().join(","))
-        .arg("--deployment")
-        .arg("sentinel")
-        .arg("--sentinel-service")
-        .arg(service())
-        .arg("--namespace")
-        .arg(cluster.namespace())
-        .args(["show", "user:cli", "--json"])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows: Vec<serde_json::Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(rows.len(), 1, "{stdout}");
-    assert_eq!(rows[0]["name"], "api");
-    assert_eq!(rows[0]["subject"], "user:cli");
-}
-
-#[tokio::test]
-#[ignore = "needs the Sentinel setup: cluster-compose/up.sh --sentinel"]
-async fn a_reset_through_another_handle_lifts_a_cached_denial() {
-    let here = sentinel("lift").await;
-    let there = Cluster::builder(sentinels())
-        .deployment(Deployment::Sentinel)
-        .sentinel_service(service())
-        .namespace(here.namespace())
-        .build()
-        .await
-        .unwrap();
-    lifting::a_reset_elsewhere_lifts_a_cached_denial(&here, &there).await;
 }

@@ -1,6 +1,9 @@
 //! The TLS smoke, against the TLS-only cluster of `cluster-compose/up.sh
 //! --tls` — so every test is `#[ignore]`d in the plaintext run; `.ci/run`
-//! runs them with `--ignored` once that cluster is up.
+//! runs them with `--ignored` once that cluster is up: the behaviour suite
+//! every deployment runs (`tests/behaviour`), plus what is TLS's and the
+//! ACL's own: one seed reaching every master, mutual TLS, refusals that are
+//! never bypassed, a missing permission named.
 //!
 //! Env: `SHARDLIMIT_TLS_NODES` (default `rediss://127.0.0.1:7000`, one seed
 //! only: the five other nodes are found from the topology),
@@ -12,58 +15,31 @@
 //! namespace its key pattern allows (`aclsmoke-*`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod batches;
+mod behaviour;
 mod common;
 
 use common::acl;
 
 use std::num::NonZeroU32;
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use shardlimit::admin::{ScanEvent, Scanner};
-use shardlimit::{
-    Cluster, ClusterBuilder, ConcurrencyLimiter, Counter, FailurePolicy, Lock, MultiLimiter, Quota,
-    RateLimiter,
-};
+use behaviour::{Setup, acl_password_file, tls_ca as ca, tls_file, tls_seed as seed};
+use shardlimit::{Cluster, ClusterBuilder, Counter, FailurePolicy, Lock, Quota, RateLimiter};
 
-fn seed() -> String {
-    std::env::var("SHARDLIMIT_TLS_NODES").unwrap_or_else(|_| "rediss://127.0.0.1:7000".into())
-}
-
-/// The CA; the client certificate, key and ACL password are found from it.
-fn ca() -> PathBuf {
-    std::env::var("SHARDLIMIT_TLS_CA").map_or_else(
-        |_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("cluster-compose/.state/tls/ca.crt"),
-        PathBuf::from,
-    )
-}
-
-fn tls_file(name: &str) -> PathBuf {
-    ca().parent().unwrap().join(name)
-}
-
-fn acl_password_file() -> PathBuf {
-    ca().parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("acl/password")
-}
+behaviour::suite!(
+    Setup::Tls,
+    #[ignore = "needs the TLS cluster (cluster-compose/up.sh --tls)"]
+);
 
 fn namespace() -> String {
-    format!("aclsmoke-{:08x}", rand::random::<u32>())
+    Setup::Tls.namespace("tls")
 }
 
 /// As the ACL user, trusting only the test CA, one seed.
 fn builder() -> ClusterBuilder {
-    Cluster::builder([seed()])
-        .namespace(namespace())
-        .tls_ca_file(ca())
-        .username(acl::USER)
-        .password_file(acl_password_file())
-        .command_timeout(Duration::from_secs(1))
+    Setup::Tls.builder_in(&namespace())
 }
 
 /// A `redis://` URL of the same host and port as the seed.
@@ -79,20 +55,12 @@ async fn admin(port: u16) -> redis::aio::MultiplexedConnection {
         .next()
         .unwrap()
         .to_owned();
-    let client = redis::Client::build_with_tls(
-        format!("rediss://{host}:{port}"),
-        redis::TlsCertificates {
-            client_tls: None,
-            root_cert: Some(std::fs::read(ca()).unwrap()),
-        },
-    )
-    .unwrap();
-    client.get_multiplexed_async_connection().await.unwrap()
+    Setup::Tls.node(&format!("{host}:{port}")).await
 }
 
 #[tokio::test]
 #[ignore = "needs the TLS cluster (cluster-compose/up.sh --tls)"]
-async fn every_primitive_works_over_tls_as_the_acl_user_from_one_seed() {
+async fn one_seed_reaches_every_master_as_the_acl_user_without_script_load() {
     let cluster = builder()
         .build()
         .await
@@ -104,13 +72,6 @@ async fn every_primitive_works_over_tls_as_the_acl_user_from_one_seed() {
     let hour = RateLimiter::builder(&cluster, "api", quota)
         .build()
         .unwrap();
-    let second = RateLimiter::builder(
-        &cluster,
-        "burst",
-        Quota::per_second(NonZeroU32::new(5).unwrap()),
-    )
-    .build()
-    .unwrap();
     // Subjects on every master, so every master is reached over TLS.
     for i in 0..30 {
         let subject = format!("user:{i}");
@@ -139,73 +100,8 @@ async fn every_primitive_works_over_tls_as_the_acl_user_from_one_seed() {
     assert_eq!(
         acl::script_load_refusals(&mut admins).await - refused_before,
         0,
-        "the batch sent SCRIPT LOAD, which this user may not (README)"
+        "the batch sent SCRIPT LOAD, which this user may not (docs/production.md)"
     );
-
-    let both = MultiLimiter::new([hour.clone(), second]).unwrap();
-    assert!(both.check("user:0").await.unwrap().allowed);
-    assert!(!both.check("user:0").await.unwrap().allowed, "3rd of 2/h");
-
-    let lock = Lock::builder(&cluster, "job")
-        .replica_ack(Duration::from_millis(500))
-        .build()
-        .unwrap();
-    let guard = lock.try_acquire("nightly").await.unwrap().expect("free");
-    assert!(lock.try_acquire("nightly").await.unwrap().is_none());
-    guard.release().await.unwrap();
-
-    let lease = ConcurrencyLimiter::builder(&cluster, "exports")
-        .build()
-        .unwrap();
-    let permit = lease
-        .try_acquire("tenant")
-        .await
-        .unwrap()
-        .expect("a permit");
-    assert!(permit.release().await.unwrap());
-
-    let counter = Counter::builder(&cluster, "billing").build().unwrap();
-    counter.add("session", 30).await.unwrap();
-    assert_eq!(counter.drain("session").await.unwrap(), Some(30));
-
-    let scanner = Scanner::new(&cluster);
-    let mut events = Box::pin(scanner.name("api").scan());
-    let mut found = 0;
-    while let Some(event) = events.next().await {
-        match event {
-            ScanEvent::Limiter(_) => found += 1,
-            ScanEvent::Incomplete { node, error } => panic!("{node}: {error}"),
-            _ => {}
-        }
-    }
-    assert_eq!(found, 30);
-
-    // The deny cache's subscription and a reset's publication, as the
-    // least-privilege user over TLS: a cached denial, lifted by a reset.
-    let cached = RateLimiter::builder(&cluster, "cached", quota)
-        .deny_cache(100)
-        .build()
-        .unwrap();
-    for _ in 0..2 {
-        assert!(cached.check("user:0").await.unwrap().allowed);
-    }
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !cached.check("user:0").await.unwrap().cached {
-        assert!(std::time::Instant::now() < deadline, "no denial was cached");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    cached.reset("user:0").await.unwrap();
-    assert!(cached.check("user:0").await.unwrap().allowed);
-    cached
-        .block("user:1", Duration::from_secs(5))
-        .await
-        .unwrap();
-    assert!(cached.check("user:1").await.unwrap().blocked);
-    cached.reward("user:1", NonZeroU32::MIN).await.unwrap();
-
-    let health = cluster.health().await.unwrap();
-    assert_eq!(health.masters.len(), 3);
-    assert!(health.fit_for_locks(), "{:?}", health.lock_problems());
 
     // Only one seed was given: the other masters were discovered and
     // reached with the seed's TLS settings (CA, credentials).
@@ -378,50 +274,18 @@ async fn a_missing_permission_is_named_and_never_bypassed() {
     }
 }
 
+/// The CLI over TLS with everything from the environment and mutual TLS
+/// (the suite's CLI test gives it flags).
 #[cfg(feature = "cli")]
 #[tokio::test]
 #[ignore = "needs the TLS cluster (cluster-compose/up.sh --tls)"]
-async fn the_cli_lists_and_checks_health_over_tls() {
+async fn the_cli_counts_over_mutual_tls_from_the_environment() {
     let cluster = builder().build().await.unwrap();
     let ns = cluster.namespace().to_owned();
     let limiter = RateLimiter::builder(&cluster, "api", Quota::per_hour(NonZeroU32::MIN))
         .build()
         .unwrap();
     assert!(limiter.check("user:1").await.unwrap().allowed);
-    let cli = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_shardlimit"))
-            .args([
-                "--nodes",
-                &seed(),
-                "--namespace",
-                &ns,
-                "--user",
-                "shardlimit",
-            ])
-            .arg("--password-file")
-            .arg(acl_password_file())
-            .arg("--tls-ca")
-            .arg(ca())
-            .args(args)
-            .output()
-            .unwrap()
-    };
-    let out = cli(&["list", "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows = String::from_utf8(out.stdout).unwrap();
-    assert_eq!(rows.lines().count(), 1, "{rows}");
-    assert!(rows.contains("\"user:1\""), "{rows}");
-    let out = cli(&["health"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // With the CA in the environment and mutual TLS.
     let out = Command::new(env!("CARGO_BIN_EXE_shardlimit"))
         .env("SHARDLIMIT_NODES", seed())
         .env("SHARDLIMIT_TLS_CA", ca())

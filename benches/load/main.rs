@@ -17,8 +17,8 @@
 //!   cost of TLS: the library against the cluster of `SHARDLIMIT_NODES`
 //!   (`rediss://`, with `SHARDLIMIT_TLS_CA`), interleaved with the library
 //!   against a plaintext cluster of the same redis-server build, and reports
-//!   the tls/plain ratios of the same run (see README, "Production
-//!   connections").
+//!   the tls/plain ratios of the same run (see docs/production.md, "What
+//!   TLS costs").
 //! * `--workload attack --baseline nocache` (the baseline is implied): 1%
 //!   of the subjects send 90% of the requests at 10× their limit; the
 //!   limiter with a deny cache against the same limiter without one, with

@@ -288,7 +288,7 @@ impl Batch<'_> {
             if load && first_evalsha.is_none() {
                 // Redis caches a script `EVAL` runs, so the `EVALSHA`s
                 // behind it on this connection find it: no `SCRIPT LOAD`
-                // (README: the least-privilege ACL has no `SCRIPT`).
+                // (docs/production.md: the least-privilege ACL has no `SCRIPT`).
                 pipe.add_command(eval(self.script, &call.cmd));
                 first_evalsha = Some(call.cmd);
             } else {

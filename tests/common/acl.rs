@@ -1,5 +1,6 @@
 //! The least-privilege ACL user `cluster-compose/up.sh` creates on every
-//! node (README "A least-privilege ACL user"), and what its ACL refused.
+//! node (docs/production.md, "A least-privilege ACL user"), and what its ACL
+//! refused.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;

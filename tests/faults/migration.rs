@@ -99,8 +99,8 @@ async fn slot_migration_under_load() {
     // override and block keys: while the slot migrates, Redis answers
     // TRYAGAIN to a multi-key script some of whose keys exist and some not
     // (the absent ones never arrive), so checks on the migrating slot fail
-    // with that transient error until the move is done (README, "Failure
-    // behaviour"). Nothing else may fail, and nothing after the move.
+    // with that transient error until the move is done (docs/failures.md,
+    // "slot migrated"). Nothing else may fail, and nothing after the move.
     let unexpected: Vec<&&Sample> = failures
         .iter()
         .filter(|s| {

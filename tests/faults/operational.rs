@@ -20,7 +20,7 @@
 //! slots of healthy masters, outside Redis' own `CLUSTERDOWN` window (and
 //! a `replica_ack` lock refused as unconfirmed on the master whose replica
 //! is stopped, which is its purpose); every key has a TTL. The table goes to
-//! `target/faults/operational_events.txt` and the README.
+//! `target/faults/operational_events.txt` and docs/failures.md.
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
