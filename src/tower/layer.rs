@@ -2,12 +2,14 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tower::Layer;
 
-use super::config::{Config, MissingKey};
+use super::config::{Config, HeaderStyle, MissingKey, QuotaUnit};
 use super::headers;
 use super::limits::Limits;
+use super::problem;
 use super::service::RateLimitService;
 use crate::error::{Error, Result};
 use crate::keys::MAX_SUBJECT_LEN;
@@ -19,11 +21,15 @@ use crate::warn::WarnLimiter;
 /// [`KeyExtractor`](super::KeyExtractor) takes from each request.
 ///
 /// * **Admitted**: the request goes to the inner service; its response gets
-///   the `RateLimit-Policy` and `RateLimit` headers (unless
+///   the rate-limit headers of the [`HeaderStyle`](super::HeaderStyle)
+///   (`RateLimit-Policy` and `RateLimit` by default; none if
 ///   [`headers_on_allowed`](RateLimitLayerBuilder::headers_on_allowed) is off).
 /// * **Denied**: **429 Too Many Requests** with `Retry-After` (seconds,
-///   rounded up), `RateLimit-Policy` and `RateLimit`; the inner service is not
-///   called.
+///   rounded up) and the rate-limit headers, and an
+///   `application/problem+json` body of type `quota-exceeded` naming the
+///   limits that denied (see
+///   [`problem_details`](RateLimitLayerBuilder::problem_details)); the
+///   inner service is not called.
 /// * **Bypassed** (a fail-open limiter that could not reach Redis): the
 ///   request goes through without `RateLimit` headers, with
 ///   [`RateLimitBypassed`](super::RateLimitBypassed) in its request's and
@@ -32,11 +38,12 @@ use crate::warn::WarnLimiter;
 ///   limiter counted the bypass in [`Cluster::stats`](crate::Cluster::stats)
 ///   and warned.
 /// * **Check failed** (a fail-closed limiter that could not reach Redis, or a
-///   configuration fault): **503 Service Unavailable** with a short body; a
+///   configuration fault): **503 Service Unavailable** with a
+///   `temporary-reduced-capacity` problem body naming every limit; a
 ///   rate-limited `warn` says why.
 /// * **No key**: see [`MissingKey`].
 ///
-/// Header syntax: see [the module docs](super#headers).
+/// Header syntax: see [the module docs](super#headers-and-bodies).
 ///
 /// ```no_run
 /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
@@ -79,28 +86,8 @@ impl<X> RateLimitLayer<X> {
     /// # }
     /// ```
     pub fn new(limits: impl Into<Limits>, extractor: X) -> Self {
-        let limits = limits.into();
-        RateLimitLayer {
-            config: Arc::new(Config {
-                policy: headers::policy(
-                    limits
-                        .limiters()
-                        .iter()
-                        .map(|l| (l.name(), l.quota(), l.capacity())),
-                ),
-                policy_quotas: headers::quotas(limits.limiters()),
-                limits,
-                missing: MissingKey::default(),
-                headers_on_allowed: true,
-                bypass_header: false,
-                refund_inner_denials: true,
-                cost: 1,
-                hash_keys: false,
-                warn: WarnLimiter::new(),
-                warn_missing: WarnLimiter::new(),
-            }),
-            extractor,
-        }
+        // The defaults need no validation: a cost of 1 fits every limit.
+        Self::builder(limits, extractor).into_layer()
     }
 
     /// A builder for a layer checking `limits` under the key `extractor`
@@ -131,6 +118,11 @@ impl<X> RateLimitLayer<X> {
             refund_inner_denials: true,
             cost: 1,
             hash_keys: false,
+            style: HeaderStyle::default(),
+            unit: QuotaUnit::default(),
+            show_partition_key: false,
+            jitter: Duration::ZERO,
+            problem_details: true,
         }
     }
 
@@ -180,7 +172,8 @@ impl<S, X: Clone> Layer<S> for RateLimitLayer<X> {
 ///
 /// ```no_run
 /// # fn demo(limiter: shardlimit::RateLimiter) -> shardlimit::Result<()> {
-/// use shardlimit::tower::{HeaderKey, MissingKey, RateLimitLayer};
+/// use std::time::Duration;
+/// use shardlimit::tower::{HeaderKey, HeaderStyle, MissingKey, QuotaUnit, RateLimitLayer};
 /// let layer = RateLimitLayer::builder(limiter, HeaderKey::from_static("x-api-key"))
 ///     .missing_key(MissingKey::Reject) // default
 ///     .headers_on_allowed(true)         // default
@@ -188,6 +181,11 @@ impl<S, X: Clone> Layer<S> for RateLimitLayer<X> {
 ///     .refund_inner_denials(true)       // default
 ///     .cost(1)                          // default
 ///     .hash_keys(false)                 // default
+///     .header_style(HeaderStyle::Ietf)  // default
+///     .quota_unit(QuotaUnit::Requests)  // default
+///     .show_partition_key(false)        // default
+///     .jitter(Duration::ZERO)           // default
+///     .problem_details(true)            // default
 ///     .build()?;
 /// # Ok(()) }
 /// ```
@@ -201,7 +199,15 @@ pub struct RateLimitLayerBuilder<X> {
     refund_inner_denials: bool,
     cost: u32,
     hash_keys: bool,
+    style: HeaderStyle,
+    unit: QuotaUnit,
+    show_partition_key: bool,
+    jitter: Duration,
+    problem_details: bool,
 }
+
+/// The longest [`jitter`](RateLimitLayerBuilder::jitter): a minute.
+const MAX_JITTER: Duration = Duration::from_secs(60);
 
 impl<X> RateLimitLayerBuilder<X> {
     /// What happens to a request without a usable key. Default
@@ -278,10 +284,80 @@ impl<X> RateLimitLayerBuilder<X> {
         self
     }
 
-    /// Validates the cost and the fallback key; contacts nothing.
+    /// Which rate-limit fields responses carry. Default
+    /// [`HeaderStyle::Ietf`]: `RateLimit-Policy` and `RateLimit` (draft-11);
+    /// [`HeaderStyle::XRateLimit`] for clients that read GitHub's
+    /// `X-RateLimit-*`; [`HeaderStyle::Both`]. `Retry-After` goes on every
+    /// 429 whatever the style. The exact bytes of each style are in
+    /// `docs/http-headers.md`.
+    ///
+    /// ```no_run
+    /// # fn demo(limiter: shardlimit::RateLimiter) -> shardlimit::Result<()> {
+    /// use shardlimit::tower::{HeaderKey, HeaderStyle, RateLimitLayer};
+    /// // X-RateLimit-Limit: 60, X-RateLimit-Remaining: 59, X-RateLimit-Reset: 1796218967
+    /// let layer = RateLimitLayer::builder(limiter, HeaderKey::from_static("x-api-key"))
+    ///     .header_style(HeaderStyle::XRateLimit)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn header_style(mut self, style: HeaderStyle) -> Self {
+        self.style = style;
+        self
+    }
+
+    /// What the limits count, stated as `qu` in `RateLimit-Policy`. Default
+    /// [`QuotaUnit::Requests`], which the draft makes the default, so no
+    /// `qu` is sent.
+    pub fn quota_unit(mut self, unit: QuotaUnit) -> Self {
+        self.unit = unit;
+        self
+    }
+
+    /// Whether the IETF fields carry the partition key, `pk=:<base64>:`:
+    /// the key the request was limited under (its SHA-256 digest with
+    /// [`hash_keys`](Self::hash_keys) or for an over-long key; the
+    /// fallback key for a keyless request). Default `false`: the key is the
+    /// client's identity — an IP address, an API key — and a response may
+    /// be logged, cached or shown where the key should not be. Turn it on
+    /// when the client knows the key anyway and acts for several (draft-11
+    /// §7.1), e.g. a gateway sending requests for many tenants.
+    ///
+    /// It also makes every response build its own `RateLimit-Policy`.
+    pub fn show_partition_key(mut self, on: bool) -> Self {
+        self.show_partition_key = on;
+        self
+    }
+
+    /// The most a response's waits are lengthened by at random, so that
+    /// clients throttled together do not all retry in the same second
+    /// (draft-11 §8.5). Default zero (off); at most a minute. One random
+    /// delay in `0..=jitter` per response is added to every wait it
+    /// states — `t`, `Retry-After`, `X-RateLimit-Reset` — before rounding
+    /// up: a client is told to wait longer, never shorter, than the limit
+    /// requires.
+    pub fn jitter(mut self, max: Duration) -> Self {
+        self.jitter = max;
+        self
+    }
+
+    /// Whether the layer's 429 and 503 bodies are problem details
+    /// (`application/problem+json`, RFC 9457) of draft-11's problem types:
+    /// `quota-exceeded` naming the limits that denied in
+    /// `violated-policies` (`abnormal-usage-detected` when one of them has
+    /// [blocked](crate::RateLimiter::block) the subject), and
+    /// `temporary-reduced-capacity` naming every limit when the check
+    /// could not be made. Default `true`; `false` sends short
+    /// `text/plain` bodies.
+    pub fn problem_details(mut self, on: bool) -> Self {
+        self.problem_details = on;
+        self
+    }
+
+    /// Validates the cost, the fallback key and the jitter; contacts
+    /// nothing.
     ///
     /// Errors with [`Error::InvalidCost`] or [`Error::Config`] (field
-    /// `missing_key`).
+    /// `missing_key` or `jitter`).
     pub fn build(self) -> Result<RateLimitLayer<X>> {
         let capacity = self.limits.capacity();
         if self.cost == 0 || self.cost > capacity {
@@ -301,15 +377,36 @@ impl<X> RateLimitLayerBuilder<X> {
                 ),
             });
         }
-        Ok(RateLimitLayer {
-            config: Arc::new(Config {
-                policy: headers::policy(
-                    self.limits
-                        .limiters()
-                        .iter()
-                        .map(|l| (l.name(), l.quota(), l.capacity())),
+        if self.jitter > MAX_JITTER {
+            return Err(Error::Config {
+                field: "jitter",
+                reason: format!(
+                    "at most {MAX_JITTER:?} (a wait lengthened by more tells clients nothing), not {:?}",
+                    self.jitter
                 ),
-                policy_quotas: headers::quotas(self.limits.limiters()),
+            });
+        }
+        Ok(self.into_layer())
+    }
+
+    /// The layer, unvalidated.
+    fn into_layer(self) -> RateLimitLayer<X> {
+        let limiters = self.limits.limiters();
+        let policy = headers::policy(
+            limiters.iter().map(|l| (l.name(), l.quota(), l.capacity())),
+            self.unit,
+            None,
+        );
+        RateLimitLayer {
+            config: Arc::new(Config {
+                policy,
+                policy_quotas: headers::quotas(limiters),
+                unavailable: problem::unavailable(limiters),
+                style: self.style,
+                unit: self.unit,
+                show_partition_key: self.show_partition_key,
+                jitter: self.jitter,
+                problem_details: self.problem_details,
                 limits: self.limits,
                 missing: self.missing,
                 headers_on_allowed: self.headers_on_allowed,
@@ -321,7 +418,7 @@ impl<X> RateLimitLayerBuilder<X> {
                 warn_missing: WarnLimiter::new(),
             }),
             extractor: self.extractor,
-        })
+        }
     }
 }
 
@@ -336,6 +433,11 @@ impl<X> fmt::Debug for RateLimitLayerBuilder<X> {
             .field("refund_inner_denials", &self.refund_inner_denials)
             .field("cost", &self.cost)
             .field("hash_keys", &self.hash_keys)
+            .field("style", &self.style)
+            .field("unit", &self.unit)
+            .field("show_partition_key", &self.show_partition_key)
+            .field("jitter", &self.jitter)
+            .field("problem_details", &self.problem_details)
             .finish()
     }
 }

@@ -121,6 +121,21 @@ impl Verdict {
         }
     }
 
+    /// Which of [`decisions`](Self::decisions) binds
+    /// ([`MultiDecision::binding`]).
+    pub(crate) fn binding(&self) -> usize {
+        match self {
+            Verdict::One(_) => 0,
+            Verdict::Many(m) => {
+                let binding = m.binding();
+                m.decisions
+                    .iter()
+                    .position(|d| std::ptr::eq(d, binding))
+                    .unwrap_or(0)
+            }
+        }
+    }
+
     /// One decision per limiter, in the order of [`Limits::limiters`].
     pub(crate) fn decisions(&self) -> &[Decision] {
         match self {

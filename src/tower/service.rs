@@ -12,8 +12,8 @@ use super::bypass::{BYPASSED, DeniedByLayer, RateLimitBypassed};
 use super::config::{Config, MissingKey};
 use super::extract::KeyExtractor;
 use super::future::ResponseFuture;
-use super::headers::{self, RATELIMIT, RATELIMIT_POLICY};
-use super::limits::Verdict;
+use super::headers;
+use super::problem;
 use crate::keys::{HashedSubject, MAX_SUBJECT_LEN};
 
 /// The service a [`RateLimitLayer`](super::RateLimitLayer) wraps around an
@@ -76,7 +76,7 @@ where
     S::Error: Send + 'static,
     X: KeyExtractor<ReqBody>,
     ReqBody: Send + 'static,
-    ResBody: From<&'static str> + Send + 'static,
+    ResBody: From<String> + Send + 'static,
 {
     type Response = Response<ResBody>;
     type Error = S::Error;
@@ -179,7 +179,7 @@ async fn check_then_call<S, K, ReqBody, ResBody>(
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     K: AsRef<[u8]>,
-    ResBody: From<&'static str>,
+    ResBody: From<String>,
 {
     let verdict = match config.limits.check(subject.as_ref(), config.cost).await {
         Ok(verdict) => verdict,
@@ -190,18 +190,32 @@ where
                 tracing::warn!(error = %err, failed_since_last_warning = count,
                     "shardlimit: rate-limit check failed; answering 503");
             }
-            return Ok(plain(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "Service Unavailable: the rate limiter cannot decide\n",
-            ));
+            return Ok(if config.problem_details {
+                problem_details(StatusCode::SERVICE_UNAVAILABLE, config.unavailable.clone())
+            } else {
+                plain(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "Service Unavailable: the rate limiter cannot decide\n",
+                )
+            });
         }
     };
+    // One draw per response, added to every wait it states.
+    let jitter = config.draw_jitter();
     if !verdict.allowed() {
-        let mut response = plain(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n");
+        let mut response = if config.problem_details {
+            let body = problem::denied(config.limits.limiters(), verdict.decisions());
+            problem_details(StatusCode::TOO_MANY_REQUESTS, body)
+        } else {
+            plain(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n")
+        };
         response.extensions_mut().insert(DeniedByLayer);
         let h = response.headers_mut();
-        h.insert(RETRY_AFTER, headers::retry_after(verdict.retry_after()));
-        add_ratelimit(h, &config, &verdict);
+        h.insert(
+            RETRY_AFTER,
+            headers::retry_after(verdict.retry_after(), jitter),
+        );
+        headers::add(h, &config, &verdict, subject.as_ref(), jitter);
         return Ok(response);
     }
     let bypassed = verdict.bypassed().map(RateLimitBypassed::new);
@@ -229,50 +243,34 @@ where
             response.extensions_mut().insert(signal);
         }
         None if config.headers_on_allowed => {
-            add_ratelimit(response.headers_mut(), &config, &verdict);
+            headers::add(
+                response.headers_mut(),
+                &config,
+                &verdict,
+                subject.as_ref(),
+                jitter,
+            );
         }
         None => {}
     }
     Ok(response)
 }
 
-/// Appends (not inserts): with one layer per key — per IP, then per API key
-/// — every layer's limits are listed, as the draft allows a list to be split
-/// over several fields.
-///
-/// `RateLimit-Policy` states the quota each decision was made under: the
-/// layer's prebuilt value unless a subject's override (or a
-/// `set_quota` since the layer was built) applied.
-fn add_ratelimit(h: &mut http::HeaderMap, config: &Config, verdict: &Verdict) {
-    let limiters = config.limits.limiters();
-    let names = || limiters.iter().map(crate::RateLimiter::name);
-    let decisions = verdict.decisions();
-    let as_built = decisions
-        .iter()
-        .map(|d| (d.quota, d.limit))
-        .eq(config.policy_quotas.iter().copied());
-    let policy = if as_built {
-        config.policy.clone()
-    } else {
-        headers::policy(
-            names()
-                .zip(decisions)
-                .map(|(name, d)| (name, d.quota, d.limit)),
-        )
-    };
-    h.append(RATELIMIT_POLICY.clone(), policy);
-    h.append(
-        RATELIMIT.clone(),
-        headers::ratelimit(names().zip(decisions)),
-    );
-}
-
-fn plain<B: From<&'static str>>(status: StatusCode, body: &'static str) -> Response<B> {
-    let mut response = Response::new(B::from(body));
+fn plain<B: From<String>>(status: StatusCode, body: &'static str) -> Response<B> {
+    let mut response = Response::new(B::from(String::from(body)));
     *response.status_mut() = status;
     response.headers_mut().insert(
         CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
+    response
+}
+
+fn problem_details<B: From<String>>(status: StatusCode, body: String) -> Response<B> {
+    let mut response = Response::new(B::from(body));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, problem::CONTENT_TYPE.clone());
     response
 }

@@ -5,6 +5,7 @@
 
 pub mod acl;
 pub mod child;
+pub mod http;
 
 use std::collections::BTreeMap;
 
