@@ -16,6 +16,9 @@
 //!   proxies) or [`HeaderKey`] (a header value, e.g. an API key).
 //! * [`HeaderStyle`], [`QuotaUnit`] — which rate-limit fields responses
 //!   carry, and what the limits count.
+//! * [`Http`] — how the layer refuses by default (400, 429, 503); with
+//!   feature `tonic`, `RateLimitLayerBuilder::grpc` makes it
+//!   refuse with gRPC statuses instead (see the `shardlimit::tonic` module).
 //! * [`MissingKey`] — what happens to a request without a key: 400, pass,
 //!   or a shared fallback key.
 //!
@@ -112,20 +115,23 @@
 //! middleware that awaits before calling the inner service, each call
 //! clones the inner service (axum's routes are reference-counted or boxed).
 
+mod authority;
 mod buf;
 mod bypass;
-mod config;
+pub(crate) mod config;
 mod extract;
 mod forwarded;
 mod future;
-mod headers;
+pub(crate) mod headers;
 mod ip;
 mod layer;
-mod limits;
+pub(crate) mod limits;
 mod problem;
+pub(crate) mod respond;
 mod service;
 mod x_ratelimit;
 
+pub use authority::{Authority, AuthorityKey};
 pub use bypass::RateLimitBypassed;
 pub use config::{HeaderStyle, MissingKey, QuotaUnit};
 pub use extract::{HeaderKey, KeyExtractor, PeerIp, PeerIpBuilder};
@@ -134,4 +140,5 @@ pub use future::ResponseFuture;
 pub use ip::IpKey;
 pub use layer::{RateLimitLayer, RateLimitLayerBuilder};
 pub use limits::Limits;
+pub use respond::Http;
 pub use service::RateLimitService;

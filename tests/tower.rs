@@ -381,21 +381,9 @@ async fn admitted_responses_can_go_without_headers_and_costs_apply() {
     common::assert_every_key_has_ttl(cluster.namespace()).await;
 }
 
-async fn unreachable() -> Cluster {
-    // Nothing listens on port 1; the lazily built handle never connects, so
-    // every check fails at once as a transient connection error.
-    Cluster::builder(["redis://127.0.0.1:1"])
-        .lazy_connect(true)
-        .command_timeout(Duration::from_millis(100))
-        .connect_timeout(Duration::from_millis(200))
-        .build()
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn with_the_cluster_unreachable_fail_open_passes_and_counts_fail_closed_is_503() {
-    let cluster = unreachable().await;
+    let cluster = common::unreachable_cluster().await;
     let quota = Quota::per_second(nz(1));
     let open = RateLimiter::builder(&cluster, "open", quota)
         .failure_policy(FailurePolicy::FailOpen)
@@ -438,7 +426,7 @@ async fn with_the_cluster_unreachable_fail_open_passes_and_counts_fail_closed_is
 
 #[tokio::test]
 async fn the_builder_validates_cost_and_fallback_key() {
-    let cluster = unreachable().await;
+    let cluster = common::unreachable_cluster().await;
     let limiter = || {
         RateLimiter::builder(&cluster, "v", Quota::per_second(nz(5)))
             .build()

@@ -31,7 +31,7 @@
 //!   added: a client that waits what it is told is never early.
 
 use std::fmt::{self, Write as _};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::header::HeaderName;
 use http::{HeaderMap, HeaderValue};
@@ -89,8 +89,14 @@ pub(crate) fn add(
         );
     }
     if config.style.x_ratelimit() {
-        x_ratelimit::add(h, decision, wait);
+        let reset = reset_at(SystemTime::now(), wait);
+        x_ratelimit::add(h, decision.limit, available(decision), reset);
     }
+}
+
+/// `now + wait` in epoch seconds, rounded up (never early).
+fn reset_at(now: SystemTime, wait: Duration) -> u64 {
+    ceil_secs(now.duration_since(UNIX_EPOCH).unwrap_or_default() + wait)
 }
 
 /// The wait a limit's `t` states: until the request would be admitted, for
@@ -106,7 +112,7 @@ fn stated_wait(d: &Decision) -> Duration {
 /// The quota a limit states as available (`r`, `X-RateLimit-Remaining`):
 /// what it has left, but nothing while it blocks the subject — its unused
 /// units are not the client's to use until the block ends.
-pub(crate) fn available(d: &Decision) -> u32 {
+fn available(d: &Decision) -> u32 {
     if d.blocked { 0 } else { d.remaining }
 }
 
@@ -249,6 +255,14 @@ mod tests {
             retry_after(Some(Duration::from_millis(16_200)), jitter),
             "20"
         );
+    }
+
+    #[test]
+    fn the_reset_is_epoch_seconds_rounded_up() {
+        let now = UNIX_EPOCH + Duration::from_millis(1_796_218_960_250);
+        assert_eq!(reset_at(now, Duration::from_millis(6_750)), 1_796_218_967);
+        assert_eq!(reset_at(now, Duration::from_millis(6_751)), 1_796_218_968);
+        assert_eq!(reset_at(now, Duration::ZERO), 1_796_218_961);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `RateLimitLayer` and its builder.
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use super::config::{Config, HeaderStyle, MissingKey, QuotaUnit};
 use super::headers;
 use super::limits::Limits;
 use super::problem;
+use super::respond::Http;
 use super::service::RateLimitService;
 use crate::error::{Error, Result};
 use crate::keys::MAX_SUBJECT_LEN;
@@ -69,9 +71,10 @@ use crate::warn::WarnLimiter;
 /// # Ok(()) }
 /// ```
 #[must_use]
-pub struct RateLimitLayer<X> {
+pub struct RateLimitLayer<X, P = Http> {
     config: Arc<Config>,
     extractor: X,
+    protocol: PhantomData<fn() -> P>,
 }
 
 impl<X> RateLimitLayer<X> {
@@ -112,20 +115,25 @@ impl<X> RateLimitLayer<X> {
         RateLimitLayerBuilder {
             limits: limits.into(),
             extractor,
-            missing: MissingKey::default(),
-            headers_on_allowed: true,
-            bypass_header: false,
-            refund_inner_denials: true,
-            cost: 1,
-            hash_keys: false,
-            style: HeaderStyle::default(),
-            unit: QuotaUnit::default(),
-            show_partition_key: false,
-            jitter: Duration::ZERO,
-            problem_details: true,
+            settings: Settings {
+                missing: MissingKey::default(),
+                headers_on_allowed: true,
+                bypass_header: false,
+                refund_inner_denials: true,
+                cost: 1,
+                hash_keys: false,
+                style: HeaderStyle::default(),
+                unit: QuotaUnit::default(),
+                show_partition_key: false,
+                jitter: Duration::ZERO,
+                problem_details: true,
+            },
+            protocol: PhantomData,
         }
     }
+}
 
+impl<X, P> RateLimitLayer<X, P> {
     /// The limits it checks.
     ///
     /// ```no_run
@@ -141,16 +149,17 @@ impl<X> RateLimitLayer<X> {
     }
 }
 
-impl<X: Clone> Clone for RateLimitLayer<X> {
+impl<X: Clone, P> Clone for RateLimitLayer<X, P> {
     fn clone(&self) -> Self {
         RateLimitLayer {
             config: Arc::clone(&self.config),
             extractor: self.extractor.clone(),
+            protocol: PhantomData,
         }
     }
 }
 
-impl<X> fmt::Debug for RateLimitLayer<X> {
+impl<X, P> fmt::Debug for RateLimitLayer<X, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitLayer")
             .field("config", &self.config)
@@ -159,8 +168,8 @@ impl<X> fmt::Debug for RateLimitLayer<X> {
     }
 }
 
-impl<S, X: Clone> Layer<S> for RateLimitLayer<X> {
-    type Service = RateLimitService<S, X>;
+impl<S, X: Clone, P> Layer<S> for RateLimitLayer<X, P> {
+    type Service = RateLimitService<S, X, P>;
 
     fn layer(&self, inner: S) -> Self::Service {
         RateLimitService::new(inner, self.extractor.clone(), Arc::clone(&self.config))
@@ -190,9 +199,16 @@ impl<S, X: Clone> Layer<S> for RateLimitLayer<X> {
 /// # Ok(()) }
 /// ```
 #[must_use]
-pub struct RateLimitLayerBuilder<X> {
+pub struct RateLimitLayerBuilder<X, P = Http> {
     limits: Limits,
     extractor: X,
+    settings: Settings,
+    protocol: PhantomData<fn() -> P>,
+}
+
+/// A builder's settings but the limits and the extractor.
+#[derive(Debug)]
+struct Settings {
     missing: MissingKey,
     headers_on_allowed: bool,
     bypass_header: bool,
@@ -209,18 +225,18 @@ pub struct RateLimitLayerBuilder<X> {
 /// The longest [`jitter`](RateLimitLayerBuilder::jitter): a minute.
 const MAX_JITTER: Duration = Duration::from_secs(60);
 
-impl<X> RateLimitLayerBuilder<X> {
+impl<X, P> RateLimitLayerBuilder<X, P> {
     /// What happens to a request without a usable key. Default
     /// [`MissingKey::Reject`] (400).
     pub fn missing_key(mut self, missing: MissingKey) -> Self {
-        self.missing = missing;
+        self.settings.missing = missing;
         self
     }
 
     /// Whether admitted responses carry `RateLimit-Policy` and `RateLimit`.
     /// Default `true`. Denied (429) responses always do.
     pub fn headers_on_allowed(mut self, on: bool) -> Self {
-        self.headers_on_allowed = on;
+        self.settings.headers_on_allowed = on;
         self
     }
 
@@ -232,7 +248,7 @@ impl<X> RateLimitLayerBuilder<X> {
     /// [`RateLimitBypassed`](super::RateLimitBypassed) in its extensions
     /// either way.
     pub fn bypass_header(mut self, on: bool) -> Self {
-        self.bypass_header = on;
+        self.settings.bypass_header = on;
         self
     }
 
@@ -246,14 +262,14 @@ impl<X> RateLimitLayerBuilder<X> {
     /// written before the refund. The application's own 429s are not
     /// refunded.
     pub fn refund_inner_denials(mut self, on: bool) -> Self {
-        self.refund_inner_denials = on;
+        self.settings.refund_inner_denials = on;
         self
     }
 
     /// What each request costs (e.g. more for an expensive endpoint's
     /// layer). Default 1. Must be 1 to the smallest capacity of the limits.
     pub fn cost(mut self, cost: u32) -> Self {
-        self.cost = cost;
+        self.settings.cost = cost;
         self
     }
 
@@ -280,7 +296,7 @@ impl<X> RateLimitLayerBuilder<X> {
     /// # Ok(()) }
     /// ```
     pub fn hash_keys(mut self, on: bool) -> Self {
-        self.hash_keys = on;
+        self.settings.hash_keys = on;
         self
     }
 
@@ -301,7 +317,7 @@ impl<X> RateLimitLayerBuilder<X> {
     /// # Ok(()) }
     /// ```
     pub fn header_style(mut self, style: HeaderStyle) -> Self {
-        self.style = style;
+        self.settings.style = style;
         self
     }
 
@@ -309,7 +325,7 @@ impl<X> RateLimitLayerBuilder<X> {
     /// [`QuotaUnit::Requests`], which the draft makes the default, so no
     /// `qu` is sent.
     pub fn quota_unit(mut self, unit: QuotaUnit) -> Self {
-        self.unit = unit;
+        self.settings.unit = unit;
         self
     }
 
@@ -324,7 +340,7 @@ impl<X> RateLimitLayerBuilder<X> {
     ///
     /// It also makes every response build its own `RateLimit-Policy`.
     pub fn show_partition_key(mut self, on: bool) -> Self {
-        self.show_partition_key = on;
+        self.settings.show_partition_key = on;
         self
     }
 
@@ -336,7 +352,7 @@ impl<X> RateLimitLayerBuilder<X> {
     /// up: a client is told to wait longer, never shorter, than the limit
     /// requires.
     pub fn jitter(mut self, max: Duration) -> Self {
-        self.jitter = max;
+        self.settings.jitter = max;
         self
     }
 
@@ -349,7 +365,7 @@ impl<X> RateLimitLayerBuilder<X> {
     /// could not be made. Default `true`; `false` sends short
     /// `text/plain` bodies.
     pub fn problem_details(mut self, on: bool) -> Self {
-        self.problem_details = on;
+        self.settings.problem_details = on;
         self
     }
 
@@ -358,15 +374,15 @@ impl<X> RateLimitLayerBuilder<X> {
     ///
     /// Errors with [`Error::InvalidCost`] or [`Error::Config`] (field
     /// `missing_key` or `jitter`).
-    pub fn build(self) -> Result<RateLimitLayer<X>> {
+    pub fn build(self) -> Result<RateLimitLayer<X, P>> {
         let capacity = self.limits.capacity();
-        if self.cost == 0 || self.cost > capacity {
+        if self.settings.cost == 0 || self.settings.cost > capacity {
             return Err(Error::InvalidCost {
-                cost: u64::from(self.cost),
+                cost: u64::from(self.settings.cost),
                 max: u64::from(capacity),
             });
         }
-        if let MissingKey::Fallback(key) = &self.missing
+        if let MissingKey::Fallback(key) = &self.settings.missing
             && (key.is_empty() || key.len() > MAX_SUBJECT_LEN)
         {
             return Err(Error::Config {
@@ -377,12 +393,12 @@ impl<X> RateLimitLayerBuilder<X> {
                 ),
             });
         }
-        if self.jitter > MAX_JITTER {
+        if self.settings.jitter > MAX_JITTER {
             return Err(Error::Config {
                 field: "jitter",
                 reason: format!(
                     "at most {MAX_JITTER:?} (a wait lengthened by more tells clients nothing), not {:?}",
-                    self.jitter
+                    self.settings.jitter
                 ),
             });
         }
@@ -390,11 +406,11 @@ impl<X> RateLimitLayerBuilder<X> {
     }
 
     /// The layer, unvalidated.
-    fn into_layer(self) -> RateLimitLayer<X> {
+    fn into_layer(self) -> RateLimitLayer<X, P> {
         let limiters = self.limits.limiters();
         let policy = headers::policy(
             limiters.iter().map(|l| (l.name(), l.quota(), l.capacity())),
-            self.unit,
+            self.settings.unit,
             None,
         );
         RateLimitLayer {
@@ -402,42 +418,44 @@ impl<X> RateLimitLayerBuilder<X> {
                 policy,
                 policy_quotas: headers::quotas(limiters),
                 unavailable: problem::unavailable(limiters),
-                style: self.style,
-                unit: self.unit,
-                show_partition_key: self.show_partition_key,
-                jitter: self.jitter,
-                problem_details: self.problem_details,
+                style: self.settings.style,
+                unit: self.settings.unit,
+                show_partition_key: self.settings.show_partition_key,
+                jitter: self.settings.jitter,
+                problem_details: self.settings.problem_details,
                 limits: self.limits,
-                missing: self.missing,
-                headers_on_allowed: self.headers_on_allowed,
-                bypass_header: self.bypass_header,
-                refund_inner_denials: self.refund_inner_denials,
-                cost: self.cost,
-                hash_keys: self.hash_keys,
+                missing: self.settings.missing,
+                headers_on_allowed: self.settings.headers_on_allowed,
+                bypass_header: self.settings.bypass_header,
+                refund_inner_denials: self.settings.refund_inner_denials,
+                cost: self.settings.cost,
+                hash_keys: self.settings.hash_keys,
                 warn: WarnLimiter::new(),
                 warn_missing: WarnLimiter::new(),
             }),
             extractor: self.extractor,
+            protocol: PhantomData,
+        }
+    }
+
+    /// The same settings, answering refusals in protocol `Q`.
+    #[cfg(feature = "tonic")]
+    pub(crate) fn with_protocol<Q>(self) -> RateLimitLayerBuilder<X, Q> {
+        RateLimitLayerBuilder {
+            limits: self.limits,
+            extractor: self.extractor,
+            settings: self.settings,
+            protocol: PhantomData,
         }
     }
 }
 
-impl<X> fmt::Debug for RateLimitLayerBuilder<X> {
+impl<X, P> fmt::Debug for RateLimitLayerBuilder<X, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitLayerBuilder")
             .field("limits", &self.limits)
             .field("extractor", &std::any::type_name::<X>())
-            .field("missing", &self.missing)
-            .field("headers_on_allowed", &self.headers_on_allowed)
-            .field("bypass_header", &self.bypass_header)
-            .field("refund_inner_denials", &self.refund_inner_denials)
-            .field("cost", &self.cost)
-            .field("hash_keys", &self.hash_keys)
-            .field("style", &self.style)
-            .field("unit", &self.unit)
-            .field("show_partition_key", &self.show_partition_key)
-            .field("jitter", &self.jitter)
-            .field("problem_details", &self.problem_details)
+            .field("settings", &self.settings)
             .finish()
     }
 }

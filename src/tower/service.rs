@@ -1,11 +1,11 @@
 //! `RateLimitService`: the middleware itself.
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::header::{CONTENT_TYPE, RETRY_AFTER};
-use http::{HeaderValue, Request, Response, StatusCode};
+use http::{Request, Response};
 use tower::Service;
 
 use super::bypass::{BYPASSED, DeniedByLayer, RateLimitBypassed};
@@ -13,7 +13,8 @@ use super::config::{Config, MissingKey};
 use super::extract::KeyExtractor;
 use super::future::ResponseFuture;
 use super::headers;
-use super::problem;
+use super::respond::Http;
+use super::respond::sealed::Respond;
 use crate::keys::{HashedSubject, MAX_SUBJECT_LEN};
 
 /// The service a [`RateLimitLayer`](super::RateLimitLayer) wraps around an
@@ -33,33 +34,39 @@ use crate::keys::{HashedSubject, MAX_SUBJECT_LEN};
 /// let service = RateLimitLayer::new(limiter, HeaderKey::from_static("x-api-key")).layer(inner);
 /// # }
 /// ```
-pub struct RateLimitService<S, X> {
+///
+/// `P` is how it answers what it refuses: [`Http`] statuses (the default)
+/// or gRPC statuses (`shardlimit::tonic::Grpc`, feature `tonic`).
+pub struct RateLimitService<S, X, P = Http> {
     inner: S,
     extractor: X,
     config: Arc<Config>,
+    protocol: PhantomData<fn() -> P>,
 }
 
-impl<S, X> RateLimitService<S, X> {
+impl<S, X, P> RateLimitService<S, X, P> {
     pub(crate) fn new(inner: S, extractor: X, config: Arc<Config>) -> Self {
         RateLimitService {
             inner,
             extractor,
             config,
+            protocol: PhantomData,
         }
     }
 }
 
-impl<S: Clone, X: Clone> Clone for RateLimitService<S, X> {
+impl<S: Clone, X: Clone, P> Clone for RateLimitService<S, X, P> {
     fn clone(&self) -> Self {
         RateLimitService {
             inner: self.inner.clone(),
             extractor: self.extractor.clone(),
             config: Arc::clone(&self.config),
+            protocol: PhantomData,
         }
     }
 }
 
-impl<S: fmt::Debug, X> fmt::Debug for RateLimitService<S, X> {
+impl<S: fmt::Debug, X, P> fmt::Debug for RateLimitService<S, X, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitService")
             .field("inner", &self.inner)
@@ -69,14 +76,15 @@ impl<S: fmt::Debug, X> fmt::Debug for RateLimitService<S, X> {
     }
 }
 
-impl<S, X, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimitService<S, X>
+impl<S, X, P, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimitService<S, X, P>
 where
+    P: Respond<ResBody>,
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
     X: KeyExtractor<ReqBody>,
     ReqBody: Send + 'static,
-    ResBody: From<String> + Send + 'static,
+    ResBody: Send + 'static,
 {
     type Response = Response<ResBody>;
     type Error = S::Error;
@@ -108,10 +116,7 @@ where
             (None, MissingKey::Fallback(key)) => Subject::Fallback(Arc::clone(key)),
             (None, MissingKey::Pass) => return ResponseFuture::passed(self.inner.call(request)),
             (None, MissingKey::Reject) => {
-                return ResponseFuture::refused(plain(
-                    StatusCode::BAD_REQUEST,
-                    "Bad Request: no rate-limit key in the request\n",
-                ));
+                return ResponseFuture::refused(P::no_key());
             }
         };
         // `poll_ready` readied `self.inner`: take that one for this request
@@ -124,11 +129,13 @@ where
         // limiter's check is an `async fn`, whose future has no name a
         // hand-written future could hold on stable Rust, so the check and
         // the call that follows it live in one box.
-        ResponseFuture::checked(Box::pin(check_then_call(config, subject, inner, request)))
+        ResponseFuture::checked(Box::pin(check_then_call::<P, _, _, _, _>(
+            config, subject, inner, request,
+        )))
     }
 }
 
-impl<S, X> RateLimitService<S, X> {
+impl<S, X, P> RateLimitService<S, X, P> {
     /// A request without a key: a policy when the key is optional, but
     /// also how a misconfigured extractor looks (every request of an axum
     /// app served without connect info), so say where the key was looked
@@ -170,7 +177,7 @@ impl<K: AsRef<[u8]>> AsRef<[u8]> for Subject<K> {
     }
 }
 
-async fn check_then_call<S, K, ReqBody, ResBody>(
+async fn check_then_call<P, S, K, ReqBody, ResBody>(
     config: Arc<Config>,
     subject: Subject<K>,
     mut inner: S,
@@ -179,7 +186,7 @@ async fn check_then_call<S, K, ReqBody, ResBody>(
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     K: AsRef<[u8]>,
-    ResBody: From<String>,
+    P: Respond<ResBody>,
 {
     let verdict = match config.limits.check(subject.as_ref(), config.cost).await {
         Ok(verdict) => verdict,
@@ -188,34 +195,16 @@ where
             // limiter without Redis would otherwise log on every request.
             if let Some(count) = config.warn.should_warn() {
                 tracing::warn!(error = %err, failed_since_last_warning = count,
-                    "shardlimit: rate-limit check failed; answering 503");
+                    "shardlimit: rate-limit check failed; answering 503 (gRPC: UNAVAILABLE)");
             }
-            return Ok(if config.problem_details {
-                problem_details(StatusCode::SERVICE_UNAVAILABLE, config.unavailable.clone())
-            } else {
-                plain(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "Service Unavailable: the rate limiter cannot decide\n",
-                )
-            });
+            return Ok(P::unavailable(&config));
         }
     };
     // One draw per response, added to every wait it states.
     let jitter = config.draw_jitter();
     if !verdict.allowed() {
-        let mut response = if config.problem_details {
-            let body = problem::denied(config.limits.limiters(), verdict.decisions());
-            problem_details(StatusCode::TOO_MANY_REQUESTS, body)
-        } else {
-            plain(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n")
-        };
+        let mut response = P::denied(&config, &verdict, subject.as_ref(), jitter);
         response.extensions_mut().insert(DeniedByLayer);
-        let h = response.headers_mut();
-        h.insert(
-            RETRY_AFTER,
-            headers::retry_after(verdict.retry_after(), jitter),
-        );
-        headers::add(h, &config, &verdict, subject.as_ref(), jitter);
         return Ok(response);
     }
     let bypassed = verdict.bypassed().map(RateLimitBypassed::new);
@@ -254,23 +243,4 @@ where
         None => {}
     }
     Ok(response)
-}
-
-fn plain<B: From<String>>(status: StatusCode, body: &'static str) -> Response<B> {
-    let mut response = Response::new(B::from(String::from(body)));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    response
-}
-
-fn problem_details<B: From<String>>(status: StatusCode, body: String) -> Response<B> {
-    let mut response = Response::new(B::from(body));
-    *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, problem::CONTENT_TYPE.clone());
-    response
 }
