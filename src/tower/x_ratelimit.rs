@@ -37,3 +37,30 @@ pub(crate) fn add(h: &mut HeaderMap, limit: u32, remaining: u32, reset: u64) {
     h.insert(X_REMAINING.clone(), HeaderValue::from(remaining));
     h.insert(X_RESET.clone(), HeaderValue::from(reset));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(h: &HeaderMap) -> Vec<&str> {
+        [&X_LIMIT, &X_REMAINING, &X_RESET]
+            .iter()
+            .map(|name| h.get(*name).unwrap().to_str().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn stacked_layers_leave_the_tightest_values() {
+        let mut h = HeaderMap::new();
+        add(&mut h, 5, 4, 100);
+        assert_eq!(fields(&h), ["5", "4", "100"]);
+        // An outer layer with more left, or as much: the inner one's stay.
+        add(&mut h, 10, 9, 200);
+        add(&mut h, 10, 4, 200);
+        assert_eq!(fields(&h), ["5", "4", "100"]);
+        // One with fewer left replaces all three, never adds a value.
+        add(&mut h, 10, 3, 200);
+        assert_eq!(fields(&h), ["10", "3", "200"]);
+        assert_eq!(h.get_all(&X_REMAINING).iter().count(), 1);
+    }
+}
