@@ -238,6 +238,8 @@ mod outcomes;
 mod policy;
 mod primitive;
 mod scripts;
+#[cfg(feature = "tonic")]
+pub mod tonic;
 #[cfg(feature = "tower")]
 pub mod tower;
 mod warn;

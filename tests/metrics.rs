@@ -18,7 +18,7 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use shardlimit::admin::Scanner;
 use shardlimit::cluster::Script;
 use shardlimit::keys::KeyId;
-use shardlimit::{Cluster, FailurePolicy, Lock, MultiLimiter, Quota, RateLimiter};
+use shardlimit::{FailurePolicy, Lock, MultiLimiter, Quota, RateLimiter};
 use tracing::Subscriber;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -169,16 +169,6 @@ impl Metrics {
 /// blocks can stay disabled for it.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-async fn unreachable() -> Cluster {
-    Cluster::builder(["redis://127.0.0.1:1"])
-        .lazy_connect(true)
-        .command_timeout(Duration::from_millis(100))
-        .connect_timeout(Duration::from_millis(200))
-        .build()
-        .await
-        .unwrap()
-}
-
 /// Polls `done` for up to 10 s (for background work: connection attempts).
 async fn eventually(mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -246,7 +236,7 @@ async fn a_recorder_sees_every_decision_of_a_known_sequence() {
     assert!(!guard.release().await.unwrap(), "a loss is counted once");
 
     // Without Redis: 2 bypassed (fail-open), 1 error (fail-closed).
-    let down = unreachable().await;
+    let down = common::unreachable_cluster().await;
     let open = RateLimiter::builder(&down, "m-open", Quota::per_second(nz(1)))
         .failure_policy(FailurePolicy::FailOpen)
         .build()

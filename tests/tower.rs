@@ -10,6 +10,8 @@
 
 mod common;
 
+use common::http::{http_get, serve_with_connect_info};
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
@@ -29,7 +31,6 @@ use shardlimit::tower::{
     ForwardedIp, HeaderKey, MissingKey, PeerIp, ProxyHeader, RateLimitBypassed, RateLimitLayer,
 };
 use shardlimit::{BypassReason, Cluster, Error, FailurePolicy, MultiLimiter, Quota, RateLimiter};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::{Layer, Service, ServiceExt, service_fn};
 
 fn nz(n: u32) -> NonZeroU32 {
@@ -130,7 +131,15 @@ async fn the_request_over_the_limit_gets_429_with_retry_after_and_ratelimit_head
     // One more: 429, and the inner service is not called.
     let denied = service.clone().oneshot(with_key("k-1")).await.unwrap();
     assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(denied.body(), "Too Many Requests\n");
+    assert_eq!(
+        header(&denied, "content-type").as_deref(),
+        Some("application/problem+json")
+    );
+    assert_eq!(
+        denied.body(),
+        "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\
+         \"title\":\"Quota Exceeded\",\"status\":429,\"violated-policies\":[\"api\"]}"
+    );
     assert_eq!(calls.load(Ordering::Relaxed), 3);
     let retry_after: u64 = header(&denied, "retry-after").unwrap().parse().unwrap();
     // The next unit frees up 2 s after the first request, rounded up.
@@ -234,13 +243,16 @@ async fn a_served_axum_app_answers_429_over_the_wire() {
         second.contains("\r\nratelimit-policy: \"ip\";q=1;w=60\r\n"),
         "{second}"
     );
-    assert!(second.ends_with("Too Many Requests\n"), "{second}");
+    assert!(
+        second.ends_with(",\"status\":429,\"violated-policies\":[\"ip\"]}"),
+        "{second}"
+    );
     server.abort();
     common::assert_every_key_has_ttl(cluster.namespace()).await;
 }
 
 #[tokio::test]
-async fn a_multi_limit_lists_every_limit_and_denies_on_the_tightest() {
+async fn a_multi_limit_lists_every_policy_and_the_binding_limit_and_denies_on_the_tightest() {
     let cluster = common::cluster("tower-multi").await;
     let per_second = three_per_six(&cluster, "key-fast");
     let per_hour = RateLimiter::builder(&cluster, "key-1h", Quota::per_hour(nz(1000)))
@@ -258,22 +270,33 @@ async fn a_multi_limit_lists_every_limit_and_denies_on_the_tightest() {
             header(&response, "ratelimit-policy").as_deref(),
             Some("\"key-fast\";q=3;w=6, \"key-1h\";q=1000;w=3600")
         );
+        // `RateLimit` names the limit closest to exhaustion only.
         let items = ratelimit(&response);
-        assert_eq!(items.len(), 2);
+        assert_eq!(items.len(), 1);
         assert_eq!((items[0].0.as_str(), items[0].1), ("key-fast", remaining));
-        assert_eq!(
-            (items[1].0.as_str(), items[1].1),
-            ("key-1h", 997 + remaining)
-        );
-        assert!(items[1].2 <= 3600);
     }
     let denied = service.clone().oneshot(with_key("k")).await.unwrap();
     assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
     let items = ratelimit(&denied);
     let retry_after: u64 = header(&denied, "retry-after").unwrap().parse().unwrap();
     // The denying limit's `t` is the wait; the hourly one was not consumed.
-    assert_eq!(items[0], ("key-fast".into(), 0, retry_after));
-    assert_eq!(items[1].1, 997);
+    assert_eq!(items, [("key-fast".into(), 0, retry_after)]);
+    assert!(
+        denied
+            .body()
+            .ends_with("\"violated-policies\":[\"key-fast\"]}")
+    );
+    let peek = MultiLimiter::new([
+        three_per_six(&cluster, "key-fast"),
+        RateLimiter::builder(&cluster, "key-1h", Quota::per_hour(nz(1000)))
+            .build()
+            .unwrap(),
+    ])
+    .unwrap()
+    .peek("k")
+    .await
+    .unwrap();
+    assert_eq!(peek.decisions[1].remaining, 997);
     assert_eq!(calls.load(Ordering::Relaxed), 3);
     common::assert_every_key_has_ttl(cluster.namespace()).await;
 }
@@ -358,21 +381,9 @@ async fn admitted_responses_can_go_without_headers_and_costs_apply() {
     common::assert_every_key_has_ttl(cluster.namespace()).await;
 }
 
-async fn unreachable() -> Cluster {
-    // Nothing listens on port 1; the lazily built handle never connects, so
-    // every check fails at once as a transient connection error.
-    Cluster::builder(["redis://127.0.0.1:1"])
-        .lazy_connect(true)
-        .command_timeout(Duration::from_millis(100))
-        .connect_timeout(Duration::from_millis(200))
-        .build()
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn with_the_cluster_unreachable_fail_open_passes_and_counts_fail_closed_is_503() {
-    let cluster = unreachable().await;
+    let cluster = common::unreachable_cluster().await;
     let quota = Quota::per_second(nz(1));
     let open = RateLimiter::builder(&cluster, "open", quota)
         .failure_policy(FailurePolicy::FailOpen)
@@ -398,7 +409,11 @@ async fn with_the_cluster_unreachable_fail_open_passes_and_counts_fail_closed_is
     for _ in 0..3 {
         let response = closed.clone().oneshot(with_key("k")).await.unwrap();
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert!(response.body().starts_with("Service Unavailable"));
+        assert_eq!(
+            response.body(),
+            "{\"type\":\"https://iana.org/assignments/http-problem-types#temporary-reduced-capacity\",\
+             \"title\":\"Temporary Reduced Capacity\",\"status\":503,\"violated-policies\":[\"closed\"]}"
+        );
     }
     assert_eq!(calls.load(Ordering::Relaxed), 3);
 
@@ -411,7 +426,7 @@ async fn with_the_cluster_unreachable_fail_open_passes_and_counts_fail_closed_is
 
 #[tokio::test]
 async fn the_builder_validates_cost_and_fallback_key() {
-    let cluster = unreachable().await;
+    let cluster = common::unreachable_cluster().await;
     let limiter = || {
         RateLimiter::builder(&cluster, "v", Quota::per_second(nz(5)))
             .build()
@@ -730,32 +745,6 @@ async fn a_shadow_limiter_refuses_nothing_and_still_sends_the_headers() {
     assert_eq!(calls.load(Ordering::Relaxed), 5);
     let s = cluster.stats().get("gcra", "trial").cloned().unwrap();
     assert_eq!((s.allowed, s.would_deny, s.denied), (3, 2, 0));
-}
-
-/// Serves `app` on a loopback port the way axum apps that limit by peer
-/// address must be served: with connect info.
-async fn serve_with_connect_info(app: Router) -> (SocketAddr, tokio::task::JoinHandle<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-        .unwrap();
-    });
-    (addr, server)
-}
-
-/// One raw HTTP/1.1 GET; the whole reply, headers and body.
-async fn http_get(addr: SocketAddr, path: &str) -> String {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut reply = String::new();
-    stream.read_to_string(&mut reply).await.unwrap();
-    reply
 }
 
 /// Issue 28, item 1: an axum app served with connect info is limited per

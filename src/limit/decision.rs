@@ -161,6 +161,16 @@ impl MultiDecision {
         pick.unwrap_or(&self.decisions[0])
     }
 
+    /// The position of [`binding`](Self::binding) in
+    /// [`decisions`](Self::decisions).
+    pub(crate) fn binding_index(&self) -> usize {
+        let binding = self.binding();
+        self.decisions
+            .iter()
+            .position(|d| std::ptr::eq(d, binding))
+            .unwrap_or(0)
+    }
+
     /// When the request could next be admitted: the longest wait among the
     /// limits that denied it; `None` when it was admitted. A limit in shadow
     /// mode never denies (its decision is `allowed`, with

@@ -1,8 +1,10 @@
-//! What a rate-limited service is configured with: the missing-key policy
-//! and the configuration every clone of the service shares.
+//! What a rate-limited service is configured with: the missing-key policy,
+//! the header style, the quota unit, and the configuration every clone of
+//! the service shares.
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::HeaderValue;
 
@@ -43,6 +45,76 @@ impl MissingKey {
     }
 }
 
+/// Which rate-limit header fields a response carries (see
+/// [`header_style`](super::RateLimitLayerBuilder::header_style) and
+/// `docs/http-headers.md` for the exact bytes of each).
+///
+/// ```
+/// use shardlimit::tower::HeaderStyle;
+/// assert_eq!(HeaderStyle::default(), HeaderStyle::Ietf);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HeaderStyle {
+    /// `RateLimit-Policy` (every limit) and `RateLimit` (the binding limit),
+    /// as draft-ietf-httpapi-ratelimit-headers-11 defines them. The default.
+    #[default]
+    Ietf,
+    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset`
+    /// (UTC epoch seconds) of the binding limit, as GitHub sends them, for
+    /// clients written against those.
+    XRateLimit,
+    /// Both sets, e.g. while clients move from the one to the other.
+    Both,
+}
+
+impl HeaderStyle {
+    pub(crate) fn ietf(self) -> bool {
+        matches!(self, HeaderStyle::Ietf | HeaderStyle::Both)
+    }
+
+    pub(crate) fn x_ratelimit(self) -> bool {
+        matches!(self, HeaderStyle::XRateLimit | HeaderStyle::Both)
+    }
+}
+
+/// What a layer's limits count, as `RateLimit-Policy` states it in `qu`
+/// (draft-11 §3.1.2; the values of its quota-unit registry). The layer
+/// charges [`cost`](super::RateLimitLayerBuilder::cost) units per request
+/// whatever the unit: declare another unit only when that is what the
+/// limits count (e.g. a layer in front of an upload route whose quota is
+/// sized in bytes and charged by an inner layer or handler).
+///
+/// ```
+/// use shardlimit::tower::QuotaUnit;
+/// assert_eq!(QuotaUnit::default(), QuotaUnit::Requests);
+/// assert_eq!(QuotaUnit::ContentBytes.as_str(), "content-bytes");
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum QuotaUnit {
+    /// `requests`: the draft's default, so no `qu` is sent. The default.
+    #[default]
+    Requests,
+    /// `content-bytes`.
+    ContentBytes,
+    /// `concurrent-requests`.
+    ConcurrentRequests,
+}
+
+impl QuotaUnit {
+    /// The registered name (`requests`, `content-bytes`,
+    /// `concurrent-requests`).
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QuotaUnit::Requests => "requests",
+            QuotaUnit::ContentBytes => "content-bytes",
+            QuotaUnit::ConcurrentRequests => "concurrent-requests",
+        }
+    }
+}
+
 /// Everything a service needs besides the inner service and the extractor;
 /// shared by every clone.
 pub(crate) struct Config {
@@ -52,6 +124,16 @@ pub(crate) struct Config {
     /// `set_quota` since) gets its own.
     pub(crate) policy: HeaderValue,
     pub(crate) policy_quotas: Vec<(Quota, u32)>,
+    /// The 503 problem+json body, built once (it names every limit).
+    pub(crate) unavailable: String,
+    pub(crate) style: HeaderStyle,
+    pub(crate) unit: QuotaUnit,
+    /// The key goes in `pk`.
+    pub(crate) show_partition_key: bool,
+    /// Each response's waits are lengthened by a random `0..=jitter`.
+    pub(crate) jitter: Duration,
+    /// 429 and 503 bodies are `application/problem+json`.
+    pub(crate) problem_details: bool,
     pub(crate) missing: MissingKey,
     pub(crate) headers_on_allowed: bool,
     /// A bypassed response says so in `shardlimit-bypassed`.
@@ -72,6 +154,11 @@ impl fmt::Debug for Config {
         f.debug_struct("Config")
             .field("limits", &self.limits)
             .field("policy", &self.policy)
+            .field("style", &self.style)
+            .field("unit", &self.unit)
+            .field("show_partition_key", &self.show_partition_key)
+            .field("jitter", &self.jitter)
+            .field("problem_details", &self.problem_details)
             .field("missing", &self.missing)
             .field("headers_on_allowed", &self.headers_on_allowed)
             .field("bypass_header", &self.bypass_header)
@@ -79,5 +166,16 @@ impl fmt::Debug for Config {
             .field("cost", &self.cost)
             .field("hash_keys", &self.hash_keys)
             .finish_non_exhaustive()
+    }
+}
+
+impl Config {
+    /// This response's jitter: uniformly random in `0..=jitter`, zero when
+    /// jitter is off.
+    pub(crate) fn draw_jitter(&self) -> Duration {
+        if self.jitter.is_zero() {
+            return Duration::ZERO;
+        }
+        rand::Rng::random_range(&mut rand::rng(), Duration::ZERO..=self.jitter)
     }
 }

@@ -195,6 +195,37 @@ impl Default for PeerIp<SocketAddr> {
     }
 }
 
+impl PeerIp<SocketAddr> {
+    /// Reads the peer's address with `read` from the request's extensions,
+    /// for a server whose connection info is neither a plain [`SocketAddr`]
+    /// (read first all the same) nor a type holding one for sure — tonic's
+    /// `TcpConnectInfo`, whose address is optional. `name` says what `read`
+    /// looks for, in the warning about requests without a key.
+    ///
+    /// ```
+    /// use std::net::SocketAddr;
+    /// use http::Request;
+    /// use shardlimit::tower::{KeyExtractor, PeerIp};
+    ///
+    /// #[derive(Clone)]
+    /// struct ConnInfo { remote: Option<SocketAddr> }
+    /// let peer_ip = PeerIp::from_extensions("ConnInfo", |ext| ext.get::<ConnInfo>()?.remote);
+    /// let mut req = Request::new(());
+    /// req.extensions_mut().insert(ConnInfo { remote: "192.0.2.1:50051".parse().ok() });
+    /// assert_eq!(peer_ip.extract(&req).unwrap().as_ref(), b"192.0.2.1");
+    /// ```
+    #[must_use]
+    pub fn from_extensions(
+        name: &'static str,
+        read: fn(&http::Extensions) -> Option<SocketAddr>,
+    ) -> Self {
+        PeerIp {
+            fallback: Some(Fallback { read, name }),
+            ..PeerIp::from_extension(|addr: &SocketAddr| *addr)
+        }
+    }
+}
+
 impl<T: Send + Sync + 'static> PeerIp<T> {
     /// Reads the extension of type `T` and takes the address from it with
     /// `addr` (a function or non-capturing closure); IPv6 by /64, IPv4 by

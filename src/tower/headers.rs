@@ -1,31 +1,45 @@
-//! The response header fields: `Retry-After` (RFC 9110) and `RateLimit-Policy`
-//! / `RateLimit` as defined by draft-ietf-httpapi-ratelimit-headers-11
-//! (structured-field lists, one item per limit, named after the limiter):
+//! The response header fields: `Retry-After` (RFC 9110), and the fields of
+//! the configured [`HeaderStyle`](super::HeaderStyle) — `RateLimit-Policy`
+//! and `RateLimit` as draft-ietf-httpapi-ratelimit-headers-11 defines them
+//! (structured-field lists, one item per limit, named after the limiter),
+//! or the older `X-RateLimit-*` fields (`x_ratelimit.rs`):
 //!
 //! ```text
-//! RateLimit-Policy: "api";q=60;w=60
-//! RateLimit: "api";r=0;t=17
+//! RateLimit-Policy: "api-1s";q=10;w=1, "api-1h";q=1000;w=3600
+//! RateLimit: "api-1s";r=0;t=1
 //! ```
 //!
-//! * `q` is the limit per window `w` (seconds). A period that is not a whole
-//!   number of seconds cannot be a `w` (sub-second precision is not
-//!   supported by the draft): it goes in `shardlimit-window-ms` instead. A
-//!   GCRA burst above the limit is `shardlimit-burst` (vendor-prefixed, as
-//!   the draft asks of implementation-specific parameters).
-//! * `r` is the remaining quota; `t` the seconds, rounded up, until the
-//!   request would be admitted (a limit that denied it) or until the limit is
-//!   full again (one that admitted it). `Retry-After` is the longest wait of
-//!   the limits that denied, so it is never earlier than a denying limit's
-//!   `t`, as the draft asks.
-//! * No partition key (`pk`): the key is the client's identity (an IP
-//!   address, an API key) and has no business in a response.
+//! * `RateLimit-Policy` (draft §3) lists every limit: `q` the limit per
+//!   window `w` (seconds, §3.1.3). A period that is not a whole number of
+//!   seconds cannot be a `w` ("sub-second precision is not supported"): it
+//!   goes in `shardlimit-window-ms` instead. A GCRA burst above the limit is
+//!   `shardlimit-burst` (vendor-prefixed, as §3.1 asks of
+//!   implementation-specific parameters). `qu` (§3.1.2) only when the unit
+//!   is not the default `requests`.
+//! * `RateLimit` (§4) names the binding limit only — the one that denied
+//!   with the longest wait, or the one closest to exhaustion — as §B.1.2
+//!   allows: `r` the remaining quota; `t` the seconds, rounded up, until the
+//!   request would be admitted (a limit that denied it) or until the limit
+//!   is full again (one that admitted it). `Retry-After` is that same wait,
+//!   so it is never earlier than `t` (§6).
+//! * `pk` (§3.1.4, §4.1.3), a byte sequence, only when the layer is told
+//!   the key may be shown: it is the client's identity (an IP address, an
+//!   API key) or its digest.
+//! * Jitter (§8.5): one random delay per response, added to every wait the
+//!   response states (`t`, `Retry-After`, `X-RateLimit-Reset`), so clients
+//!   throttled together do not all come back in the same second. Only ever
+//!   added: a client that waits what it is told is never early.
 
 use std::fmt::{self, Write as _};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use http::HeaderValue;
 use http::header::HeaderName;
+use http::{HeaderMap, HeaderValue};
 
+use super::buf::HeaderBuf;
+use super::config::{Config, QuotaUnit};
+use super::x_ratelimit;
+use crate::limit::MultiDecision;
 use crate::limit::{Decision, Quota, RateLimiter};
 
 /// `RateLimit-Policy` (header names are lowercase in `http`; HTTP/2 and
@@ -45,33 +59,126 @@ pub(crate) fn quotas(limiters: &[RateLimiter]) -> Vec<(Quota, u32)> {
     limiters.iter().map(|l| (l.quota(), l.capacity())).collect()
 }
 
-/// The `RateLimit-Policy` value of named limits, each with its quota and
-/// capacity.
-pub(crate) fn policy<'a>(items: impl IntoIterator<Item = (&'a str, Quota, u32)>) -> HeaderValue {
-    let mut out = String::new();
-    for (i, (name, quota, capacity)) in items.into_iter().enumerate() {
-        if i > 0 {
-            out.push_str(", ");
-        }
-        // Writing to a String cannot fail.
-        let _ = write_policy_item(&mut out, name, quota, capacity);
+/// Adds the rate-limit fields of `config`'s style for one decided check of
+/// `subject`, its waits lengthened by `jitter`. Appends (not inserts) the
+/// IETF fields: with one layer per key — per IP, then per API key — every
+/// layer's items are listed, as the draft allows a list to be split over
+/// several fields (§3, §4).
+pub(crate) fn add(
+    h: &mut HeaderMap,
+    config: &Config,
+    verdict: &MultiDecision,
+    subject: &[u8],
+    jitter: Duration,
+) {
+    let decisions = &verdict.decisions;
+    let binding = verdict.binding_index();
+    let (Some(limiter), Some(decision)) = (
+        config.limits.limiters().get(binding),
+        decisions.get(binding),
+    ) else {
+        return;
+    };
+    let wait = stated_wait(decision) + jitter;
+    if config.style.ietf() {
+        let pk = config.show_partition_key.then_some(subject);
+        h.append(RATELIMIT_POLICY.clone(), policy_for(config, decisions, pk));
+        h.append(
+            RATELIMIT.clone(),
+            ratelimit(limiter.name(), decision, ceil_secs(wait), pk),
+        );
     }
-    // Limiter names are [A-Za-z0-9_.-], numbers are digits: always a valid
-    // header value. Fall back to nothing rather than panic if that changes.
-    HeaderValue::from_str(&out).unwrap_or_else(|_| HeaderValue::from_static(""))
+    if config.style.x_ratelimit() {
+        let reset = reset_at(SystemTime::now(), wait);
+        x_ratelimit::add(h, decision.limit, available(decision), reset);
+    }
 }
 
+/// `now + wait` in epoch seconds, rounded up (never early).
+fn reset_at(now: SystemTime, wait: Duration) -> u64 {
+    ceil_secs(now.duration_since(UNIX_EPOCH).unwrap_or_default() + wait)
+}
+
+/// The wait a limit's `t` states: until the request would be admitted, for
+/// a limit that denied it; until the limit is full again, for one that
+/// admitted it.
+fn stated_wait(d: &Decision) -> Duration {
+    match d.retry_after {
+        Some(wait) if !d.allowed => wait,
+        _ => d.reset_after,
+    }
+}
+
+/// The quota a limit states as available (`r`, `X-RateLimit-Remaining`):
+/// what it has left, but nothing while it blocks the subject — its unused
+/// units are not the client's to use until the block ends.
+fn available(d: &Decision) -> u32 {
+    if d.blocked { 0 } else { d.remaining }
+}
+
+/// `RateLimit-Policy` for one check: the layer's prebuilt value, unless the
+/// check applied other quotas (a subject's override, a `set_quota` since
+/// the layer was built) or the partition key is shown.
+fn policy_for(config: &Config, decisions: &[Decision], pk: Option<&[u8]>) -> HeaderValue {
+    let as_built = decisions
+        .iter()
+        .map(|d| (d.quota, d.limit))
+        .eq(config.policy_quotas.iter().copied());
+    if as_built && pk.is_none() {
+        return config.policy.clone();
+    }
+    let names = config.limits.limiters().iter().map(RateLimiter::name);
+    policy(
+        names
+            .zip(decisions)
+            .map(|(name, d)| (name, d.quota, d.limit)),
+        config.unit,
+        pk,
+    )
+}
+
+/// The `RateLimit-Policy` value of named limits, each with its quota and
+/// capacity, counted in `unit`, with the partition key `pk` if shown.
+pub(crate) fn policy<'a>(
+    items: impl IntoIterator<Item = (&'a str, Quota, u32)>,
+    unit: QuotaUnit,
+    pk: Option<&[u8]>,
+) -> HeaderValue {
+    let mut buf = HeaderBuf::new();
+    for (i, (name, quota, capacity)) in items.into_iter().enumerate() {
+        let sep = if i > 0 { ", " } else { "" };
+        // HeaderBuf never fails.
+        let _ = buf.write_str(sep);
+        let _ = write_policy_item(&mut buf, name, quota, capacity, unit, pk);
+    }
+    buf.finish()
+}
+
+/// One quota policy item (§3.1): parameters in the order of the draft's
+/// examples (`q`, `qu`, `w`, `pk`), then ours.
 fn write_policy_item(
-    out: &mut impl fmt::Write,
+    out: &mut HeaderBuf,
     name: &str,
     quota: Quota,
     capacity: u32,
+    unit: QuotaUnit,
+    pk: Option<&[u8]>,
 ) -> fmt::Result {
+    // Limiter names are [A-Za-z0-9_.-]: a valid sf-string as they are.
     write!(out, "\"{name}\";q={}", quota.limit())?;
+    if unit != QuotaUnit::Requests {
+        write!(out, ";qu=\"{}\"", unit.as_str())?;
+    }
     let period = quota.period();
-    if period.subsec_nanos() == 0 {
+    let whole_seconds = period.subsec_nanos() == 0;
+    if whole_seconds {
         write!(out, ";w={}", period.as_secs())?;
-    } else {
+    }
+    if let Some(key) = pk {
+        out.write_str(";pk=")?;
+        out.write_byte_sequence(key);
+    }
+    if !whole_seconds {
         write!(out, ";shardlimit-window-ms={}", period.as_millis())?;
     }
     if capacity != quota.limit().get() {
@@ -80,75 +187,21 @@ fn write_policy_item(
     Ok(())
 }
 
-/// The `RateLimit` value for one check: one item per limit, in order.
-pub(crate) fn ratelimit<'a>(items: impl Iterator<Item = (&'a str, &'a Decision)>) -> HeaderValue {
+/// The `RateLimit` value: the binding limit's service-limit item (§4.1).
+fn ratelimit(name: &str, decision: &Decision, t: u64, pk: Option<&[u8]>) -> HeaderValue {
     let mut buf = HeaderBuf::new();
-    for (i, (name, decision)) in items.enumerate() {
-        let t = match decision.retry_after {
-            Some(wait) if !decision.allowed => wait,
-            _ => decision.reset_after,
-        };
-        let sep = if i > 0 { ", " } else { "" };
-        // HeaderBuf never fails.
-        let _ = write!(
-            buf,
-            "{sep}\"{name}\";r={};t={}",
-            decision.remaining,
-            ceil_secs(t)
-        );
+    // HeaderBuf never fails.
+    let _ = write!(buf, "\"{name}\";r={};t={t}", available(decision));
+    if let Some(key) = pk {
+        let _ = buf.write_str(";pk=");
+        buf.write_byte_sequence(key);
     }
     buf.finish()
 }
 
-/// `Retry-After` in seconds, at least 1.
-pub(crate) fn retry_after(wait: Option<Duration>) -> HeaderValue {
-    HeaderValue::from(ceil_secs(wait.unwrap_or(Duration::ZERO)).max(1))
-}
-
-/// A header value built on the stack and copied once into the
-/// `HeaderValue` (its only allocation); it spills to the heap only past
-/// `STACK` bytes (about three limits).
-struct HeaderBuf {
-    stack: [u8; HeaderBuf::STACK],
-    len: usize,
-    heap: Option<Vec<u8>>,
-}
-
-impl HeaderBuf {
-    const STACK: usize = 320;
-
-    fn new() -> Self {
-        HeaderBuf {
-            stack: [0; Self::STACK],
-            len: 0,
-            heap: None,
-        }
-    }
-
-    fn finish(self) -> HeaderValue {
-        let bytes = match &self.heap {
-            Some(heap) => heap.as_slice(),
-            None => &self.stack[..self.len],
-        };
-        HeaderValue::from_bytes(bytes).unwrap_or_else(|_| HeaderValue::from_static(""))
-    }
-}
-
-impl fmt::Write for HeaderBuf {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        if let Some(heap) = &mut self.heap {
-            heap.extend_from_slice(s.as_bytes());
-        } else if let Some(room) = self.stack.get_mut(self.len..self.len + s.len()) {
-            room.copy_from_slice(s.as_bytes());
-            self.len += s.len();
-        } else {
-            let mut heap = Vec::with_capacity(self.len + s.len() + Self::STACK);
-            heap.extend_from_slice(&self.stack[..self.len]);
-            heap.extend_from_slice(s.as_bytes());
-            self.heap = Some(heap);
-        }
-        Ok(())
-    }
+/// `Retry-After` in seconds, at least 1: `wait` plus the response's jitter.
+pub(crate) fn retry_after(wait: Option<Duration>, jitter: Duration) -> HeaderValue {
+    HeaderValue::from(ceil_secs(wait.unwrap_or(Duration::ZERO) + jitter).max(1))
 }
 
 #[cfg(test)]
@@ -161,10 +214,16 @@ mod tests {
         NonZeroU32::new(n).unwrap()
     }
 
-    fn policy_item(name: &str, quota: Quota, capacity: u32) -> String {
-        let mut s = String::new();
-        write_policy_item(&mut s, name, quota, capacity).unwrap();
-        s
+    fn policy_item(
+        name: &str,
+        quota: Quota,
+        capacity: u32,
+        unit: QuotaUnit,
+        pk: Option<&[u8]>,
+    ) -> String {
+        let mut buf = HeaderBuf::new();
+        write_policy_item(&mut buf, name, quota, capacity, unit, pk).unwrap();
+        buf.finish().to_str().unwrap().to_owned()
     }
 
     fn decision(allowed: bool, remaining: u32, retry_ms: Option<u64>, reset_ms: u64) -> Decision {
@@ -187,49 +246,85 @@ mod tests {
         assert_eq!(ceil_secs(Duration::from_nanos(1)), 1);
         assert_eq!(ceil_secs(Duration::from_millis(1000)), 1);
         assert_eq!(ceil_secs(Duration::from_millis(1001)), 2);
-        assert_eq!(retry_after(Some(Duration::from_millis(16_200))), "17");
-        assert_eq!(retry_after(Some(Duration::ZERO)), "1");
-        assert_eq!(retry_after(None), "1");
+        let none = Duration::ZERO;
+        assert_eq!(retry_after(Some(Duration::from_millis(16_200)), none), "17");
+        assert_eq!(retry_after(Some(Duration::ZERO), none), "1");
+        assert_eq!(retry_after(None, none), "1");
+        let jitter = Duration::from_millis(2_900);
+        assert_eq!(
+            retry_after(Some(Duration::from_millis(16_200)), jitter),
+            "20"
+        );
+    }
+
+    #[test]
+    fn the_reset_is_epoch_seconds_rounded_up() {
+        let now = UNIX_EPOCH + Duration::from_millis(1_796_218_960_250);
+        assert_eq!(reset_at(now, Duration::from_millis(6_750)), 1_796_218_967);
+        assert_eq!(reset_at(now, Duration::from_millis(6_751)), 1_796_218_968);
+        assert_eq!(reset_at(now, Duration::ZERO), 1_796_218_961);
     }
 
     #[test]
     fn policy_items() {
+        let requests = QuotaUnit::Requests;
         let q = Quota::per_minute(nz(60));
-        assert_eq!(policy_item("api", q, 60), "\"api\";q=60;w=60");
+        assert_eq!(
+            policy_item("api", q, 60, requests, None),
+            "\"api\";q=60;w=60"
+        );
         let bursty = Quota::per_second(nz(10)).allow_burst(nz(50));
         assert_eq!(
-            policy_item("ip", bursty, 50),
+            policy_item("ip", bursty, 50, requests, None),
             "\"ip\";q=10;w=1;shardlimit-burst=50"
         );
         let fast = Quota::with_period(nz(5), Duration::from_millis(1500));
         assert_eq!(
-            policy_item("f", fast, 5),
+            policy_item("f", fast, 5, requests, None),
             "\"f\";q=5;shardlimit-window-ms=1500"
+        );
+        // The draft's own example (§3.2), our names and numbers.
+        let bytes = Quota::with_period(nz(65535), Duration::from_secs(10));
+        assert_eq!(
+            policy_item(
+                "peruser",
+                bytes,
+                65535,
+                QuotaUnit::ContentBytes,
+                Some(b"user-1")
+            ),
+            "\"peruser\";q=65535;qu=\"content-bytes\";w=10;pk=:dXNlci0x:"
+        );
+        assert_eq!(
+            policy_item("f", fast, 6, QuotaUnit::ConcurrentRequests, Some(b"k")),
+            "\"f\";q=5;qu=\"concurrent-requests\";pk=:aw==:;shardlimit-window-ms=1500;shardlimit-burst=6"
         );
     }
 
     #[test]
     fn ratelimit_items() {
         let denied = decision(false, 0, Some(16_200), 60_000);
+        assert_eq!(ratelimit("api", &denied, 17, None), "\"api\";r=0;t=17");
+        assert_eq!(
+            ratelimit("api", &denied, 17, Some(b"203.0.113.7")),
+            "\"api\";r=0;t=17;pk=:MjAzLjAuMTEzLjc=:"
+        );
+        assert_eq!(stated_wait(&denied), Duration::from_millis(16_200));
         let allowed = decision(true, 7, None, 2_500);
-        assert_eq!(
-            ratelimit([("api", &denied)].into_iter()),
-            "\"api\";r=0;t=17"
-        );
-        assert_eq!(
-            ratelimit([("a", &allowed), ("b", &denied)].into_iter()),
-            "\"a\";r=7;t=3, \"b\";r=0;t=17"
-        );
+        assert_eq!(stated_wait(&allowed), Duration::from_millis(2_500));
+        let mut blocked = decision(false, 9, Some(30_000), 0);
+        blocked.blocked = true;
+        assert_eq!(ratelimit("api", &blocked, 30, None), "\"api\";r=0;t=30");
     }
 
     #[test]
     fn long_values_spill_to_the_heap() {
-        let allowed = decision(true, u32::MAX, None, u64::MAX / 1_000_000);
         let name = "n".repeat(64);
-        let items: Vec<_> = (0..10).map(|_| (name.as_str(), &allowed)).collect();
-        let value = ratelimit(items.into_iter());
+        let q = Quota::per_second(nz(u32::MAX));
+        let items: Vec<_> = (0..10).map(|_| (name.as_str(), q, u32::MAX)).collect();
+        let value = policy(items, QuotaUnit::Requests, Some(&[0xff; 1024]));
         let text = value.to_str().unwrap();
-        assert_eq!(text.matches(";r=4294967295;").count(), 10);
-        assert!(text.len() > HeaderBuf::STACK);
+        assert_eq!(text.matches(";q=4294967295;").count(), 10);
+        assert!(text.len() > 10 * 1024);
     }
 }

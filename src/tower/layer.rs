@@ -1,13 +1,17 @@
 //! `RateLimitLayer` and its builder.
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tower::Layer;
 
-use super::config::{Config, MissingKey};
+use super::config::{Config, HeaderStyle, MissingKey, QuotaUnit};
 use super::headers;
 use super::limits::Limits;
+use super::problem;
+use super::respond::Http;
 use super::service::RateLimitService;
 use crate::error::{Error, Result};
 use crate::keys::MAX_SUBJECT_LEN;
@@ -19,11 +23,15 @@ use crate::warn::WarnLimiter;
 /// [`KeyExtractor`](super::KeyExtractor) takes from each request.
 ///
 /// * **Admitted**: the request goes to the inner service; its response gets
-///   the `RateLimit-Policy` and `RateLimit` headers (unless
+///   the rate-limit headers of the [`HeaderStyle`](super::HeaderStyle)
+///   (`RateLimit-Policy` and `RateLimit` by default; none if
 ///   [`headers_on_allowed`](RateLimitLayerBuilder::headers_on_allowed) is off).
 /// * **Denied**: **429 Too Many Requests** with `Retry-After` (seconds,
-///   rounded up), `RateLimit-Policy` and `RateLimit`; the inner service is not
-///   called.
+///   rounded up) and the rate-limit headers, and an
+///   `application/problem+json` body of type `quota-exceeded` naming the
+///   limits that denied (see
+///   [`problem_details`](RateLimitLayerBuilder::problem_details)); the
+///   inner service is not called.
 /// * **Bypassed** (a fail-open limiter that could not reach Redis): the
 ///   request goes through without `RateLimit` headers, with
 ///   [`RateLimitBypassed`](super::RateLimitBypassed) in its request's and
@@ -32,11 +40,12 @@ use crate::warn::WarnLimiter;
 ///   limiter counted the bypass in [`Cluster::stats`](crate::Cluster::stats)
 ///   and warned.
 /// * **Check failed** (a fail-closed limiter that could not reach Redis, or a
-///   configuration fault): **503 Service Unavailable** with a short body; a
+///   configuration fault): **503 Service Unavailable** with a
+///   `temporary-reduced-capacity` problem body naming every limit; a
 ///   rate-limited `warn` says why.
 /// * **No key**: see [`MissingKey`].
 ///
-/// Header syntax: see [the module docs](super#headers).
+/// Header syntax: see [the module docs](super#headers-and-bodies).
 ///
 /// ```no_run
 /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
@@ -62,9 +71,10 @@ use crate::warn::WarnLimiter;
 /// # Ok(()) }
 /// ```
 #[must_use]
-pub struct RateLimitLayer<X> {
+pub struct RateLimitLayer<X, P = Http> {
     config: Arc<Config>,
     extractor: X,
+    protocol: PhantomData<fn() -> P>,
 }
 
 impl<X> RateLimitLayer<X> {
@@ -79,28 +89,8 @@ impl<X> RateLimitLayer<X> {
     /// # }
     /// ```
     pub fn new(limits: impl Into<Limits>, extractor: X) -> Self {
-        let limits = limits.into();
-        RateLimitLayer {
-            config: Arc::new(Config {
-                policy: headers::policy(
-                    limits
-                        .limiters()
-                        .iter()
-                        .map(|l| (l.name(), l.quota(), l.capacity())),
-                ),
-                policy_quotas: headers::quotas(limits.limiters()),
-                limits,
-                missing: MissingKey::default(),
-                headers_on_allowed: true,
-                bypass_header: false,
-                refund_inner_denials: true,
-                cost: 1,
-                hash_keys: false,
-                warn: WarnLimiter::new(),
-                warn_missing: WarnLimiter::new(),
-            }),
-            extractor,
-        }
+        // The defaults need no validation: a cost of 1 fits every limit.
+        Self::builder(limits, extractor).into_layer()
     }
 
     /// A builder for a layer checking `limits` under the key `extractor`
@@ -125,15 +115,25 @@ impl<X> RateLimitLayer<X> {
         RateLimitLayerBuilder {
             limits: limits.into(),
             extractor,
-            missing: MissingKey::default(),
-            headers_on_allowed: true,
-            bypass_header: false,
-            refund_inner_denials: true,
-            cost: 1,
-            hash_keys: false,
+            settings: Settings {
+                missing: MissingKey::default(),
+                headers_on_allowed: true,
+                bypass_header: false,
+                refund_inner_denials: true,
+                cost: 1,
+                hash_keys: false,
+                style: HeaderStyle::default(),
+                unit: QuotaUnit::default(),
+                show_partition_key: false,
+                jitter: Duration::ZERO,
+                problem_details: true,
+            },
+            protocol: PhantomData,
         }
     }
+}
 
+impl<X, P> RateLimitLayer<X, P> {
     /// The limits it checks.
     ///
     /// ```no_run
@@ -149,16 +149,17 @@ impl<X> RateLimitLayer<X> {
     }
 }
 
-impl<X: Clone> Clone for RateLimitLayer<X> {
+impl<X: Clone, P> Clone for RateLimitLayer<X, P> {
     fn clone(&self) -> Self {
         RateLimitLayer {
             config: Arc::clone(&self.config),
             extractor: self.extractor.clone(),
+            protocol: PhantomData,
         }
     }
 }
 
-impl<X> fmt::Debug for RateLimitLayer<X> {
+impl<X, P> fmt::Debug for RateLimitLayer<X, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitLayer")
             .field("config", &self.config)
@@ -167,8 +168,8 @@ impl<X> fmt::Debug for RateLimitLayer<X> {
     }
 }
 
-impl<S, X: Clone> Layer<S> for RateLimitLayer<X> {
-    type Service = RateLimitService<S, X>;
+impl<S, X: Clone, P> Layer<S> for RateLimitLayer<X, P> {
+    type Service = RateLimitService<S, X, P>;
 
     fn layer(&self, inner: S) -> Self::Service {
         RateLimitService::new(inner, self.extractor.clone(), Arc::clone(&self.config))
@@ -180,7 +181,8 @@ impl<S, X: Clone> Layer<S> for RateLimitLayer<X> {
 ///
 /// ```no_run
 /// # fn demo(limiter: shardlimit::RateLimiter) -> shardlimit::Result<()> {
-/// use shardlimit::tower::{HeaderKey, MissingKey, RateLimitLayer};
+/// use std::time::Duration;
+/// use shardlimit::tower::{HeaderKey, HeaderStyle, MissingKey, QuotaUnit, RateLimitLayer};
 /// let layer = RateLimitLayer::builder(limiter, HeaderKey::from_static("x-api-key"))
 ///     .missing_key(MissingKey::Reject) // default
 ///     .headers_on_allowed(true)         // default
@@ -188,33 +190,53 @@ impl<S, X: Clone> Layer<S> for RateLimitLayer<X> {
 ///     .refund_inner_denials(true)       // default
 ///     .cost(1)                          // default
 ///     .hash_keys(false)                 // default
+///     .header_style(HeaderStyle::Ietf)  // default
+///     .quota_unit(QuotaUnit::Requests)  // default
+///     .show_partition_key(false)        // default
+///     .jitter(Duration::ZERO)           // default
+///     .problem_details(true)            // default
 ///     .build()?;
 /// # Ok(()) }
 /// ```
 #[must_use]
-pub struct RateLimitLayerBuilder<X> {
+pub struct RateLimitLayerBuilder<X, P = Http> {
     limits: Limits,
     extractor: X,
+    settings: Settings,
+    protocol: PhantomData<fn() -> P>,
+}
+
+/// A builder's settings but the limits and the extractor.
+#[derive(Debug)]
+struct Settings {
     missing: MissingKey,
     headers_on_allowed: bool,
     bypass_header: bool,
     refund_inner_denials: bool,
     cost: u32,
     hash_keys: bool,
+    style: HeaderStyle,
+    unit: QuotaUnit,
+    show_partition_key: bool,
+    jitter: Duration,
+    problem_details: bool,
 }
 
-impl<X> RateLimitLayerBuilder<X> {
+/// The longest [`jitter`](RateLimitLayerBuilder::jitter): a minute.
+const MAX_JITTER: Duration = Duration::from_secs(60);
+
+impl<X, P> RateLimitLayerBuilder<X, P> {
     /// What happens to a request without a usable key. Default
     /// [`MissingKey::Reject`] (400).
     pub fn missing_key(mut self, missing: MissingKey) -> Self {
-        self.missing = missing;
+        self.settings.missing = missing;
         self
     }
 
     /// Whether admitted responses carry `RateLimit-Policy` and `RateLimit`.
     /// Default `true`. Denied (429) responses always do.
     pub fn headers_on_allowed(mut self, on: bool) -> Self {
-        self.headers_on_allowed = on;
+        self.settings.headers_on_allowed = on;
         self
     }
 
@@ -226,7 +248,7 @@ impl<X> RateLimitLayerBuilder<X> {
     /// [`RateLimitBypassed`](super::RateLimitBypassed) in its extensions
     /// either way.
     pub fn bypass_header(mut self, on: bool) -> Self {
-        self.bypass_header = on;
+        self.settings.bypass_header = on;
         self
     }
 
@@ -240,14 +262,14 @@ impl<X> RateLimitLayerBuilder<X> {
     /// written before the refund. The application's own 429s are not
     /// refunded.
     pub fn refund_inner_denials(mut self, on: bool) -> Self {
-        self.refund_inner_denials = on;
+        self.settings.refund_inner_denials = on;
         self
     }
 
     /// What each request costs (e.g. more for an expensive endpoint's
     /// layer). Default 1. Must be 1 to the smallest capacity of the limits.
     pub fn cost(mut self, cost: u32) -> Self {
-        self.cost = cost;
+        self.settings.cost = cost;
         self
     }
 
@@ -274,23 +296,93 @@ impl<X> RateLimitLayerBuilder<X> {
     /// # Ok(()) }
     /// ```
     pub fn hash_keys(mut self, on: bool) -> Self {
-        self.hash_keys = on;
+        self.settings.hash_keys = on;
         self
     }
 
-    /// Validates the cost and the fallback key; contacts nothing.
+    /// Which rate-limit fields responses carry. Default
+    /// [`HeaderStyle::Ietf`]: `RateLimit-Policy` and `RateLimit` (draft-11);
+    /// [`HeaderStyle::XRateLimit`] for clients that read GitHub's
+    /// `X-RateLimit-*`; [`HeaderStyle::Both`]. `Retry-After` goes on every
+    /// 429 whatever the style. The exact bytes of each style are in
+    /// `docs/http-headers.md`.
+    ///
+    /// ```no_run
+    /// # fn demo(limiter: shardlimit::RateLimiter) -> shardlimit::Result<()> {
+    /// use shardlimit::tower::{HeaderKey, HeaderStyle, RateLimitLayer};
+    /// // X-RateLimit-Limit: 60, X-RateLimit-Remaining: 59, X-RateLimit-Reset: 1796218967
+    /// let layer = RateLimitLayer::builder(limiter, HeaderKey::from_static("x-api-key"))
+    ///     .header_style(HeaderStyle::XRateLimit)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn header_style(mut self, style: HeaderStyle) -> Self {
+        self.settings.style = style;
+        self
+    }
+
+    /// What the limits count, stated as `qu` in `RateLimit-Policy`. Default
+    /// [`QuotaUnit::Requests`], which the draft makes the default, so no
+    /// `qu` is sent.
+    pub fn quota_unit(mut self, unit: QuotaUnit) -> Self {
+        self.settings.unit = unit;
+        self
+    }
+
+    /// Whether the IETF fields carry the partition key, `pk=:<base64>:`:
+    /// the key the request was limited under (its SHA-256 digest with
+    /// [`hash_keys`](Self::hash_keys) or for an over-long key; the
+    /// fallback key for a keyless request). Default `false`: the key is the
+    /// client's identity — an IP address, an API key — and a response may
+    /// be logged, cached or shown where the key should not be. Turn it on
+    /// when the client knows the key anyway and acts for several (draft-11
+    /// §7.1), e.g. a gateway sending requests for many tenants.
+    ///
+    /// It also makes every response build its own `RateLimit-Policy`.
+    pub fn show_partition_key(mut self, on: bool) -> Self {
+        self.settings.show_partition_key = on;
+        self
+    }
+
+    /// The most a response's waits are lengthened by at random, so that
+    /// clients throttled together do not all retry in the same second
+    /// (draft-11 §8.5). Default zero (off); at most a minute. One random
+    /// delay in `0..=jitter` per response is added to every wait it
+    /// states — `t`, `Retry-After`, `X-RateLimit-Reset` — before rounding
+    /// up: a client is told to wait longer, never shorter, than the limit
+    /// requires.
+    pub fn jitter(mut self, max: Duration) -> Self {
+        self.settings.jitter = max;
+        self
+    }
+
+    /// Whether the layer's 429 and 503 bodies are problem details
+    /// (`application/problem+json`, RFC 9457) of draft-11's problem types:
+    /// `quota-exceeded` naming the limits that denied in
+    /// `violated-policies` (`abnormal-usage-detected` when one of them has
+    /// [blocked](crate::RateLimiter::block) the subject), and
+    /// `temporary-reduced-capacity` naming every limit when the check
+    /// could not be made. Default `true`; `false` sends short
+    /// `text/plain` bodies.
+    pub fn problem_details(mut self, on: bool) -> Self {
+        self.settings.problem_details = on;
+        self
+    }
+
+    /// Validates the cost, the fallback key and the jitter; contacts
+    /// nothing.
     ///
     /// Errors with [`Error::InvalidCost`] or [`Error::Config`] (field
-    /// `missing_key`).
-    pub fn build(self) -> Result<RateLimitLayer<X>> {
+    /// `missing_key` or `jitter`).
+    pub fn build(self) -> Result<RateLimitLayer<X, P>> {
         let capacity = self.limits.capacity();
-        if self.cost == 0 || self.cost > capacity {
+        if self.settings.cost == 0 || self.settings.cost > capacity {
             return Err(Error::InvalidCost {
-                cost: u64::from(self.cost),
+                cost: u64::from(self.settings.cost),
                 max: u64::from(capacity),
             });
         }
-        if let MissingKey::Fallback(key) = &self.missing
+        if let MissingKey::Fallback(key) = &self.settings.missing
             && (key.is_empty() || key.len() > MAX_SUBJECT_LEN)
         {
             return Err(Error::Config {
@@ -301,41 +393,69 @@ impl<X> RateLimitLayerBuilder<X> {
                 ),
             });
         }
-        Ok(RateLimitLayer {
-            config: Arc::new(Config {
-                policy: headers::policy(
-                    self.limits
-                        .limiters()
-                        .iter()
-                        .map(|l| (l.name(), l.quota(), l.capacity())),
+        if self.settings.jitter > MAX_JITTER {
+            return Err(Error::Config {
+                field: "jitter",
+                reason: format!(
+                    "at most {MAX_JITTER:?} (a wait lengthened by more tells clients nothing), not {:?}",
+                    self.settings.jitter
                 ),
-                policy_quotas: headers::quotas(self.limits.limiters()),
+            });
+        }
+        Ok(self.into_layer())
+    }
+
+    /// The layer, unvalidated.
+    fn into_layer(self) -> RateLimitLayer<X, P> {
+        let limiters = self.limits.limiters();
+        let policy = headers::policy(
+            limiters.iter().map(|l| (l.name(), l.quota(), l.capacity())),
+            self.settings.unit,
+            None,
+        );
+        RateLimitLayer {
+            config: Arc::new(Config {
+                policy,
+                policy_quotas: headers::quotas(limiters),
+                unavailable: problem::unavailable(limiters),
+                style: self.settings.style,
+                unit: self.settings.unit,
+                show_partition_key: self.settings.show_partition_key,
+                jitter: self.settings.jitter,
+                problem_details: self.settings.problem_details,
                 limits: self.limits,
-                missing: self.missing,
-                headers_on_allowed: self.headers_on_allowed,
-                bypass_header: self.bypass_header,
-                refund_inner_denials: self.refund_inner_denials,
-                cost: self.cost,
-                hash_keys: self.hash_keys,
+                missing: self.settings.missing,
+                headers_on_allowed: self.settings.headers_on_allowed,
+                bypass_header: self.settings.bypass_header,
+                refund_inner_denials: self.settings.refund_inner_denials,
+                cost: self.settings.cost,
+                hash_keys: self.settings.hash_keys,
                 warn: WarnLimiter::new(),
                 warn_missing: WarnLimiter::new(),
             }),
             extractor: self.extractor,
-        })
+            protocol: PhantomData,
+        }
+    }
+
+    /// The same settings, answering refusals in protocol `Q`.
+    #[cfg(feature = "tonic")]
+    pub(crate) fn with_protocol<Q>(self) -> RateLimitLayerBuilder<X, Q> {
+        RateLimitLayerBuilder {
+            limits: self.limits,
+            extractor: self.extractor,
+            settings: self.settings,
+            protocol: PhantomData,
+        }
     }
 }
 
-impl<X> fmt::Debug for RateLimitLayerBuilder<X> {
+impl<X, P> fmt::Debug for RateLimitLayerBuilder<X, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitLayerBuilder")
             .field("limits", &self.limits)
             .field("extractor", &std::any::type_name::<X>())
-            .field("missing", &self.missing)
-            .field("headers_on_allowed", &self.headers_on_allowed)
-            .field("bypass_header", &self.bypass_header)
-            .field("refund_inner_denials", &self.refund_inner_denials)
-            .field("cost", &self.cost)
-            .field("hash_keys", &self.hash_keys)
+            .field("settings", &self.settings)
             .finish()
     }
 }

@@ -1,20 +1,21 @@
 //! `RateLimitService`: the middleware itself.
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::header::{CONTENT_TYPE, RETRY_AFTER};
-use http::{HeaderValue, Request, Response, StatusCode};
+use http::{Request, Response};
 use tower::Service;
 
 use super::bypass::{BYPASSED, DeniedByLayer, RateLimitBypassed};
 use super::config::{Config, MissingKey};
 use super::extract::KeyExtractor;
 use super::future::ResponseFuture;
-use super::headers::{self, RATELIMIT, RATELIMIT_POLICY};
+use super::headers;
+use super::respond::Http;
+use super::respond::sealed::Respond;
 use crate::keys::{HashedSubject, MAX_SUBJECT_LEN};
-use crate::limit::MultiDecision;
 
 /// The service a [`RateLimitLayer`](super::RateLimitLayer) wraps around an
 /// inner service. Cheap to clone (the configuration is shared); see the
@@ -33,33 +34,39 @@ use crate::limit::MultiDecision;
 /// let service = RateLimitLayer::new(limiter, HeaderKey::from_static("x-api-key")).layer(inner);
 /// # }
 /// ```
-pub struct RateLimitService<S, X> {
+///
+/// `P` is how it answers what it refuses: [`Http`] statuses (the default)
+/// or gRPC statuses (`shardlimit::tonic::Grpc`, feature `tonic`).
+pub struct RateLimitService<S, X, P = Http> {
     inner: S,
     extractor: X,
     config: Arc<Config>,
+    protocol: PhantomData<fn() -> P>,
 }
 
-impl<S, X> RateLimitService<S, X> {
+impl<S, X, P> RateLimitService<S, X, P> {
     pub(crate) fn new(inner: S, extractor: X, config: Arc<Config>) -> Self {
         RateLimitService {
             inner,
             extractor,
             config,
+            protocol: PhantomData,
         }
     }
 }
 
-impl<S: Clone, X: Clone> Clone for RateLimitService<S, X> {
+impl<S: Clone, X: Clone, P> Clone for RateLimitService<S, X, P> {
     fn clone(&self) -> Self {
         RateLimitService {
             inner: self.inner.clone(),
             extractor: self.extractor.clone(),
             config: Arc::clone(&self.config),
+            protocol: PhantomData,
         }
     }
 }
 
-impl<S: fmt::Debug, X> fmt::Debug for RateLimitService<S, X> {
+impl<S: fmt::Debug, X, P> fmt::Debug for RateLimitService<S, X, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitService")
             .field("inner", &self.inner)
@@ -69,14 +76,15 @@ impl<S: fmt::Debug, X> fmt::Debug for RateLimitService<S, X> {
     }
 }
 
-impl<S, X, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimitService<S, X>
+impl<S, X, P, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimitService<S, X, P>
 where
+    P: Respond<ResBody>,
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
     X: KeyExtractor<ReqBody>,
     ReqBody: Send + 'static,
-    ResBody: From<&'static str> + Send + 'static,
+    ResBody: Send + 'static,
 {
     type Response = Response<ResBody>;
     type Error = S::Error;
@@ -108,10 +116,7 @@ where
             (None, MissingKey::Fallback(key)) => Subject::Fallback(Arc::clone(key)),
             (None, MissingKey::Pass) => return ResponseFuture::passed(self.inner.call(request)),
             (None, MissingKey::Reject) => {
-                return ResponseFuture::refused(plain(
-                    StatusCode::BAD_REQUEST,
-                    "Bad Request: no rate-limit key in the request\n",
-                ));
+                return ResponseFuture::refused(P::no_key());
             }
         };
         // `poll_ready` readied `self.inner`: take that one for this request
@@ -124,11 +129,13 @@ where
         // limiter's check is an `async fn`, whose future has no name a
         // hand-written future could hold on stable Rust, so the check and
         // the call that follows it live in one box.
-        ResponseFuture::checked(Box::pin(check_then_call(config, subject, inner, request)))
+        ResponseFuture::checked(Box::pin(check_then_call::<P, _, _, _, _>(
+            config, subject, inner, request,
+        )))
     }
 }
 
-impl<S, X> RateLimitService<S, X> {
+impl<S, X, P> RateLimitService<S, X, P> {
     /// A request without a key: a policy when the key is optional, but
     /// also how a misconfigured extractor looks (every request of an axum
     /// app served without connect info), so say where the key was looked
@@ -170,7 +177,7 @@ impl<K: AsRef<[u8]>> AsRef<[u8]> for Subject<K> {
     }
 }
 
-async fn check_then_call<S, K, ReqBody, ResBody>(
+async fn check_then_call<P, S, K, ReqBody, ResBody>(
     config: Arc<Config>,
     subject: Subject<K>,
     mut inner: S,
@@ -179,7 +186,7 @@ async fn check_then_call<S, K, ReqBody, ResBody>(
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     K: AsRef<[u8]>,
-    ResBody: From<&'static str>,
+    P: Respond<ResBody>,
 {
     let verdict = match config.limits.check(subject.as_ref(), config.cost).await {
         Ok(verdict) => verdict,
@@ -188,20 +195,16 @@ where
             // limiter without Redis would otherwise log on every request.
             if let Some(count) = config.warn.should_warn() {
                 tracing::warn!(error = %err, failed_since_last_warning = count,
-                    "shardlimit: rate-limit check failed; answering 503");
+                    "shardlimit: rate-limit check failed; answering 503 (gRPC: UNAVAILABLE)");
             }
-            return Ok(plain(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "Service Unavailable: the rate limiter cannot decide\n",
-            ));
+            return Ok(P::unavailable(&config));
         }
     };
+    // One draw per response, added to every wait it states.
+    let jitter = config.draw_jitter();
     if !verdict.allowed {
-        let mut response = plain(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n");
+        let mut response = P::denied(&config, &verdict, subject.as_ref(), jitter);
         response.extensions_mut().insert(DeniedByLayer);
-        let h = response.headers_mut();
-        h.insert(RETRY_AFTER, headers::retry_after(verdict.retry_after()));
-        add_ratelimit(h, &config, &verdict);
         return Ok(response);
     }
     let bypassed = verdict.bypassed().map(RateLimitBypassed::new);
@@ -229,50 +232,15 @@ where
             response.extensions_mut().insert(signal);
         }
         None if config.headers_on_allowed => {
-            add_ratelimit(response.headers_mut(), &config, &verdict);
+            headers::add(
+                response.headers_mut(),
+                &config,
+                &verdict,
+                subject.as_ref(),
+                jitter,
+            );
         }
         None => {}
     }
     Ok(response)
-}
-
-/// Appends (not inserts): with one layer per key — per IP, then per API key
-/// — every layer's limits are listed, as the draft allows a list to be split
-/// over several fields.
-///
-/// `RateLimit-Policy` states the quota each decision was made under: the
-/// layer's prebuilt value unless a subject's override (or a
-/// `set_quota` since the layer was built) applied.
-fn add_ratelimit(h: &mut http::HeaderMap, config: &Config, verdict: &MultiDecision) {
-    let limiters = config.limits.limiters();
-    let names = || limiters.iter().map(crate::RateLimiter::name);
-    let decisions = &verdict.decisions;
-    let as_built = decisions
-        .iter()
-        .map(|d| (d.quota, d.limit))
-        .eq(config.policy_quotas.iter().copied());
-    let policy = if as_built {
-        config.policy.clone()
-    } else {
-        headers::policy(
-            names()
-                .zip(decisions)
-                .map(|(name, d)| (name, d.quota, d.limit)),
-        )
-    };
-    h.append(RATELIMIT_POLICY.clone(), policy);
-    h.append(
-        RATELIMIT.clone(),
-        headers::ratelimit(names().zip(decisions)),
-    );
-}
-
-fn plain<B: From<&'static str>>(status: StatusCode, body: &'static str) -> Response<B> {
-    let mut response = Response::new(B::from(body));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    response
 }

@@ -5,6 +5,7 @@
 
 pub mod acl;
 pub mod child;
+pub mod http;
 
 use std::collections::BTreeMap;
 
@@ -33,6 +34,19 @@ pub fn unique_namespace(prefix: &str) -> String {
 /// A builder for the test cluster under a fresh namespace.
 pub fn builder(prefix: &str) -> ClusterBuilder {
     Cluster::builder(node_urls()).namespace(unique_namespace(prefix))
+}
+
+/// A handle on a cluster that is not there: nothing listens on port 1, and
+/// the lazily built handle never connects, so every call fails at once as a
+/// transient connection error.
+pub async fn unreachable_cluster() -> Cluster {
+    Cluster::builder(["redis://127.0.0.1:1"])
+        .lazy_connect(true)
+        .command_timeout(std::time::Duration::from_millis(100))
+        .connect_timeout(std::time::Duration::from_millis(200))
+        .build()
+        .await
+        .unwrap()
 }
 
 /// A connected handle under a fresh namespace.

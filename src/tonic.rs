@@ -1,0 +1,188 @@
+//! gRPC services (feature `tonic`): the [tower layer](crate::tower) answering
+//! in gRPC statuses, as the gRPC error model specifies, for a tonic server
+//! (or any gRPC server built on `http` and tower).
+//!
+//! A tonic service is a tower service of HTTP/2 requests, so the layer is
+//! the same [`RateLimitLayer`](crate::tower::RateLimitLayer) — the same
+//! limits, keys, missing-key policy, refunds and bypass signal — built with
+//! [`grpc`](crate::tower::RateLimitLayerBuilder::grpc): only what it answers
+//! itself changes. A gRPC client reads a status, not an HTTP status code:
+//!
+//! | outcome | gRPC status | details (`grpc-status-details-bin`) |
+//! |---|---|---|
+//! | denied | `RESOURCE_EXHAUSTED` | `google.rpc.RetryInfo { retry_delay }` (when every limit would admit the request) and `google.rpc.QuotaFailure`, one violation per limit that denied |
+//! | check failed (fail-closed, Redis unreachable; or a configuration fault) | `UNAVAILABLE` | none |
+//! | no key, [`MissingKey::Reject`](crate::tower::MissingKey::Reject) | `INVALID_ARGUMENT` | none |
+//! | admitted | the service's own | — |
+//!
+//! Clients that retry `RESOURCE_EXHAUSTED` only when `RetryInfo` is present
+//! (OpenTelemetry's exporters, Google's client libraries) then wait
+//! `retry_delay` and try again. The rate-limit headers of the
+//! [`HeaderStyle`](crate::tower::HeaderStyle) go in the response metadata,
+//! denied or admitted (`headers_on_allowed`).
+//!
+//! Each [`tonic_types::QuotaViolation`] names the limit:
+//! `subject` and `quota_id` are the limiter's name, `quota_value` its limit
+//! per period, `description` says it in words (`3 per 6s`, and `blocked`
+//! when the subject is [blocked](crate::RateLimiter::block)). The key is
+//! not in it: it is the client's identity (an API key) and the client
+//! knows it.
+//!
+//! Keys come from request metadata like HTTP headers — they are HTTP/2
+//! headers when the layer sees them: an API key with
+//! [`HeaderKey`](crate::tower::HeaderKey) (`x-api-key`), the authority
+//! (`:authority`) with [`Authority`](crate::tower::Authority), the peer's
+//! address with [`PeerIp::from_extensions`](crate::tower::PeerIp::from_extensions)
+//! reading tonic's `TcpConnectInfo`:
+//!
+//! ```no_run
+//! # async fn demo(cluster: shardlimit::Cluster) -> Result<(), Box<dyn std::error::Error>> {
+//! use shardlimit::{Quota, RateLimiter};
+//! use shardlimit::tower::{HeaderKey, PeerIp, RateLimitLayer};
+//! use tonic::transport::server::TcpConnectInfo;
+//!
+//! let per_key = RateLimiter::builder(&cluster, "rpc-key", Quota::per_second(10)).build()?;
+//! let per_peer = RateLimiter::builder(&cluster, "rpc-peer", Quota::per_second(100)).build()?;
+//! let by_key = RateLimitLayer::builder(per_key, HeaderKey::from_static("x-api-key"))
+//!     .grpc()
+//!     .build()?;
+//! let by_peer = RateLimitLayer::builder(
+//!     per_peer,
+//!     PeerIp::from_extensions("tonic TcpConnectInfo", |ext| {
+//!         ext.get::<TcpConnectInfo>()?.remote_addr()
+//!     }),
+//! )
+//! .grpc()
+//! .build()?;
+//! let (_, health) = tonic_health::server::health_reporter();
+//! tonic::transport::Server::builder()
+//!     .layer(by_peer)
+//!     .layer(by_key)
+//!     .add_service(health)
+//!     .serve("127.0.0.1:50051".parse()?)
+//!     .await?;
+//! # Ok(()) }
+//! ```
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use ::tonic::{Code, Status};
+use http::Response;
+use tonic_types::{ErrorDetails, QuotaViolation, StatusExt as _};
+
+use crate::limit::MultiDecision;
+use crate::limit::{Decision, RateLimiter};
+use crate::tower::RateLimitLayerBuilder;
+use crate::tower::config::Config;
+use crate::tower::headers;
+use crate::tower::respond::sealed::Respond;
+
+/// The protocol of a layer built with
+/// [`grpc`](RateLimitLayerBuilder::grpc): it refuses with gRPC statuses
+/// (see [the module docs](self)). The response body only has to be
+/// `Default` (tonic's `Body` is): a refusal is a trailers-only response.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Grpc;
+
+impl<X> RateLimitLayerBuilder<X> {
+    /// Answer refusals with gRPC statuses — `RESOURCE_EXHAUSTED` with
+    /// `RetryInfo` and `QuotaFailure`, `UNAVAILABLE`, `INVALID_ARGUMENT` —
+    /// instead of HTTP statuses, for a tonic server (feature `tonic`).
+    /// Every other setting stays as set.
+    ///
+    /// ```no_run
+    /// # fn demo(limiter: shardlimit::RateLimiter) -> shardlimit::Result<()> {
+    /// use shardlimit::tonic::Grpc;
+    /// use shardlimit::tower::{HeaderKey, RateLimitLayer};
+    /// let layer: RateLimitLayer<HeaderKey, Grpc> =
+    ///     RateLimitLayer::builder(limiter, HeaderKey::from_static("x-api-key"))
+    ///         .grpc()
+    ///         .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn grpc(self) -> RateLimitLayerBuilder<X, Grpc> {
+        self.with_protocol()
+    }
+}
+
+#[allow(private_interfaces)] // See `tower::respond::sealed`.
+impl<B: Default> Respond<B> for Grpc {
+    fn no_key() -> Response<B> {
+        Status::invalid_argument("no rate-limit key in the request").into_http()
+    }
+
+    fn unavailable(_config: &Config) -> Response<B> {
+        Status::unavailable("the rate limiter cannot decide").into_http()
+    }
+
+    fn denied(
+        config: &Config,
+        verdict: &MultiDecision,
+        subject: &[u8],
+        jitter: Duration,
+    ) -> Response<B> {
+        let status = denial(
+            config.limits.limiters(),
+            &verdict.decisions,
+            verdict.retry_after().map(|wait| wait + jitter),
+        );
+        let mut response = status.into_http();
+        headers::add(response.headers_mut(), config, verdict, subject, jitter);
+        response
+    }
+}
+
+/// `RESOURCE_EXHAUSTED` for a denial by the limits among `limiters` whose
+/// decisions did not admit the request, with `RetryInfo` when there is a
+/// wait.
+fn denial(limiters: &[RateLimiter], decisions: &[Decision], wait: Option<Duration>) -> Status {
+    let mut message = String::from("rate limit exceeded:");
+    let mut violations = Vec::new();
+    for (limiter, decision) in limiters.iter().zip(decisions).filter(|(_, d)| !d.allowed) {
+        let name = limiter.name();
+        // Writing to a String cannot fail.
+        let _ = write!(message, " {name}");
+        violations.push(violation(name, decision));
+    }
+    let mut details = ErrorDetails::with_quota_failure(violations);
+    if wait.is_some() {
+        details.set_retry_info(wait);
+    }
+    Status::with_error_details(Code::ResourceExhausted, message, details)
+}
+
+/// The `QuotaFailure` violation of one limit that denied.
+fn violation(name: &str, decision: &Decision) -> QuotaViolation {
+    let quota = decision.quota;
+    let mut description = format!("{} per {:?}", quota.limit(), quota.period());
+    if decision.blocked {
+        description.push_str(", blocked");
+    }
+    QuotaViolation {
+        quota_id: name.to_owned(),
+        quota_metric: name.to_owned(),
+        quota_value: i64::from(quota.limit().get()),
+        ..QuotaViolation::new(name, description)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limit::Quota;
+
+    #[test]
+    fn a_violation_names_the_limit_and_says_its_quota() {
+        let mut decision = Decision::bypass(
+            Quota::with_period(3, Duration::from_secs(6)),
+            3,
+            crate::BypassReason::Timeout,
+        );
+        let v = violation("api", &decision);
+        assert_eq!((v.subject.as_str(), v.quota_id.as_str()), ("api", "api"));
+        assert_eq!((v.description.as_str(), v.quota_value), ("3 per 6s", 3));
+        decision.blocked = true;
+        assert_eq!(violation("api", &decision).description, "3 per 6s, blocked");
+    }
+}
