@@ -1,6 +1,8 @@
-//! The crate's shape, checked like behaviour: no module imports a module
-//! that imports it back (directly or round a loop), and no source file
-//! under `src/` outgrows a room (~500 lines).
+//! The crate's shape, checked like behaviour: no module of the library, the
+//! CLI or the bench harness imports a module that imports it back (directly
+//! or round a loop), no source file under `src/`, `benches/` or
+//! `examples/` outgrows a room (~500 lines), and the crate root re-exports
+//! a bounded number of names.
 //!
 //! Modules are the files under `src/` (binaries aside); an edge is a path
 //! through `crate::`, `super::` or `self::` to another module. A module and
@@ -31,19 +33,33 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 
 /// Every module file of the library, by module path (`[]` is the root).
 fn modules() -> BTreeMap<Module, String> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    crate_modules("src", "lib")
+}
+
+/// The crates whose module graphs are checked: the library, the CLI and
+/// the bench harness (directory, root file).
+const CRATES: [(&str, &str); 3] = [
+    ("src", "lib"),
+    ("src/bin/shardlimit", "main"),
+    ("benches/load", "main"),
+];
+
+/// Every module file of the crate rooted at `dir/<root>.rs`, by module path
+/// (`[]` is the root); the library's binaries are crates of their own.
+fn crate_modules(dir: &str, root: &str) -> BTreeMap<Module, String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     let mut files = Vec::new();
     rust_files(&src, &mut files);
     files
         .into_iter()
-        .filter(|p| !p.starts_with(src.join("bin")))
+        .filter(|p| dir != "src" || !p.starts_with(src.join("bin")))
         .map(|path| {
             let rel = path.strip_prefix(&src).unwrap().with_extension("");
             let mut module: Module = rel
                 .components()
                 .map(|c| c.as_os_str().to_string_lossy().into_owned())
                 .collect();
-            if module == ["lib"] || module.last().is_some_and(|m| m == "mod") {
+            if module == [root] || module.last().is_some_and(|m| m == "mod") {
                 module.pop();
             }
             let text = fs::read_to_string(&path).unwrap();
@@ -210,6 +226,63 @@ fn the_module_graph_has_no_cycles() {
 }
 
 #[test]
+fn no_crate_of_the_repository_has_an_import_loop() {
+    for (dir, root) in CRATES {
+        let modules = crate_modules(dir, root);
+        assert!(
+            modules.len() > 3,
+            "{dir}: found only {} modules",
+            modules.len()
+        );
+        let edges = edges(&modules);
+        let loops: Vec<String> = modules
+            .keys()
+            .filter_map(|m| cycle_through(m, &edges))
+            .map(|trail| trail.iter().map(name).collect::<Vec<_>>().join(" -> "))
+            .collect();
+        assert!(
+            loops.is_empty(),
+            "{dir}: import loops:\n{}",
+            loops.join("\n")
+        );
+    }
+}
+
+/// The most names the crate root re-exports: the concepts a newcomer meets
+/// first. Everything else lives in its module (`shardlimit::limit::…`,
+/// `shardlimit::admin::…`).
+const MAX_ROOT_REEXPORTS: usize = 30;
+
+#[test]
+fn the_crate_root_reexports_few_names() {
+    let lib = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs")).unwrap();
+    let text = without_comments(&lib);
+    let mut names = Vec::new();
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find("\npub use ") {
+        rest = &rest[at + "\npub use ".len()..];
+        let end = rest.find(';').unwrap();
+        let item = &rest[..end];
+        let list = match (item.find('{'), item.rfind('}')) {
+            (Some(open), Some(close)) => &item[open + 1..close],
+            _ => item.rsplit("::").next().unwrap(),
+        };
+        names.extend(
+            list.split(',')
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .map(|n| n.rsplit(" as ").next().unwrap().to_owned()),
+        );
+    }
+    assert!(names.len() > 5, "found only {names:?}");
+    assert!(
+        names.len() <= MAX_ROOT_REEXPORTS,
+        "{} root re-exports (at most {MAX_ROOT_REEXPORTS}): {names:?}",
+        names.len()
+    );
+}
+
+#[test]
 fn the_checker_finds_a_loop_and_expands_groups() {
     let found = paths("use crate::a::{b, c::{d, e}};\nlet x = super::f::g(crate::h::I);");
     let found: Vec<String> = found.iter().map(|p| p.join("::")).collect();
@@ -238,9 +311,11 @@ fn the_checker_finds_a_loop_and_expands_groups() {
 
 #[test]
 fn no_source_file_outgrows_a_room() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
-    rust_files(&src, &mut files);
+    for dir in ["src", "benches", "examples"] {
+        rust_files(&src.join(dir), &mut files);
+    }
     let mut big: Vec<String> = files
         .iter()
         .map(|p| (p, fs::read_to_string(p).unwrap().lines().count()))
@@ -248,7 +323,7 @@ fn no_source_file_outgrows_a_room() {
         .map(|(p, lines)| {
             format!(
                 "{} ({lines} lines)",
-                p.strip_prefix(&src).unwrap().display()
+                p.strip_prefix(src).unwrap().display()
             )
         })
         .collect();

@@ -70,14 +70,9 @@ use shardlimit::{Algorithm, Cluster, Quota, RateLimiter};
 use crate::args::Args;
 use crate::commandstats::{CommandProbe, Costs, Masters};
 use crate::compare::{Contender, Side, header, rounds, summary};
-use crate::drive::{Reply, Sampler, Shape, drive};
+use crate::drive::{Reply, Sampler, Shape, attackers, drive};
 use crate::report::{median, write_report};
 use crate::target::{Target, lib_call, quota};
-
-/// The attackers among `subjects`: the first 1%.
-pub(crate) fn attackers(subjects: u64) -> u64 {
-    (subjects / 100).max(1)
-}
 
 /// The smallest limit per period of the calibrated quota.
 const MIN_LIMIT: u32 = 10;

@@ -8,8 +8,8 @@ use hdrhistogram::Histogram;
 use serde_json::json;
 
 use crate::args::Args;
-use crate::drive::{Class, Outcome, Reply, Round, Sampler, Shape, add, drive};
-use crate::report::{median, new_hist, quantile, side_json, write_report};
+use crate::drive::{Class, Outcome, Reply, Round, Sampler, Shape, add, drive, new_hist};
+use crate::report::{median, quantile, side_json, write_report};
 
 /// One side of a comparison: a name, the call and how it is driven.
 pub(crate) struct Contender<F> {

@@ -9,7 +9,16 @@ use rand::Rng;
 use rand_distr::{Distribution, Zipf};
 
 use crate::args::Args;
-use crate::report::new_hist;
+
+/// A latency histogram, 1 µs to 60 s, 3 significant digits.
+pub(crate) fn new_hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000, 3).unwrap()
+}
+
+/// The attackers among `subjects` in `--workload attack`: the first 1%.
+pub(crate) fn attackers(subjects: u64) -> u64 {
+    (subjects / 100).max(1)
+}
 
 /// Counts over decisions (one call of a batch side makes many).
 #[derive(Default, Clone, Copy)]
@@ -152,7 +161,7 @@ impl Sampler {
     pub(crate) fn new(args: &Args) -> Self {
         if args.workload.as_deref() == Some("attack") {
             return Sampler::Attack {
-                attackers: crate::attack::attackers(args.subjects),
+                attackers: attackers(args.subjects),
                 subjects: args.subjects,
                 share: args.attack_share,
             };

@@ -9,9 +9,9 @@ use serde_json::json;
 use shardlimit::Cluster;
 
 use crate::args::Args;
-use crate::drive::{Outcome, Sampler, Shape, add, drive, process_cpu};
+use crate::drive::{Outcome, Sampler, Shape, add, drive, new_hist, process_cpu};
 use crate::raw::bare_connection;
-use crate::report::{new_hist, write_report};
+use crate::report::write_report;
 use crate::target::{Target, lib_call, lib_call_keep};
 
 /// Creates `n` limiters (one operation per subject `s0..s{n}`) and reports

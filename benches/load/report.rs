@@ -8,10 +8,6 @@ use serde_json::json;
 
 use crate::drive::Outcome;
 
-pub(crate) fn new_hist() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 60_000_000, 3).unwrap()
-}
-
 pub(crate) fn median(values: &[f64]) -> f64 {
     quantile(values, 0.5)
 }
