@@ -320,12 +320,7 @@ fn no_source_file_outgrows_a_room() {
         .iter()
         .map(|p| (p, fs::read_to_string(p).unwrap().lines().count()))
         .filter(|(_, lines)| *lines > MAX_LINES)
-        .map(|(p, lines)| {
-            format!(
-                "{} ({lines} lines)",
-                p.strip_prefix(src).unwrap().display()
-            )
-        })
+        .map(|(p, lines)| format!("{} ({lines} lines)", p.strip_prefix(src).unwrap().display()))
         .collect();
     big.sort();
     assert!(big.is_empty(), "over {MAX_LINES} lines: {}", big.join(", "));

@@ -267,7 +267,11 @@ impl Scanner {
     }
 
     /// Every primitive of one subject (all kinds and names; the filters do
-    /// not apply), read from the subject's slot on its master — no walk.
+    /// not apply), read from the subject's slot on its master — no walk:
+    /// `CLUSTER COUNTKEYSINSLOT`, then `CLUSTER GETKEYSINSLOT` for the
+    /// whole slot in one call (a `SCAN` for the subject's key prefix only
+    /// when the slot holds more than 50,000 keys, which `GETKEYSINSLOT`,
+    /// having no cursor, would return at once).
     pub async fn subject(&self, subject: impl AsRef<[u8]>) -> Result<Vec<LimiterInfo>> {
         let (_, primitives) = self
             .subject_primitives(subject.as_ref(), None, None)

@@ -2,8 +2,8 @@
 //! serving it.
 //!
 //! Cost: `CLUSTER SLOTS`, `CLUSTER COUNTKEYSINSLOT` and `GETKEYSINSLOT` on
-//! the subject's slot (or a `SCAN` for its key prefix when the slot is
-//! crowded; see [`Scanner::subject`](crate::admin::Scanner::subject)) and
+//! the subject's slot (or a `SCAN` for its key prefix when the slot holds
+//! more than 50,000 keys; see [`Scanner::subject`](crate::admin::Scanner::subject)) and
 //! one state pipeline (two when the subject has a rate limiter's override
 //! or block). A rate limiter's override and block for the subject
 //! are shown with it (its `quota` and `block` part keys are listed among

@@ -9,6 +9,13 @@ use crate::cluster::NodeAddr;
 use crate::error::{Error, Result};
 use crate::keys::{KeyId, ParsedKey, slot};
 
+/// The most keys of one slot read with one `CLUSTER GETKEYSINSLOT`: a few
+/// milliseconds of the node's time at most (its cost is linear in the keys
+/// returned). A slot holds about `keys / 16384` keys — 6,100 at 100 million
+/// — so a subject's slot is read in one call at any realistic size, instead
+/// of a `SCAN` of its whole master (thousands of calls at a million keys).
+const MAX_SLOT_READ: u64 = 50_000;
+
 impl Scanner {
     /// One subject's keys (of `kind` and `name`, if given), sorted, and the
     /// primitives they hold.
@@ -77,15 +84,15 @@ impl Scanner {
             .await?;
         let keys = if in_slot == 0 {
             return Ok((owner, Vec::new()));
-        } else if in_slot <= u64::from(self.count) {
+        } else if in_slot <= MAX_SLOT_READ {
             let mut list = redis::cmd("CLUSTER");
             list.arg("GETKEYSINSLOT").arg(the_slot).arg(in_slot);
             self.cluster
                 .node_command("cluster getkeysinslot", &owner, list)
                 .await?
         } else {
-            // GETKEYSINSLOT has no cursor: asking for a crowded slot's keys
-            // at once would block the node for the whole slot. SCAN for
+            // GETKEYSINSLOT has no cursor: asking for a slot of millions of
+            // keys at once would block the node for the whole slot. SCAN for
             // exactly this subject's keys instead, `count` per call.
             self.scan_matching(&owner, &glob_escape(&probe[..tag_end]))
                 .await?
