@@ -84,6 +84,9 @@ pub struct NodeHealth {
     /// `cluster_state:ok` as this node sees the cluster; always true for a
     /// standalone server (which is not asked `CLUSTER INFO`).
     pub cluster_state_ok: bool,
+    /// `cluster_slots_ok`: slots this node sees served by a master in no
+    /// failure state; `None` for a standalone server.
+    pub slots_ok: Option<usize>,
     /// `used_memory`: bytes the node's data and overhead take.
     pub used_memory: u64,
 }
@@ -103,11 +106,9 @@ impl Health {
     #[must_use]
     pub fn lock_problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
-        if self.covered_slots != usize::from(SLOT_COUNT) {
-            problems.push(format!(
-                "only {} of {SLOT_COUNT} slots have a master",
-                self.covered_slots
-            ));
+        let served = self.served_slots();
+        if served != usize::from(SLOT_COUNT) {
+            problems.push(format!("only {served} of {SLOT_COUNT} slots are served"));
         }
         for m in &self.masters {
             let node = &m.master;
@@ -138,6 +139,29 @@ impl Health {
             }
         }
         problems
+    }
+
+    /// Slots served now: the fewest any answering master reports as
+    /// served by a master in no failure state (`cluster_slots_ok`), and no
+    /// more than the topology assigns ([`covered_slots`](Self::covered_slots)).
+    /// The topology still lists a dead master's slots until a replica
+    /// takes them over; the masters' own view does not.
+    ///
+    /// ```no_run
+    /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+    /// let health = cluster.health().await?;
+    /// if health.served_slots() < 16384 {
+    ///     eprintln!("{} slots have no working master", 16384 - health.served_slots());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn served_slots(&self) -> usize {
+        self.masters
+            .iter()
+            .filter_map(|m| m.status.as_ref().ok()?.slots_ok)
+            .min()
+            .map_or(self.covered_slots, |ok| ok.min(self.covered_slots))
     }
 
     /// Whether [`lock_problems`](Self::lock_problems) is empty.
@@ -228,6 +252,7 @@ impl Cluster {
                 .and_then(|n| n.parse().ok())
                 .unwrap_or(0),
             cluster_state_ok: field(&cluster_info, "cluster_state") == Some("ok"),
+            slots_ok: field(&cluster_info, "cluster_slots_ok").and_then(|n| n.parse().ok()),
             used_memory: field(&memory, "used_memory")
                 .and_then(|n| n.parse().ok())
                 .unwrap_or(0),
@@ -278,6 +303,7 @@ mod tests {
                 role: "master".into(),
                 connected_replicas: replicas,
                 cluster_state_ok: true,
+                slots_ok: Some(16384),
                 used_memory: 1 << 20,
             }),
         }

@@ -111,7 +111,16 @@ fn totals(report: &CountReport) -> (PerKindName<'_>, BTreeMap<&str, u64>) {
 
 fn html(base: &Base, o: &Overview) -> Markup {
     let problems = o.health.lock_problems();
+    let served = o.health.served_slots();
     let banner = html! {
+        @if served < 16384 {
+            div.banner.warn role="alert" {
+                strong { "The cluster is down for " (16384 - served) " slots." }
+                " Only " (served) " of 16384 slots are served: checks, locks and leases on the \
+                others fail now (fail-open limiters bypass, local ones decide locally) until a \
+                replica takes them over or their master is back."
+            }
+        }
         @if problems.is_empty() {
             div.banner.ok { "Fit for locks: every master has AOF on and a connected replica, and every slot is served." }
         } @else {
@@ -127,7 +136,7 @@ fn html(base: &Base, o: &Overview) -> Markup {
         h1 { "Overview" }
         dl.facts {
             dt { "Namespace" } dd { code { (o.namespace) } }
-            dt { "Slots served" } dd { (o.health.covered_slots) " of 16384" }
+            dt { "Slots served" } dd { (served) " of 16384" }
             dt { "Masters" } dd { (o.health.masters.len()) }
             dt { "Mode" } dd { @if o.writes { "writes enabled (reset)" } @else { "read-only" } }
         }
@@ -257,6 +266,7 @@ fn json(o: &Overview) -> Value {
         "namespace": o.namespace,
         "writes": o.writes,
         "covered_slots": o.health.covered_slots,
+        "served_slots": o.health.served_slots(),
         "fit_for_locks": o.health.fit_for_locks(),
         "lock_problems": o.health.lock_problems(),
         "masters": masters,

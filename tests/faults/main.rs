@@ -36,4 +36,6 @@ mod local;
 mod locks;
 mod migration;
 mod operational;
+#[cfg(feature = "web")]
+mod overview;
 mod scan;

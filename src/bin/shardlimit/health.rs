@@ -10,7 +10,12 @@ use super::output::{AnyResult, human_bytes};
 /// `health`: exit code 1 when the cluster is not fit for locks.
 pub(crate) async fn health(cluster: &Cluster, out: &mut impl Write) -> AnyResult<ExitCode> {
     let health = cluster.health().await?;
-    writeln!(out, "slots covered: {} of 16384", health.covered_slots)?;
+    writeln!(
+        out,
+        "slots covered: {} of 16384, served: {}",
+        health.covered_slots,
+        health.served_slots()
+    )?;
     for m in &health.masters {
         match &m.status {
             Ok(s) => writeln!(
