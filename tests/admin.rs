@@ -614,4 +614,37 @@ async fn overrides_and_blocks_show_with_their_limiter_and_are_not_counted() {
     assert_eq!(fw.settings.override_quota, None);
     assert!(fw.settings.blocked_for.is_some());
     common::assert_every_key_has_ttl(&ns).await;
+
+    // A reset would delete a paid override and lift a block: refused
+    // without force, saying so (it deleted them silently before), nothing
+    // deleted; forced, gone.
+    let scanner = Scanner::new(&cluster);
+    for subject in ["override-only", "block-only"] {
+        let refused = scanner.reset(subject, Some("gcra"), None).await;
+        let Err(shardlimit::Error::ResetRefused { in_use }) = refused else {
+            panic!("{subject}: {refused:?}");
+        };
+        let said = in_use.join("; ");
+        let expected = if subject == "override-only" {
+            "gcra api has an override of 5 per 3600s"
+        } else {
+            "gcra api is blocked for"
+        };
+        assert!(said.contains(expected), "{subject}: {said}");
+        assert_eq!(
+            scanner.subject(subject).await.unwrap().len(),
+            4,
+            "{subject}"
+        );
+        let plan = scanner
+            .plan_reset(subject, Some("gcra"), None)
+            .await
+            .unwrap();
+        assert_eq!(plan.execute(&scanner, true).await.unwrap(), 1, "{subject}");
+        assert_eq!(
+            scanner.subject(subject).await.unwrap().len(),
+            3,
+            "{subject}"
+        );
+    }
 }

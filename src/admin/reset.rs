@@ -9,7 +9,7 @@ use super::scanner::Scanner;
 use crate::cluster::{Transaction, TxCommand};
 use crate::error::{Error, Result};
 use crate::keys::{KeyId, KeySet};
-use crate::limit::Algorithm;
+use crate::limit::{Algorithm, SubjectSettings};
 
 /// What [`Scanner::reset`] would delete for one subject, and what stands in
 /// its way: from [`Scanner::plan_reset`], carried out by
@@ -17,8 +17,11 @@ use crate::limit::Algorithm;
 ///
 /// Deleting a held lock lets a second holder in while the first still
 /// works; deleting a lease frees permits that are in use; deleting a counter
-/// with a value loses counted units (billable seconds, say). Those are
-/// [`in_use`](Self::in_use) and need `force`.
+/// with a value loses counted units (billable seconds, say); deleting a rate
+/// limiter's keys also deletes the subject's override (a paid quota, say)
+/// and lifts its block. Those are [`in_use`](Self::in_use) and need `force`
+/// (a reset of the usage alone is [`RateLimiter::reset`](crate::RateLimiter::reset),
+/// which keeps both).
 ///
 /// ```no_run
 /// # async fn demo(scanner: shardlimit::admin::Scanner) -> shardlimit::Result<()> {
@@ -50,6 +53,9 @@ pub struct InUse {
     pub name: String,
     /// Its state.
     pub usage: Usage,
+    /// A rate limiter's override and block for the subject, which the reset
+    /// would delete.
+    pub settings: SubjectSettings,
 }
 
 impl fmt::Display for InUse {
@@ -57,6 +63,25 @@ impl fmt::Display for InUse {
     /// holds 30`. The subject is left out: the caller named it.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (kind, name) = (&self.kind, &self.name);
+        let settings = &self.settings;
+        if let Some(quota) = settings.override_quota {
+            let ttl = settings
+                .override_ttl
+                .map_or_else(String::new, |t| format!(" for {} s more", t.as_secs()));
+            return write!(
+                f,
+                "{kind} {name} has an override of {} per {:?}{ttl}, which the reset deletes",
+                quota.limit(),
+                quota.period()
+            );
+        }
+        if let Some(left) = settings.blocked_for {
+            return write!(
+                f,
+                "{kind} {name} is blocked for {} s more, which the reset lifts",
+                left.as_secs()
+            );
+        }
         match &self.usage {
             Usage::Lock { .. } => write!(f, "{kind} {name} is held"),
             Usage::Lease { holders } => write!(f, "{kind} {name} has {holders} permit(s)"),
@@ -68,7 +93,8 @@ impl fmt::Display for InUse {
     }
 }
 
-/// Whether deleting the primitive in this state loses something. A lease's
+/// Whether deleting the primitive in this state loses something (or a rate
+/// limiter's override or block for the subject). A lease's
 /// count includes expired permits not yet reclaimed (the scanner does not
 /// read the server clock): it errs on the side of refusing.
 fn in_use(info: &LimiterInfo) -> Option<InUse> {
@@ -78,10 +104,13 @@ fn in_use(info: &LimiterInfo) -> Option<InUse> {
         Usage::Counter { value } => value != 0,
         _ => false,
     };
-    busy.then(|| InUse {
+    let settings = &info.settings;
+    let kept = settings.override_quota.is_some() || settings.blocked_for.is_some();
+    (busy || kept).then(|| InUse {
         kind: info.kind.clone(),
         name: info.name.clone(),
         usage: info.usage.clone(),
+        settings: settings.clone(),
     })
 }
 
