@@ -14,10 +14,11 @@ use serde_json::{Value, json};
 
 use super::http::{Base, Failure, Format, respond};
 use super::jobs::Snapshot;
-use super::params::Refresh;
+use super::params::{Refresh, subject_query};
 use super::state::Shared;
 use super::{json as j, layout, words};
 use crate::admin::AuditReport;
+use crate::keys::ParsedKey;
 
 pub(super) async fn page(
     state: State<Shared>,
@@ -108,8 +109,8 @@ fn html(base: &Base, s: &Snapshot<AuditReport>, limit: usize) -> Markup {
                             tbody { @for (node, (immortal, unknown)) in &per { tr { td.mono { (node) } td.num { (immortal) } td.num { (unknown) } } } }
                         }
                     }
-                    (key_list("Keys without a TTL", "immortal", &report.immortal, limit))
-                    (key_list("Keys that are not shardlimit's", "unrecognized", &report.unrecognized, limit))
+                    (key_list(base, "Keys without a TTL", "immortal", &report.immortal, limit))
+                    (key_list(base, "Keys that are not shardlimit's", "unrecognized", &report.unrecognized, limit))
                 }
             }
         }
@@ -117,13 +118,33 @@ fn html(base: &Base, s: &Snapshot<AuditReport>, limit: usize) -> Markup {
     layout::page(base, "Audit", None, body)
 }
 
-fn key_list(title: &str, id: &str, keys: &[(Vec<u8>, String)], limit: usize) -> Markup {
+/// Keys and their masters; a key of shardlimit's layout (the audit walks
+/// this namespace's keys only) links to its subject's page (its state, and
+/// a reset).
+fn key_list(
+    base: &Base,
+    title: &str,
+    id: &str,
+    keys: &[(Vec<u8>, String)],
+    limit: usize,
+) -> Markup {
+    let subject = |key: &[u8]| {
+        ParsedKey::parse(key)
+            .ok()
+            .map(|p| base.to(&format!("/subject?{}", subject_query(&p.subject))))
+    };
     html! {
         @if !keys.is_empty() {
             h2 { (title) " (" (keys.len()) ")" }
             table id=(id) {
                 thead { tr { th { "Key" } th { "Master" } } }
-                tbody { @for (key, node) in keys.iter().take(limit) { tr { td.mono { (String::from_utf8_lossy(key)) } td.mono { (node) } } } }
+                tbody { @for (key, node) in keys.iter().take(limit) { tr {
+                    td.mono { @match subject(key) {
+                        Some(href) => { a.subject href=(href) { (String::from_utf8_lossy(key)) } }
+                        None => { (String::from_utf8_lossy(key)) }
+                    } }
+                    td.mono { (node) }
+                } } }
             }
             @if keys.len() > limit { p.muted { "… and " (keys.len() - limit) " more (the JSON lists " (limit) " too; `shardlimit audit --json` lists all)." } }
         }

@@ -460,12 +460,33 @@ async fn overview_filter_follow_reset_and_escape_in_a_browser() {
     );
     assert!(b.client.get_alert_text().await.is_err(), "no script ran");
 
-    // The audit: the stranger, counted on its master.
-    b.client.goto(&format!("{base}/audit")).await.unwrap();
+    // The audit: the stranger, counted on its master; and a counter written
+    // without a TTL (by hand, or with GETSET).
+    let immortal = format!("{ns}:{{user:3}}:counter:legacy");
+    let _: () = common::on_owner(
+        immortal.as_bytes(),
+        redis::cmd("SET").arg(&immortal).arg("5"),
+    )
+    .await;
+    b.client
+        .goto(&format!("{base}/audit?refresh=1"))
+        .await
+        .unwrap();
+    settle(&b, "table#unrecognized").await;
     let unknown = texts(&b, "table#unrecognized tbody tr").await;
     let owner = common::owner(slot(stranger.as_bytes())).await.addr;
     assert_eq!(unknown, [format!("{stranger} {owner}")]);
     b.screenshot("audit").await;
+    // The key without a TTL links to its subject's page (it linked nowhere).
+    let without_ttl = texts(&b, "table#immortal tbody tr a.subject").await;
+    assert_eq!(without_ttl, std::slice::from_ref(&immortal));
+    follow(&b, "table#immortal tbody tr a.subject").await;
+    settle(&b, "h1").await;
+    let url = b.client.current_url().await.unwrap();
+    assert!(url.as_str().contains("subject=user%3A3"), "{url}");
+    let rows = texts(&b, "table tbody tr").await;
+    assert!(rows.iter().any(|r| r.contains("legacy")), "{rows:?}");
+    let _: i64 = common::on_owner(immortal.as_bytes(), redis::cmd("DEL").arg(&immortal)).await;
 
     // The JSON API says the same.
     b.client
