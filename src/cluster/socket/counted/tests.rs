@@ -35,25 +35,50 @@ async fn a_held_write_is_not_written_until_the_next_turn() {
     );
     assert_eq!(written(&shared), 0, "held bytes are not written");
     tokio::task::yield_now().await;
-    let Poll::Ready(Ok(6)) = write_once(&mut counted, b"PING\r\n").await else {
+    // The codec offers its whole buffer again, with a request that joined.
+    let Poll::Ready(Ok(12)) = write_once(&mut counted, b"PING\r\nPING\r\n").await else {
         panic!("the turn is over: written");
     };
-    assert_eq!(written(&shared), 6);
+    assert_eq!(written(&shared), 12);
     let Poll::Ready(Ok(6)) = write_once(&mut counted, b"PING\r\n").await else {
         panic!("more of the same flush is not held again");
     };
     counted.flush().await.unwrap();
     assert!(
         write_once(&mut counted, b"PING\r\n").await.is_pending(),
-        "a flush's first write is held again"
+        "a request joined the last hold: the next flush is held too"
     );
     // Dropped while held, as when the driver ends: those bytes never count.
     drop(counted);
-    assert_eq!(written(&shared), 12);
+    assert_eq!(written(&shared), 18);
 
-    let mut seen = [0; 12];
+    let mut seen = [0; 18];
     far.read_exact(&mut seen).await.unwrap();
-    assert_eq!(&seen, b"PING\r\nPING\r\n");
+    assert_eq!(&seen, b"PING\r\nPING\r\nPING\r\n");
+}
+
+#[tokio::test]
+async fn a_hold_nothing_joined_turns_holding_off_for_a_few_flushes() {
+    let shared = Shared::new();
+    let (near, _far) = tokio::io::duplex(1024);
+    let mut counted = Counted::new(Box::pin(near), Arc::clone(&shared));
+    assert!(write_once(&mut counted, b"PING\r\n").await.is_pending());
+    tokio::task::yield_now().await;
+    assert!(write_once(&mut counted, b"PING\r\n").await.is_ready());
+    for flush in 0..UNHELD_AFTER_A_LONE_WRITE {
+        counted.flush().await.unwrap();
+        let written = write_once(&mut counted, b"PING\r\n").await;
+        assert!(written.is_ready(), "flush {flush} is not held");
+    }
+    counted.flush().await.unwrap();
+    assert!(
+        write_once(&mut counted, b"PING\r\n").await.is_pending(),
+        "then flushes are held again"
+    );
+    assert_eq!(
+        written(&shared),
+        6 * (1 + u64::from(UNHELD_AFTER_A_LONE_WRITE))
+    );
 }
 
 #[tokio::test]
