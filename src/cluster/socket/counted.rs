@@ -19,8 +19,8 @@
 //! record. A lone request gains nothing by waiting, and the turn costs
 //! the worker a poll of the I/O driver and often a wake-up of the other
 //! worker (measured at 1 in flight: +13 µs of CPU per check over TLS, +30
-//! µs p50); so after a held write that nothing joined, the next
-//! [`UNHELD_AFTER_A_LONE_WRITE`] flushes go out at once.
+//! µs p50); so after held writes that nothing joined, the next few
+//! flushes go out at once ([`unheld_after`]).
 //!
 //! Two simpler holds measured worse. Waking the task's own waker queues
 //! it behind the runnable tasks too, but notifies an idle worker, which
@@ -49,10 +49,18 @@ use super::Shared;
 /// nothing to gain by waiting for more.
 const FULL_RECORD: usize = 16 * 1024;
 
-/// After a held write that nothing joined, this many flushes go out
-/// without holding: a lone caller pays the turn on one request in 8, and a
-/// busy connection, whose holds gain, holds every flush.
-const UNHELD_AFTER_A_LONE_WRITE: u8 = 7;
+/// The most flushes that go out without holding after holds that no
+/// request joined: a lone caller pays the turn on one request in 9.
+const MOST_UNHELD: u8 = 8;
+
+/// How many flushes go out without holding after `lone_holds` holds in a
+/// row that no request joined: 2, 4, then [`MOST_UNHELD`]. A busy
+/// connection's holds gain, and a lone one among them costs it 2 flushes.
+fn unheld_after(lone_holds: u8) -> u8 {
+    1u8.checked_shl(u32::from(lone_holds))
+        .unwrap_or(MOST_UNHELD)
+        .min(MOST_UNHELD)
+}
 
 /// What a [`Counted`] stream writes to: the TCP socket or the TLS session
 /// over it.
@@ -70,6 +78,8 @@ pub(super) struct Counted {
     turn: Option<Arc<Turn>>,
     /// Flushes still to write without holding them back.
     unheld: u8,
+    /// Holds in a row that no request joined.
+    lone_holds: u8,
 }
 
 impl Counted {
@@ -80,6 +90,7 @@ impl Counted {
             held: false,
             turn: None,
             unheld: 0,
+            lone_holds: 0,
         }
     }
 
@@ -101,9 +112,12 @@ impl Counted {
         if !turn.over(cx) {
             return Poll::Pending;
         }
-        if len <= turn.len {
-            // Nothing joined: this connection's requests come one at a time.
-            self.unheld = UNHELD_AFTER_A_LONE_WRITE;
+        if len > turn.len {
+            self.lone_holds = 0;
+        } else {
+            // Nothing joined: the requests may be coming one at a time.
+            self.lone_holds = self.lone_holds.saturating_add(1);
+            self.unheld = unheld_after(self.lone_holds);
         }
         self.turn = None;
         self.held = true;

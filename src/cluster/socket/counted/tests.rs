@@ -57,28 +57,43 @@ async fn a_held_write_is_not_written_until_the_next_turn() {
     assert_eq!(&seen, b"PING\r\nPING\r\nPING\r\n");
 }
 
-#[tokio::test]
-async fn a_hold_nothing_joined_turns_holding_off_for_a_few_flushes() {
-    let shared = Shared::new();
-    let (near, _far) = tokio::io::duplex(1024);
-    let mut counted = Counted::new(Box::pin(near), Arc::clone(&shared));
-    assert!(write_once(&mut counted, b"PING\r\n").await.is_pending());
-    tokio::task::yield_now().await;
-    assert!(write_once(&mut counted, b"PING\r\n").await.is_ready());
-    for flush in 0..UNHELD_AFTER_A_LONE_WRITE {
-        counted.flush().await.unwrap();
-        let written = write_once(&mut counted, b"PING\r\n").await;
-        assert!(written.is_ready(), "flush {flush} is not held");
-    }
+/// Holds `counted`'s next write for a turn that nothing joins.
+async fn lone_hold(counted: &mut Counted) {
     counted.flush().await.unwrap();
-    assert!(
-        write_once(&mut counted, b"PING\r\n").await.is_pending(),
-        "then flushes are held again"
-    );
-    assert_eq!(
-        written(&shared),
-        6 * (1 + u64::from(UNHELD_AFTER_A_LONE_WRITE))
-    );
+    assert!(write_once(counted, b"PING\r\n").await.is_pending(), "held");
+    tokio::task::yield_now().await;
+    assert!(write_once(counted, b"PING\r\n").await.is_ready());
+}
+
+/// The flushes `counted` writes at once before it holds one again.
+async fn unheld_flushes(counted: &mut Counted) -> u8 {
+    let mut unheld = 0;
+    loop {
+        counted.flush().await.unwrap();
+        if write_once(counted, b"PING\r\n").await.is_pending() {
+            tokio::task::yield_now().await;
+            return unheld;
+        }
+        unheld += 1;
+    }
+}
+
+#[tokio::test]
+async fn holds_nothing_joins_turn_holding_off_for_more_and_more_flushes() {
+    let (near, _far) = tokio::io::duplex(1 << 16);
+    let mut counted = Counted::new(Box::pin(near), Shared::new());
+    lone_hold(&mut counted).await;
+    assert_eq!(unheld_flushes(&mut counted).await, 2);
+    // That hold was lone too (the same bytes after the turn).
+    assert!(write_once(&mut counted, b"PING\r\n").await.is_ready());
+    assert_eq!(unheld_flushes(&mut counted).await, 4);
+    assert!(write_once(&mut counted, b"PING\r\n").await.is_ready());
+    assert_eq!(unheld_flushes(&mut counted).await, MOST_UNHELD);
+
+    // A hold that a request joined: holding is back on every flush.
+    let joined = write_once(&mut counted, b"PING\r\nPING\r\n").await;
+    assert!(joined.is_ready());
+    assert_eq!(unheld_flushes(&mut counted).await, 0);
 }
 
 #[tokio::test]
