@@ -54,12 +54,17 @@ const FULL_RECORD: usize = 16 * 1024;
 const MOST_UNHELD: u8 = 8;
 
 /// How many flushes go out without holding after `lone_holds` holds in a
-/// row that no request joined: 2, 4, then [`MOST_UNHELD`]. A busy
-/// connection's holds gain, and a lone one among them costs it 2 flushes.
+/// row that no request joined: none after one (a busy connection has those
+/// now and then: the requests of a turn went to other nodes), then 2, 4,
+/// and [`MOST_UNHELD`].
 fn unheld_after(lone_holds: u8) -> u8 {
-    1u8.checked_shl(u32::from(lone_holds))
-        .unwrap_or(MOST_UNHELD)
-        .min(MOST_UNHELD)
+    match lone_holds.checked_sub(1) {
+        None | Some(0) => 0,
+        Some(doublings) => 1u8
+            .checked_shl(u32::from(doublings))
+            .unwrap_or(MOST_UNHELD)
+            .min(MOST_UNHELD),
+    }
 }
 
 /// What a [`Counted`] stream writes to: the TCP socket or the TLS session

@@ -79,10 +79,16 @@ async fn unheld_flushes(counted: &mut Counted) -> u8 {
 }
 
 #[tokio::test]
-async fn holds_nothing_joins_turn_holding_off_for_more_and_more_flushes() {
+async fn lone_holds_in_a_row_turn_holding_off_for_more_and_more_flushes() {
     let (near, _far) = tokio::io::duplex(1 << 16);
     let mut counted = Counted::new(Box::pin(near), Shared::new());
     lone_hold(&mut counted).await;
+    assert_eq!(
+        unheld_flushes(&mut counted).await,
+        0,
+        "one lone hold is normal"
+    );
+    assert!(write_once(&mut counted, b"PING\r\n").await.is_ready());
     assert_eq!(unheld_flushes(&mut counted).await, 2);
     // That hold was lone too (the same bytes after the turn).
     assert!(write_once(&mut counted, b"PING\r\n").await.is_ready());
