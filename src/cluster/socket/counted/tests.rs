@@ -57,16 +57,25 @@ async fn a_held_write_is_not_written_until_the_next_turn() {
     assert_eq!(&seen, b"PING\r\nPING\r\nPING\r\n");
 }
 
+/// The server's reply to what `counted` wrote, read.
+async fn answer(counted: &mut Counted, far: &mut DuplexStream) {
+    far.write_all(b"+OK\r\n").await.unwrap();
+    let mut reply = [0; 5];
+    counted.read_exact(&mut reply).await.unwrap();
+}
+
 /// Holds `counted`'s next write for a turn that nothing joins.
-async fn lone_hold(counted: &mut Counted) {
+async fn lone_hold(counted: &mut Counted, far: &mut DuplexStream) {
     counted.flush().await.unwrap();
     assert!(write_once(counted, b"PING\r\n").await.is_pending(), "held");
     tokio::task::yield_now().await;
     assert!(write_once(counted, b"PING\r\n").await.is_ready());
+    answer(counted, far).await;
 }
 
-/// The flushes `counted` writes at once before it holds one again.
-async fn unheld_flushes(counted: &mut Counted) -> u8 {
+/// The flushes `counted` writes at once before it holds one again, each
+/// answered.
+async fn unheld_flushes(counted: &mut Counted, far: &mut DuplexStream) -> u8 {
     let mut unheld = 0;
     loop {
         counted.flush().await.unwrap();
@@ -75,31 +84,64 @@ async fn unheld_flushes(counted: &mut Counted) -> u8 {
             return unheld;
         }
         unheld += 1;
+        answer(counted, far).await;
     }
 }
 
 #[tokio::test]
 async fn lone_holds_in_a_row_turn_holding_off_for_more_and_more_flushes() {
-    let (near, _far) = tokio::io::duplex(1 << 16);
+    let (near, mut far) = tokio::io::duplex(1 << 16);
     let mut counted = Counted::new(Box::pin(near), Shared::new());
-    lone_hold(&mut counted).await;
+    let (counted, far) = (&mut counted, &mut far);
+    lone_hold(counted, far).await;
     assert_eq!(
-        unheld_flushes(&mut counted).await,
+        unheld_flushes(counted, far).await,
         0,
         "one lone hold is normal"
     );
-    assert!(write_once(&mut counted, b"PING\r\n").await.is_ready());
-    assert_eq!(unheld_flushes(&mut counted).await, 2);
+    assert!(write_once(counted, b"PING\r\n").await.is_ready());
+    answer(counted, far).await;
+    assert_eq!(unheld_flushes(counted, far).await, 2);
     // That hold was lone too (the same bytes after the turn).
-    assert!(write_once(&mut counted, b"PING\r\n").await.is_ready());
-    assert_eq!(unheld_flushes(&mut counted).await, 4);
-    assert!(write_once(&mut counted, b"PING\r\n").await.is_ready());
-    assert_eq!(unheld_flushes(&mut counted).await, MOST_UNHELD);
+    assert!(write_once(counted, b"PING\r\n").await.is_ready());
+    answer(counted, far).await;
+    assert_eq!(unheld_flushes(counted, far).await, 4);
+    assert!(write_once(counted, b"PING\r\n").await.is_ready());
+    answer(counted, far).await;
+    assert_eq!(unheld_flushes(counted, far).await, MOST_UNHELD);
 
     // A hold that a request joined: holding is back on every flush.
-    let joined = write_once(&mut counted, b"PING\r\nPING\r\n").await;
+    let joined = write_once(counted, b"PING\r\nPING\r\n").await;
     assert!(joined.is_ready());
-    assert_eq!(unheld_flushes(&mut counted).await, 0);
+    answer(counted, far).await;
+    assert_eq!(unheld_flushes(counted, far).await, 0);
+}
+
+#[tokio::test]
+async fn while_a_reply_is_due_a_write_waits_for_it() {
+    let shared = Shared::new();
+    let (near, mut far) = tokio::io::duplex(1024);
+    let mut counted = Counted::new(Box::pin(near), Arc::clone(&shared));
+    assert!(write_once(&mut counted, b"PING\r\n").await.is_pending());
+    tokio::task::yield_now().await;
+    assert!(write_once(&mut counted, b"PING\r\n").await.is_ready());
+    counted.flush().await.unwrap();
+
+    // The next request: its turn passes, but the reply to the first is due.
+    assert!(write_once(&mut counted, b"PING\r\n").await.is_pending());
+    tokio::task::yield_now().await;
+    assert!(
+        write_once(&mut counted, b"PING\r\nPING\r\n")
+            .await
+            .is_pending(),
+        "held while a reply is due"
+    );
+    assert_eq!(written(&shared), 6);
+    answer(&mut counted, &mut far).await;
+    let Poll::Ready(Ok(12)) = write_once(&mut counted, b"PING\r\nPING\r\n").await else {
+        panic!("the reply was read: written, with the request that joined");
+    };
+    assert_eq!(written(&shared), 18);
 }
 
 #[tokio::test]
