@@ -14,7 +14,9 @@
 //! * the driver is spawned here and its end is recorded
 //!   ([`Socket::has_ended`], [`Socket::ended`]);
 //! * every byte the driver hands to the socket is counted
-//!   ([`Socket::written`]).
+//!   ([`Socket::written`]) by the stream between them, which also holds
+//!   each flush back for one turn of the scheduler so that requests
+//!   handed over together go out in one write (see `counted`).
 //!
 //! A request that failed on a connection whose driver has ended, and whose
 //! socket took no byte after the request was handed over, was never
@@ -27,11 +29,11 @@
 //!
 //! [`ClusterBuilder::tls_ca_pem`]: crate::ClusterBuilder::tls_ca_pem
 
+mod counted;
+
 use std::io;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
@@ -41,10 +43,10 @@ use redis::{
 };
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use self::counted::{Counted, Stream};
 use crate::error::{Error, Result};
 
 /// Opens node sockets: plain TCP, or TLS with the deployment's settings.
@@ -131,17 +133,8 @@ impl Connector {
                 Box::new(session)
             }
         };
-        let shared = Arc::new(Shared {
-            written: AtomicU64::new(0),
-            ended_flag: AtomicBool::new(false),
-            ended: tokio::sync::watch::Sender::new(false),
-            used_ms: AtomicU64::new(0),
-            origin: Instant::now(),
-        });
-        let counted = Counted {
-            inner: Box::into_pin(stream),
-            shared: Arc::clone(&shared),
-        };
+        let shared = Shared::new();
+        let counted = Counted::new(Box::into_pin(stream), Arc::clone(&shared));
         let (conn, driver) =
             MultiplexedConnection::new_with_config(info.redis_settings(), counted, config).await?;
         let ends = Ends(Arc::clone(&shared));
@@ -242,6 +235,19 @@ struct Shared {
     origin: Instant,
 }
 
+impl Shared {
+    /// The state of a connection just opened: nothing written, not ended.
+    fn new() -> Arc<Self> {
+        Arc::new(Shared {
+            written: AtomicU64::new(0),
+            ended_flag: AtomicBool::new(false),
+            ended: tokio::sync::watch::Sender::new(false),
+            used_ms: AtomicU64::new(0),
+            origin: Instant::now(),
+        })
+    }
+}
+
 impl Socket {
     /// Bytes written so far. After [`ended`](Self::ended) returned, every
     /// write is counted here.
@@ -288,70 +294,6 @@ impl Drop for Ends {
     fn drop(&mut self) {
         self.0.ended_flag.store(true, Ordering::Release);
         self.0.ended.send_replace(true);
-    }
-}
-
-trait Stream: AsyncRead + AsyncWrite + Send + Sync {}
-impl<S: AsyncRead + AsyncWrite + Send + Sync> Stream for S {}
-
-/// A stream that counts the bytes it accepts for writing.
-struct Counted {
-    inner: Pin<Box<dyn Stream>>,
-    shared: Arc<Shared>,
-}
-
-impl Counted {
-    fn count(&self, written: &Poll<io::Result<usize>>) {
-        if let Poll::Ready(Ok(n)) = written {
-            // Read after the driver ended, which orders it after this.
-            self.shared
-                .written
-                .fetch_add(u64::try_from(*n).unwrap_or(u64::MAX), Ordering::Relaxed);
-        }
-    }
-}
-
-impl AsyncRead for Counted {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        self.inner.as_mut().poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Counted {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let written = self.inner.as_mut().poll_write(cx, buf);
-        self.count(&written);
-        written
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let written = self.inner.as_mut().poll_write_vectored(cx, bufs);
-        self.count(&written);
-        written
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.inner.as_mut().poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.inner.as_mut().poll_shutdown(cx)
     }
 }
 

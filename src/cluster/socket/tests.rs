@@ -5,16 +5,6 @@ use tokio::io::AsyncWriteExt;
 
 use super::*;
 
-fn shared() -> Arc<Shared> {
-    Arc::new(Shared {
-        written: AtomicU64::new(0),
-        ended_flag: AtomicBool::new(false),
-        ended: tokio::sync::watch::Sender::new(false),
-        used_ms: AtomicU64::new(0),
-        origin: Instant::now(),
-    })
-}
-
 fn socket(shared: &Arc<Shared>) -> Socket {
     Socket {
         shared: Arc::clone(shared),
@@ -24,14 +14,11 @@ fn socket(shared: &Arc<Shared>) -> Socket {
 
 #[tokio::test]
 async fn every_byte_the_stream_accepts_is_counted() {
-    let state = shared();
+    let state = Shared::new();
     let socket = socket(&state);
     // Room for 4 bytes until the far end reads.
     let (near, _far) = tokio::io::duplex(4);
-    let mut counted = Counted {
-        inner: Box::pin(near),
-        shared: Arc::clone(&state),
-    };
+    let mut counted = Counted::new(Box::pin(near), Arc::clone(&state));
     assert_eq!(counted.write(b"PING\r\n").await.unwrap(), 4);
     assert_eq!(
         socket.written(),
@@ -45,7 +32,7 @@ async fn every_byte_the_stream_accepts_is_counted() {
 
 #[tokio::test(start_paused = true)]
 async fn idle_time_runs_from_the_last_use() {
-    let state = shared();
+    let state = Shared::new();
     let socket = socket(&state);
     tokio::time::advance(Duration::from_secs(5)).await;
     assert_eq!(socket.idle(), Duration::from_secs(5));
@@ -57,7 +44,7 @@ async fn idle_time_runs_from_the_last_use() {
 
 #[tokio::test(start_paused = true)]
 async fn waiting_for_the_end_returns_once_the_driver_ended() {
-    let state = shared();
+    let state = Shared::new();
     let socket = socket(&state);
     assert!(!socket.has_ended());
     let waited = tokio::time::timeout(Duration::from_secs(1), socket.ended()).await;
