@@ -29,9 +29,10 @@
 //! ```
 //!
 //! A [`Decision`] is a value, not an error: `allowed`, `remaining`,
-//! `retry_after`, `reset_after`, and `bypassed` when a fail-open limiter let
-//! a request through because Redis did not answer
-//! ([`FailurePolicy`]). Several limits on one subject are checked in one
+//! `retry_after`, `reset_after`, and `bypassed` when Redis did not answer
+//! and a fail-open limiter let the request through (or a
+//! [local](FailurePolicy::Local) one decided it from its share of the
+//! quota, `local` set; see [`FailurePolicy`]). Several limits on one subject are checked in one
 //! script with [`MultiLimiter`]; an HTTP service puts a limiter in front of
 //! its routes with the `tower` layer (feature `tower`).
 //!

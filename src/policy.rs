@@ -1,10 +1,11 @@
-//! What a limiter does when Redis cannot answer: fail open or fail closed,
-//! and never silently.
+//! What a limiter does when Redis cannot answer: fail open, fail closed or
+//! decide locally, and never silently.
 //!
 //! The rule of thumb: fail **closed** when the failure mode is
 //! duplicated work or corrupted data (locks always do); fail **open** when it
 //! is a policy the service can survive not enforcing for ten minutes (most
-//! rate limits). Either way the outcome is counted in
+//! rate limits); decide **locally** ([`FailurePolicy::Local`]) when it can
+//! survive neither, and knows how many processes share the limit. Either way the outcome is counted in
 //! [`Cluster::stats`](crate::Cluster::stats) and, for bypasses, logged with a
 //! rate-limited `tracing::warn!` — the bypass counter is the only thing that
 //! tells you the limiter has been off since Tuesday.

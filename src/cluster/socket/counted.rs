@@ -59,6 +59,17 @@ use super::Shared;
 /// nothing to gain by waiting for more.
 const FULL_RECORD: usize = 16 * 1024;
 
+/// The longest a held write waits for a due reply. Under load replies
+/// come every few hundred microseconds, so the wait rarely reaches it; a
+/// server that hangs (or a slow script, a `WAIT`) would otherwise keep
+/// what was handed over off the wire until it answers — and a request the
+/// handle then gives up on would never reach the node. Above all the
+/// compare-and-delete sent behind an acquisition that timed out must be on
+/// the wire before the connection is dropped, so that a node that resumes
+/// runs it right after the acquisition (`faults::acquire`: 7 locks were
+/// left held by no one when the wait had no bound).
+const REPLY_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// The most flushes that go out without holding after holds that no
 /// request joined: a lone caller pays the turn on one request in 9.
 const MOST_UNHELD: u8 = 8;
@@ -98,6 +109,11 @@ pub(super) struct Counted {
     /// Whether bytes were written since a read last returned any: the
     /// server owes replies.
     reply_due: bool,
+    /// The bound on a held write's wait for a due reply ([`REPLY_WAIT`]),
+    /// armed while it waits; made once, reset for each wait.
+    reply_wait: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Whether `reply_wait` is armed for the current wait.
+    waiting: bool,
 }
 
 impl Counted {
@@ -110,6 +126,8 @@ impl Counted {
             unheld: 0,
             lone_holds: 0,
             reply_due: false,
+            reply_wait: None,
+            waiting: false,
         }
     }
 
@@ -131,13 +149,16 @@ impl Counted {
         if !turn.over(cx) {
             return Poll::Pending;
         }
+        let turn_len = turn.len;
         // Replies are due: held until the next of them is read (the driver
-        // reads before it writes, so that read wakes it), and the requests
-        // handed over meanwhile go out with this one.
-        if self.reply_due {
+        // reads before it writes, so that read wakes it), or REPLY_WAIT has
+        // passed, and the requests handed over meanwhile go out with this
+        // one.
+        if self.reply_due && !self.reply_wait_over(cx) {
             return Poll::Pending;
         }
-        if len > turn.len {
+        self.waiting = false;
+        if len > turn_len {
             self.lone_holds = 0;
         } else {
             // Nothing joined: the requests may be coming one at a time.
@@ -147,6 +168,20 @@ impl Counted {
         self.turn = None;
         self.held = true;
         Poll::Ready(())
+    }
+
+    /// Whether the held write has waited [`REPLY_WAIT`] for a due reply;
+    /// if not, the task of `cx` is woken when it has.
+    fn reply_wait_over(&mut self, cx: &mut Context<'_>) -> bool {
+        let deadline = tokio::time::Instant::now() + REPLY_WAIT;
+        let sleep = self
+            .reply_wait
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if !self.waiting {
+            sleep.as_mut().reset(deadline);
+            self.waiting = true;
+        }
+        sleep.as_mut().poll(cx).is_ready()
     }
 
     fn count(&mut self, written: &Poll<io::Result<usize>>) {

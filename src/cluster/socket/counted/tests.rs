@@ -144,6 +144,42 @@ async fn while_a_reply_is_due_a_write_waits_for_it() {
     assert_eq!(written(&shared), 18);
 }
 
+/// A server that does not answer (hung, or busy with a slow script) keeps
+/// a held write back for at most REPLY_WAIT: what was handed over reaches
+/// the wire, so a node that resumes runs it. Without the bound it stayed
+/// held until the connection was dropped, and a compare-and-delete sent
+/// behind a timed-out acquisition never reached the node.
+#[tokio::test(start_paused = true)]
+async fn a_reply_that_never_comes_holds_a_write_back_only_briefly() {
+    let shared = Shared::new();
+    let (near, mut far) = tokio::io::duplex(1024);
+    let mut counted = Counted::new(Box::pin(near), Arc::clone(&shared));
+    assert!(write_once(&mut counted, b"PING\r\n").await.is_pending());
+    tokio::task::yield_now().await;
+    assert!(write_once(&mut counted, b"PING\r\n").await.is_ready());
+    counted.flush().await.unwrap();
+    // A reply is due and never comes: the next write waits for it...
+    assert!(write_once(&mut counted, b"DEL\r\n").await.is_pending());
+    tokio::task::yield_now().await;
+    assert!(write_once(&mut counted, b"DEL\r\n").await.is_pending());
+    assert_eq!(written(&shared), 6);
+    // ... but not past REPLY_WAIT: then it is written all the same, with
+    // the request that joined meanwhile.
+    tokio::time::advance(REPLY_WAIT).await;
+    let Poll::Ready(Ok(10)) = write_once(&mut counted, b"DEL\r\nDEL\r\n").await else {
+        panic!("written once the wait for the reply is over");
+    };
+    assert_eq!(written(&shared), 16);
+    let mut seen = [0; 16];
+    far.read_exact(&mut seen).await.unwrap();
+    assert_eq!(&seen, b"PING\r\nDEL\r\nDEL\r\n");
+    // The next wait starts afresh: held again while a reply is due.
+    counted.flush().await.unwrap();
+    assert!(write_once(&mut counted, b"GET\r\n").await.is_pending());
+    tokio::task::yield_now().await;
+    assert!(write_once(&mut counted, b"GET\r\n").await.is_pending());
+}
+
 #[tokio::test]
 async fn a_full_record_is_not_held() {
     let shared = Shared::new();
