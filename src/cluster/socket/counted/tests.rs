@@ -117,15 +117,22 @@ async fn lone_holds_in_a_row_turn_holding_off_for_more_and_more_flushes() {
     assert_eq!(unheld_flushes(counted, far).await, 0);
 }
 
-#[tokio::test]
-async fn while_a_reply_is_due_a_write_waits_for_it() {
+/// A stream that wrote one request (after its turn) and flushed: its reply
+/// is due.
+async fn one_request_written() -> (Arc<Shared>, Counted, DuplexStream) {
     let shared = Shared::new();
-    let (near, mut far) = tokio::io::duplex(1024);
+    let (near, far) = tokio::io::duplex(1024);
     let mut counted = Counted::new(Box::pin(near), Arc::clone(&shared));
     assert!(write_once(&mut counted, b"PING\r\n").await.is_pending());
     tokio::task::yield_now().await;
     assert!(write_once(&mut counted, b"PING\r\n").await.is_ready());
     counted.flush().await.unwrap();
+    (shared, counted, far)
+}
+
+#[tokio::test]
+async fn while_a_reply_is_due_a_write_waits_for_it() {
+    let (shared, mut counted, mut far) = one_request_written().await;
 
     // The next request: its turn passes, but the reply to the first is due.
     assert!(write_once(&mut counted, b"PING\r\n").await.is_pending());
@@ -151,13 +158,7 @@ async fn while_a_reply_is_due_a_write_waits_for_it() {
 /// behind a timed-out acquisition never reached the node.
 #[tokio::test(start_paused = true)]
 async fn a_reply_that_never_comes_holds_a_write_back_only_briefly() {
-    let shared = Shared::new();
-    let (near, mut far) = tokio::io::duplex(1024);
-    let mut counted = Counted::new(Box::pin(near), Arc::clone(&shared));
-    assert!(write_once(&mut counted, b"PING\r\n").await.is_pending());
-    tokio::task::yield_now().await;
-    assert!(write_once(&mut counted, b"PING\r\n").await.is_ready());
-    counted.flush().await.unwrap();
+    let (shared, mut counted, mut far) = one_request_written().await;
     // A reply is due and never comes: the next write waits for it...
     assert!(write_once(&mut counted, b"DEL\r\n").await.is_pending());
     tokio::task::yield_now().await;
