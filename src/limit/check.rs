@@ -41,6 +41,7 @@ struct Round<'r> {
     pipeline: Pipeline<'r>,
     specs: &'r [&'r LimitSpec],
     script: &'static Script,
+    /// 0 when nothing of this round is looked up in or offered to a cache.
     print: u64,
     consume: bool,
 }
@@ -225,7 +226,13 @@ impl<'r> Round<'r> {
             pipeline,
             specs,
             script,
-            print: fingerprint(specs),
+            // Only a check that may be cached needs it: none is hashed on
+            // the path of a limiter without a deny cache.
+            print: if consume && pipeline.cache.is_some() {
+                fingerprint(specs)
+            } else {
+                0
+            },
             consume,
         }
     }

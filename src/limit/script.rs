@@ -84,8 +84,12 @@ impl LimitSpec {
     }
 }
 
-/// One fingerprint for several limits checked together.
+/// One fingerprint for several limits checked together (a lone limit's
+/// own).
 pub(crate) fn fingerprint(specs: &[&LimitSpec]) -> u64 {
+    if let [one] = specs {
+        return one.fingerprint;
+    }
     let mut hasher = std::hash::DefaultHasher::new();
     for spec in specs {
         spec.fingerprint.hash(&mut hasher);
