@@ -166,9 +166,9 @@ async fn a_rate_limiters_invocations_pass_by_reference() {
         .map(|s| limiter.invocation(s, 1).unwrap())
         .collect();
     let script = &invocations[0].script;
-    // Reply: [all admitted, then allowed, remaining, retry_after_us,
-    // reset_after_us of the one limit].
-    for (round, admitted) in [(1, 1), (2, 1), (3, 0)] {
+    // Reply (one limit, no override, no block: the compact one):
+    // [2 * all admitted + allowed, remaining, retry_after_us, reset_after_us].
+    for (round, admitted) in [(1, 3), (2, 3), (3, 0)] {
         let replies: Vec<Result<Vec<i64>>> = cluster
             .eval_many(script, invocations.iter().map(|i| (&i.keys, &i.args)))
             .await;

@@ -49,8 +49,9 @@ impl Pair {
             code,
             generic: redis::Script::new(&generic),
             special: redis::Script::new(&format!(
-                "{TEST_CLOCK}{}{special}",
-                include_str!("../src/scripts/one_limit.lua")
+                "{TEST_CLOCK}{}{special}{}",
+                include_str!("../src/scripts/one_limit.lua"),
+                include_str!("../src/scripts/one_limit_end.lua"),
             )),
         }
     }
@@ -139,6 +140,32 @@ impl Side {
     }
 }
 
+/// A one-limit check's reply in the generic check's form: its compact
+/// reply (neither an override nor a block exists: `{verdict, remaining,
+/// retry_after_us, reset_after_us}`, verdict = 2 * all_allowed + allowed)
+/// with the quota's `capacity`, no flags and no settled bound. Counts the
+/// compact replies in `compact`.
+fn full(reply: Vec<i64>, capacity: u32, compact: &mut usize) -> Vec<i64> {
+    match reply[..] {
+        [verdict, remaining, retry, reset] => {
+            *compact += 1;
+            vec![
+                verdict >> 1 & 1,
+                verdict & 1,
+                remaining,
+                retry,
+                reset,
+                i64::from(capacity),
+                0,
+                -1,
+                0,
+                0,
+            ]
+        }
+        _ => reply,
+    }
+}
+
 /// Where a one-limit reply has `settled_ms`, a PTTL read a moment apart by
 /// the two sides: compared on its own.
 const SETTLED: usize = 7;
@@ -207,6 +234,7 @@ async fn agree(pair: &Pair) {
     let mut admitted = 0usize;
     let mut denied_for_good = 0usize;
     let (mut settled_known, mut settled_unknown) = (0usize, 0usize);
+    let mut compact = 0usize;
     for seed in 0..SEEDS {
         let mut rng = StdRng::seed_from_u64(seed);
         let g = Side::new(&namespace, tag, &format!("{code}-g{seed}"));
@@ -275,7 +303,10 @@ async fn agree(pair: &Pair) {
             );
             let inline_values = inline.then_some((values.0.as_str(), values.1.as_str()));
             let want = g.check(&mut conn, generic, &args, inline_values, now).await;
-            let got = s.check(&mut conn, special, &args, inline_values, now).await;
+            let got = s
+                .check(&mut conn, special, &args, inline_values, now)
+                .await
+                .map(|r| full(r, capacity, &mut compact));
             let context = format!(
                 "{code}, seed {seed} step {step}: limit {limit} per {period_us} us burst {burst}, \
                  override {quota:?}, block {block:?}, args {args:?}"
@@ -319,6 +350,11 @@ async fn agree(pair: &Pair) {
     assert!(
         denied_for_good > 0,
         "{code}: no cost above an override's capacity"
+    );
+    // Both forms of the reply were compared.
+    assert!(
+        compact > compared / 10 && compact < compared * 9 / 10,
+        "{code}: {compact} of {compared} replies compact"
     );
     assert!(
         settled_known > 0 && settled_unknown > 0,

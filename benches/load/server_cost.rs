@@ -48,22 +48,7 @@ const SUBJECTS: usize = 100_000;
 
 /// A minimal GCRA of the classic shape: one key holding the theoretical
 /// arrival time (us), the server's clock, one GET and one SET with a TTL.
-const MINIMAL_GCRA: &str = r#"
--- KEYS[1] the subject's theoretical arrival time (us)
--- ARGV[1] emission interval (us), ARGV[2] burst (cells)
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local interval = tonumber(ARGV[1])
-local tolerance = interval * tonumber(ARGV[2])
-local tat = math.max(tonumber(redis.call('GET', KEYS[1]) or 0), now)
-local new_tat = tat + interval
-local allow_at = new_tat - tolerance
-if allow_at > now then
-  return { 0, 0, math.ceil(allow_at - now), math.ceil(tat - now) }
-end
-redis.call('SET', KEYS[1], string.format('%d', new_tat), 'PX', math.ceil((new_tat - now) / 1000))
-return { 1, math.floor((now + tolerance - new_tat) / interval), -1, math.ceil(new_tat - now) }
-"#;
+const MINIMAL_GCRA: &str = include_str!("minimal_gcra.lua");
 
 /// The floor: one command in a script. Its keys have no TTL, so they are
 /// deleted when the run ends.

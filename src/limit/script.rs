@@ -139,6 +139,14 @@ pub struct Invocation {
     /// `ARGV`: `cost, consume, ` then `kind, limit, period_us, burst,
     /// shadow` per limit. `KEYS` holds three keys per limit: its state, the
     /// subject's override of it and the subject's block of it.
+    ///
+    /// The script replies with integers: `all_allowed`, then per limit
+    /// `allowed, remaining, retry_after_us, reset_after_us, capacity, flags,
+    /// settled_ms, override_limit, override_period_us` (the header of
+    /// `src/scripts/limit_prelude.lua` says what each means). A one-limit
+    /// check of a subject with neither an override nor a block replies
+    /// compactly, `2 * all_allowed + allowed, remaining, retry_after_us,
+    /// reset_after_us`: every byte of a reply costs Redis.
     pub args: Vec<Vec<u8>>,
 }
 
@@ -218,6 +226,14 @@ pub(crate) fn parse_reply(
         op: script.name().to_owned().into(),
         detail: format!("{} integers for {} limits", reply.len(), specs.len()),
     };
+    let expanded;
+    let reply = match (specs, reply) {
+        ([spec], &[verdict, remaining, retry, reset]) => {
+            expanded = expand_compact(spec, verdict, [remaining, retry, reset]);
+            &expanded[..]
+        }
+        _ => reply,
+    };
     let (&all, rest) = reply.split_first().ok_or_else(bad)?;
     if rest.len() != specs.len() * REPLY_FIELDS {
         return Err(bad());
@@ -253,6 +269,29 @@ pub(crate) fn parse_reply(
         })
         .collect::<Result<_>>()?;
     Ok((all == 1, decisions))
+}
+
+/// A one-limit check's compact reply (`one_limit.lua`: no override and no
+/// block exist) `{verdict, remaining, retry_after_us, reset_after_us}`,
+/// with `verdict = 2 * all_allowed + allowed`, as the full one: the
+/// capacity is the spec's own, no flags, no settled bound.
+fn expand_compact(
+    spec: &LimitSpec,
+    verdict: i64,
+    [remaining, retry, reset]: [i64; 3],
+) -> [i64; 1 + REPLY_FIELDS] {
+    [
+        verdict >> 1 & 1,
+        verdict & 1,
+        remaining,
+        retry,
+        reset,
+        i64::from(spec.capacity),
+        0,
+        -1,
+        0,
+        0,
+    ]
 }
 
 /// An override's quota from a check's reply: its limit, its period and,
@@ -357,6 +396,21 @@ mod tests {
         assert_eq!(d[0].settled, Settled::Unknown);
         assert_eq!(d[0].quota, Quota::per_second(10));
         assert!(parse_reply(&script, &[&s], &[1, 1, 9, -1, 100, 20, 0]).is_err());
+        // The compact reply of a check with no override and no block is
+        // its full reply with the spec's capacity.
+        for (compact, full) in [
+            ([3, 9, -1, 100], [1, 1, 9, -1, 100, 10, 0, -1, 0, 0]),
+            ([0, 0, 5, 7], [0, 0, 0, 5, 7, 10, 0, -1, 0, 0]),
+            ([2, 0, 5, 7], [1, 0, 0, 5, 7, 10, 0, -1, 0, 0]),
+        ] {
+            assert_eq!(
+                parse_reply(&script, &[&s], &compact).unwrap(),
+                parse_reply(&script, &[&s], &full).unwrap(),
+                "{compact:?}"
+            );
+        }
+        // Compact is for one limit only.
+        assert!(parse_reply(&script, &[&s, &s], &[3, 9, -1, 100]).is_err());
         // An override flagged without a quota is a malformed reply.
         assert!(parse_reply(&script, &[&s], &[1, 1, 9, -1, 100, 20, 2, -1, 0, 0]).is_err());
     }

@@ -4,5 +4,6 @@
 --   NOW_US  microseconds since the epoch
 --   NOW_MS  whole milliseconds since the epoch
 local CLOCK = redis.call('TIME')
-local NOW_US = tonumber(CLOCK[1]) * 1000000 + tonumber(CLOCK[2])
-local NOW_MS = tonumber(CLOCK[1]) * 1000 + math.floor(tonumber(CLOCK[2]) / 1000)
+local CLOCK_S, CLOCK_US = tonumber(CLOCK[1]), tonumber(CLOCK[2])
+local NOW_US = CLOCK_S * 1000000 + CLOCK_US
+local NOW_MS = CLOCK_S * 1000 + math.floor(CLOCK_US / 1000)

@@ -27,18 +27,17 @@ local used = tonumber(VALUE or 0)
 if used > 0 and redis.call('PEXPIRETIME', KEY) < window_end / 1000 then
   used = 0
 end
-local count, expiry = used + cost, window_end / 1000
-exact(count)
-exact(expiry)
-local until_end = window_end - NOW_US
-local admits = count <= LIMIT and not never
-local ok, retry, flags, all_ok, wrote = blocked(admits, (admits or never) and -1 or until_end)
-
-local remaining, reset = LIMIT - used, 0
-if wrote then
-  redis.call('SET', KEY, string.format('%d', count), 'PXAT', string.format('%d', expiry))
-  remaining, reset = LIMIT - count, until_end
-elseif used > 0 then
-  reset = until_end
+WRITE, WRITE_AT_MS = used + cost, window_end / 1000
+-- Integers in [0, 2^53) (x % 1 is NaN for an infinite x or not a number).
+if WRITE % 1 ~= 0 or WRITE < 0 or WRITE >= 9007199254740992 then
+  return redis.error_reply('ERR shardlimit: number out of range: ' .. tostring(WRITE))
 end
-return reply(all_ok, ok, remaining, retry, reset, LIMIT, flags)
+if WRITE_AT_MS % 1 ~= 0 or WRITE_AT_MS < 0 or WRITE_AT_MS >= 9007199254740992 then
+  return redis.error_reply('ERR shardlimit: number out of range: ' .. tostring(WRITE_AT_MS))
+end
+local until_end = window_end - NOW_US
+ADMITS = WRITE <= LIMIT and not never
+RETRY = (ADMITS or never) and -1 or until_end
+CAPACITY = LIMIT
+REMAINING_WRITTEN, RESET_WRITTEN = LIMIT - WRITE, until_end
+REMAINING_KEPT, RESET_KEPT = LIMIT - used, used > 0 and until_end or 0

@@ -6,7 +6,8 @@
 -- side (tests/one_limit_checks.rs).
 --
 -- KEYS, ARGV, Reply: as one_limit.lua, which comes before this part and
---       reads the keys and the override (KEYS[1] is the state key).
+--       reads the keys and the override (KEYS[1] is the state key);
+--       one_limit_end.lua comes after it.
 -- Server time only; nothing is written unless the request is admitted, and
 -- every number written is checked to be an integer in [0, 2^53) before the
 -- write (a corrupt state raises: nothing is written).
@@ -26,21 +27,18 @@ if tat < NOW_US then
 end
 local new_tat = tat + cost * interval
 local allow_at = new_tat - tolerance
-local stored = math.ceil(new_tat)
-exact(stored)
-local admits = allow_at <= NOW_US and not never
-local ok, retry, flags, all_ok, wrote =
-  blocked(admits, (admits or never) and -1 or math.ceil(allow_at - NOW_US))
-
-local after = tat
-if wrote then
-  redis.call('SET', KEY, string.format('%d', stored), 'PXAT', string.format('%d', math.ceil(stored / 1000)))
-  after = new_tat
+-- An integer (ceil) unless infinite or not a number: x % 1 is then NaN.
+WRITE = math.ceil(new_tat)
+if WRITE % 1 ~= 0 or WRITE < 0 or WRITE >= 9007199254740992 then
+  return redis.error_reply('ERR shardlimit: number out of range: ' .. tostring(WRITE))
 end
+WRITE_AT_MS = math.ceil(WRITE / 1000)
+ADMITS = allow_at <= NOW_US and not never
+RETRY = (ADMITS or never) and -1 or math.ceil(allow_at - NOW_US)
+CAPACITY = BURST
 -- remaining and reset_after: the generic check's, from the TAT in force
 -- after this request.
-local remaining = math.floor((NOW_US + tolerance - after + 1) / interval)
-if remaining > BURST then
-  remaining = BURST
-end
-return reply(all_ok, ok, remaining, retry, math.ceil(after - NOW_US), BURST, flags)
+REMAINING_WRITTEN = math.floor((NOW_US + tolerance - new_tat + 1) / interval)
+RESET_WRITTEN = math.ceil(new_tat - NOW_US)
+REMAINING_KEPT = math.floor((NOW_US + tolerance - tat + 1) / interval)
+RESET_KEPT = math.ceil(tat - NOW_US)

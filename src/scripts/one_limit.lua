@@ -1,23 +1,28 @@
--- The shared part of the one-limit checks (gcra_check.lua, fw_check.lua,
--- swc_check.lua):
--- the generic check (limit_prelude.lua, limit_main.lua) for a single limit,
--- without the tables and functions it makes per call for any number of
--- limits. Straight-line code, concatenated before the algorithm's own part,
--- which reads the locals it sets.
+-- The shared parts of the one-limit checks: this file reads, the
+-- algorithm's part (gcra_check.lua, fw_check.lua, swc_check.lua) decides,
+-- one_limit_end.lua applies the block, the shadow mode and the mode,
+-- writes and replies. Together they are the generic check (limit_prelude.lua,
+-- limit_main.lua) for a single limit, as straight-line code: no table or
+-- function is made per call but the reply, and numbers are parsed once
+-- (every such step costs Redis; see docs/performance.md).
 --
 -- KEYS  as the generic check for one limit: KEYS[1] the state key, KEYS[2]
 --       the override key, KEYS[3] the block key; inline mode: KEYS[1] alone.
 -- ARGV  as the generic check for one limit: cost, mode (1 | 0 | i1 | i0),
 --       algorithm code, limit, period_us, burst, shadow; inline mode adds
 --       the override's value and the block's value ('' = none).
--- Reply (made by reply()) { all_allowed, allowed, remaining,
---       retry_after_us, reset_after_us, capacity, flags, settled_ms,
---       override_limit, override_period_us }: see limit_prelude.lua.
+-- Reply (made by one_limit_end.lua) when neither an override nor a block
+--       exists: { verdict, remaining, retry_after_us, reset_after_us }, with
+--       verdict = 2 * all_allowed + allowed (the capacity is the quota's,
+--       the flags 0, settled_ms -1); otherwise the generic check's
+--       { all_allowed, allowed, remaining, retry_after_us, reset_after_us,
+--       capacity, flags, settled_ms, override_limit, override_period_us }:
+--       see limit_prelude.lua.
 -- Sets: MODE, KEY, VALUE (the state key's string, or false; not read for
--- swc), BLOCK (the
--- block's value), COST, LIMIT, PERIOD, BURST (the override's, if any),
--- FLAGS (2 if the override applied) and SETTLED (settled_ms); defines
--- exact(), blocked() and reply().
+-- swc), BLOCK (the block's value), COST, LIMIT, PERIOD, BURST (the
+-- override's, if any), FLAGS (2 if the override applied), SETTLED
+-- (settled_ms), APPLIED_LIMIT and APPLIED_PERIOD; the algorithm's part sets
+-- what one_limit_end.lua reads (see there), declared here.
 
 local MODE = ARGV[2]
 local KEY = KEYS[1]
@@ -35,10 +40,17 @@ if MODE == 'i1' or MODE == 'i0' then
     SETTLED = -2
   end
 else
-  -- GET, not MGET: it refuses a state key of another type (WRONGTYPE)
-  -- where MGET would read it as absent and the write replace it, and it is
-  -- in every ACL the crate documents.
-  VALUE, OVERRIDE, BLOCK = STRING_STATE and redis.call('GET', KEY), redis.call('GET', KEYS[2]), redis.call('GET', KEYS[3])
+  -- One MGET for the three keys. It reads a state key of another type as
+  -- absent where GET would refuse it (WRONGTYPE): one_limit_end.lua then
+  -- writes the state only if it is absent (NX) and refuses otherwise, so a
+  -- key of another type is never replaced.
+  if STRING_STATE then
+    local got = redis.call('MGET', KEY, KEYS[2], KEYS[3])
+    VALUE, OVERRIDE, BLOCK = got[1], got[2], got[3]
+  else
+    local got = redis.call('MGET', KEYS[2], KEYS[3])
+    OVERRIDE, BLOCK = got[1], got[2]
+  end
   if OVERRIDE then
     local ttl = redis.call('PTTL', KEYS[2])
     if ttl >= 0 then
@@ -53,7 +65,7 @@ else
   end
 end
 
-local COST = tonumber(ARGV[1])
+local COST = ARGV[1] == '1' and 1 or tonumber(ARGV[1])
 local LIMIT, PERIOD, BURST = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local FLAGS = 0
 -- The override's limit and period when it applied (else 0, 0): the reply's
@@ -68,47 +80,6 @@ if OVERRIDE and OVERRIDE ~= '' then
   APPLIED_LIMIT, APPLIED_PERIOD = LIMIT, PERIOD
 end
 
--- int() of the generic check without the formatting (done only when the
--- number is written): refuses (raises, so nothing is written) anything
--- that is not an integer in [0, 2^53).
-local function exact(x)
-  if x ~= x or x < 0 or x >= 9007199254740992 or x ~= math.floor(x) then
-    error({ err = 'ERR shardlimit: number out of range: ' .. tostring(x) })
-  end
-end
-
--- The limit's own verdict `ok` and `retry` (-1: admitted, or never) after
--- the block, the flags, whether the request is admitted (shadow mode
--- refuses nothing) and whether the state is to be written: limit_main.lua's
--- rules for one limit.
-local function blocked(ok, retry)
-  local flags = FLAGS
-  local until_us = tonumber(BLOCK or 0) or 0
-  if until_us > NOW_US then
-    local wait = until_us - NOW_US
-    if ok then
-      retry = wait
-    elseif retry >= 0 and wait > retry then
-      retry = wait
-    end
-    ok = false
-    flags = flags + 1
-  end
-  local all_ok = ok or ARGV[7] == '1'
-  return ok, retry, flags, all_ok, ok and all_ok and (MODE == '1' or MODE == 'i1')
-end
-
--- The reply (see limit_prelude.lua), `remaining` and `reset` clamped at 0
--- as the generic check's state() does.
-local function reply(all_ok, ok, remaining, retry, reset, capacity, flags)
-  if remaining < 0 then
-    remaining = 0
-  end
-  if reset < 0 then
-    reset = 0
-  end
-  return {
-    all_ok and 1 or 0, ok and 1 or 0, remaining, retry, reset, capacity, flags,
-    SETTLED, APPLIED_LIMIT, APPLIED_PERIOD,
-  }
-end
+-- Set by the algorithm's part, read by one_limit_end.lua (see there).
+local ADMITS, RETRY, CAPACITY, WRITE, WRITE_AT_MS, SWC_W, SWC_C, SWC_P
+local REMAINING_WRITTEN, RESET_WRITTEN, REMAINING_KEPT, RESET_KEPT

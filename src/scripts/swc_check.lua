@@ -34,40 +34,41 @@ elseif sw == w - 1 then
 end
 local estimate = cur + prev * (1 - fraction)
 local window_end = start + 2 * PERIOD
-exact(w)
-exact(cur + cost)
-exact(prev)
-exact(window_end / 1000)
-local admits = estimate + cost <= LIMIT and not never
-local retry = -1
-if not admits and not never then
+SWC_W, SWC_C, SWC_P, WRITE_AT_MS = w, cur + cost, prev, window_end / 1000
+-- Integers in [0, 2^53) (x % 1 is NaN for an infinite x or not a number).
+if SWC_W % 1 ~= 0 or SWC_W < 0 or SWC_W >= 9007199254740992 then
+  return redis.error_reply('ERR shardlimit: number out of range: ' .. tostring(SWC_W))
+end
+if SWC_C % 1 ~= 0 or SWC_C < 0 or SWC_C >= 9007199254740992 then
+  return redis.error_reply('ERR shardlimit: number out of range: ' .. tostring(SWC_C))
+end
+if SWC_P % 1 ~= 0 or SWC_P < 0 or SWC_P >= 9007199254740992 then
+  return redis.error_reply('ERR shardlimit: number out of range: ' .. tostring(SWC_P))
+end
+if WRITE_AT_MS % 1 ~= 0 or WRITE_AT_MS < 0 or WRITE_AT_MS >= 9007199254740992 then
+  return redis.error_reply('ERR shardlimit: number out of range: ' .. tostring(WRITE_AT_MS))
+end
+ADMITS = estimate + cost <= LIMIT and not never
+RETRY = -1
+if not ADMITS and not never then
   local room = LIMIT - cur - cost
   if room >= 0 and prev > 0 then
-    retry = start + (1 - room / prev) * PERIOD - NOW_US
+    RETRY = start + (1 - room / prev) * PERIOD - NOW_US
   else
     local f = 0
     if cur > 0 then
       f = math.max(0, 1 - (LIMIT - cost) / cur)
     end
-    retry = start + PERIOD + f * PERIOD - NOW_US
+    RETRY = start + PERIOD + f * PERIOD - NOW_US
   end
-  retry = math.ceil(retry)
+  RETRY = math.ceil(RETRY)
 end
-local ok, flags, all_ok, wrote
-ok, retry, flags, all_ok, wrote = blocked(admits, retry)
-
-local remaining, reset
-if wrote then
-  redis.call('HSET', KEY, 'w', string.format('%d', w), 'c', string.format('%d', cur + cost),
-    'p', string.format('%d', prev))
-  redis.call('PEXPIREAT', KEY, string.format('%d', window_end / 1000))
-  remaining, reset = math.floor(LIMIT - estimate - cost), window_end - NOW_US
-else
-  remaining, reset = math.floor(LIMIT - estimate), 0
-  if cur > 0 then
-    reset = window_end - NOW_US
-  elseif prev > 0 then
-    reset = start + PERIOD - NOW_US
-  end
+CAPACITY = LIMIT
+REMAINING_WRITTEN = math.floor(LIMIT - estimate - cost)
+RESET_WRITTEN = window_end - NOW_US
+REMAINING_KEPT, RESET_KEPT = math.floor(LIMIT - estimate), 0
+if cur > 0 then
+  RESET_KEPT = window_end - NOW_US
+elseif prev > 0 then
+  RESET_KEPT = start + PERIOD - NOW_US
 end
-return reply(all_ok, ok, remaining, retry, reset, LIMIT, flags)

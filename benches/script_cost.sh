@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Instructions per call that each check script costs redis-server itself,
+# counted by callgrind: deterministic for the same binary and inputs, so a
+# change to a script shows its cost exactly, whatever else the box is doing
+# (`cargo bench --bench load -- --server-cost` gives the req/s, which move by
+# 10-20% between runs here).
+#
+#   benches/script_cost.sh [calls]      (default 3000 calls per script)
+#
+# Starts its own redis-server (Debian's, as in the test cluster) under
+# valgrind on port ${SCRIPT_COST_PORT:-7690}, in cluster mode owning every
+# slot, loads each script as the crate assembles it (src/scripts.rs), warms
+# each up with as many calls as it measures, then counts one run of calls on
+# random subjects with `redis-benchmark -c 1`. Prints instructions per call
+# (the EVALSHA's parsing and reply included), and the minimal one-key GCRA's
+# count over each check's: 1.0 or more means the check costs Redis no more.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+calls=${1:-3000}
+port=${SCRIPT_COST_PORT:-7690}
+for tool in valgrind callgrind_control redis-server redis-cli redis-benchmark; do
+  command -v "$tool" >/dev/null || { echo "script_cost: needs $tool (apt-get install valgrind redis-server)" >&2; exit 1; }
+done
+dir=$(mktemp -d)
+trap 'redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
+valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" \
+  redis-server --port "$port" --bind 127.0.0.1 --cluster-enabled yes \
+  --cluster-config-file "$dir/nodes.conf" --dir "$dir" --save '' --appendonly no \
+  >"$dir/valgrind.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 300); do
+  redis-cli -p "$port" ping >/dev/null 2>&1 && break
+  sleep 0.2
+done
+redis-cli -p "$port" cluster addslotsrange 0 16383 >/dev/null
+until redis-cli -p "$port" cluster info | grep -q 'cluster_state:ok'; do sleep 0.2; done
+
+script() { # the parts of one script, as src/scripts.rs concatenates them
+  local out=""
+  for part in "$@"; do out+=$(cat "src/scripts/$part.lua"); out+=$'\n'; done
+  printf '%s' "$out"
+}
+load() { printf '%s' "$1" | redis-cli -p "$port" -x script load; }
+
+# name | script | keys | args (a quota that never denies: 1,000,000 per second)
+tag='{t}'
+# Each script its own keys (the sliding window counter's state is a hash).
+three() { echo "3 $tag:$1:s:__rand_int__ $tag:$1:o:__rand_int__ $tag:$1:b:__rand_int__"; }
+declare -a names codes calls_args
+add() { names+=("$1"); codes+=("$2"); calls_args+=("$3"); }
+add "shardlimit gcra" "$(script clock one_limit gcra_check one_limit_end)" "$(three g) 1 1 gcra 1000000 1000000 1000000 0"
+add "shardlimit fixed window" "$(script clock one_limit fw_check one_limit_end)" "$(three f) 1 1 fw 1000000 1000000 1000000 0"
+add "shardlimit sliding window counter" "$(script clock one_limit swc_check one_limit_end)" "$(three w) 1 1 swc 1000000 1000000 1000000 0"
+add "shardlimit sliding log" "$(script clock limit_prelude sliding_log limit_main)" "$(three l) 1 1 slog 128 1000000 128 0"
+add "shardlimit gcra, generic check" "$(script clock limit_prelude fixed_window sliding_log sliding_window gcra limit_main)" "$(three x) 1 1 gcra 1000000 1000000 1000000 0"
+add "minimal gcra (1 key)" "$(cat benches/load/minimal_gcra.lua)" "1 $tag:m:__rand_int__ 1 1000000"
+add "bare INCR" "return redis.call('INCR', KEYS[1])" "1 $tag:i:__rand_int__"
+
+count() { # instructions since the last zeroing
+  callgrind_control -d "$pid" >/dev/null 2>&1
+  local last
+  last=$(ls -t "$dir"/cg."$pid".* | head -1)
+  awk '/^summary:|^totals:/ { print $2; exit }' "$last"
+}
+declare -a per_call
+for i in "${!names[@]}"; do
+  sha=$(load "${codes[$i]}")
+  # shellcheck disable=SC2086
+  redis-benchmark -p "$port" -c 1 -n "$calls" -r 100000 -q evalsha "$sha" ${calls_args[$i]} >/dev/null
+  callgrind_control -z "$pid" >/dev/null 2>&1
+  # shellcheck disable=SC2086
+  redis-benchmark -p "$port" -c 1 -n "$calls" -r 100000 -q evalsha "$sha" ${calls_args[$i]} >/dev/null
+  total=$(count)
+  per_call[$i]=$((total / calls))
+  printf '%-36s %9d instructions per call\n' "${names[$i]}" "${per_call[$i]}"
+done
+minimal=${per_call[5]}
+for i in 0 1 2 3; do
+  awk -v n="${names[$i]}" -v m="$minimal" -v c="${per_call[$i]}" \
+    'BEGIN { printf "server cost vs minimal GCRA (%s, instructions): %.2f\n", n, m / c }'
+done

@@ -1,0 +1,58 @@
+-- The end of the one-limit checks (after one_limit.lua and the algorithm's
+-- part): limit_main.lua's rules for one limit, then the write and the reply.
+--
+-- KEYS, ARGV, Reply: as one_limit.lua.
+-- Reads, as the algorithm's part sets them:
+--   ADMITS, RETRY  the limit's own verdict, and when the same request could
+--                  next be admitted (-1: admitted, or never)
+--   CAPACITY       the most one request may cost
+--   WRITE, WRITE_AT_MS  a string state's new value and its expiry (PXAT);
+--                  a hash state (swc) sets SWC_W, SWC_C, SWC_P instead
+--   REMAINING_WRITTEN, RESET_WRITTEN  remaining and reset_after_us if the
+--                  request is consumed; REMAINING_KEPT, RESET_KEPT if not
+-- Every number written was checked to be an integer in [0, 2^53) by the
+-- algorithm's part, before anything is written.
+
+local ok, retry, flags = ADMITS, RETRY, FLAGS
+if BLOCK then
+  local until_us = tonumber(BLOCK) or 0
+  if until_us > NOW_US then
+    local wait = until_us - NOW_US
+    if ok or (retry >= 0 and wait > retry) then
+      retry = wait
+    end
+    ok = false
+    flags = flags + 1
+  end
+end
+-- Shadow mode refuses nothing.
+local all_ok = ok or ARGV[7] == '1'
+local remaining, reset = REMAINING_KEPT, RESET_KEPT
+if ok and (MODE == '1' or MODE == 'i1') then
+  if not STRING_STATE then
+    redis.call('HSET', KEY, 'w', string.format('%d', SWC_W), 'c', string.format('%d', SWC_C),
+      'p', string.format('%d', SWC_P))
+    redis.call('PEXPIREAT', KEY, string.format('%d', WRITE_AT_MS))
+  elseif VALUE then
+    redis.call('SET', KEY, string.format('%d', WRITE), 'PXAT', string.format('%d', WRITE_AT_MS))
+  elseif not redis.call('SET', KEY, string.format('%d', WRITE), 'PXAT', string.format('%d', WRITE_AT_MS), 'NX') then
+    -- Read as absent by MGET, yet there: a key of another type.
+    return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value: ' .. KEY)
+  end
+  remaining, reset = REMAINING_WRITTEN, RESET_WRITTEN
+end
+if remaining > CAPACITY then
+  remaining = CAPACITY
+elseif remaining < 0 then
+  remaining = 0
+end
+if reset < 0 then
+  reset = 0
+end
+if flags == 0 and SETTLED == -1 then
+  return { (all_ok and 2 or 0) + (ok and 1 or 0), remaining, retry, reset }
+end
+return {
+  all_ok and 1 or 0, ok and 1 or 0, remaining, retry, reset, CAPACITY, flags,
+  SETTLED, APPLIED_LIMIT, APPLIED_PERIOD,
+}
