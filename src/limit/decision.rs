@@ -163,6 +163,7 @@ impl MultiDecision {
 
     /// The position of [`binding`](Self::binding) in
     /// [`decisions`](Self::decisions).
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
     pub(crate) fn binding_index(&self) -> usize {
         let binding = self.binding();
         self.decisions
