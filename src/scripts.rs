@@ -138,11 +138,31 @@ scripts! {
     COUNTER_GET => "counter_get",
 }
 
+/// Whether `script` is a one-limit check (`one_limit.lua` with an
+/// algorithm's part): its `ARGV` leaves out the algorithm's code and
+/// defaults, and its reply may be compact.
+pub(crate) fn is_one_limit(script: &Script) -> bool {
+    [&*GCRA, &*FIXED_WINDOW, &*SLIDING_WINDOW]
+        .into_iter()
+        .any(|one| one.name() == script.name())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const CLOCK: &str = include_str!("scripts/clock.lua");
+
+    #[test]
+    fn names_are_unique() {
+        // is_one_limit and the metrics tell scripts apart by name.
+        let mut names = NAMES.to_vec();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), NAMES.len(), "{NAMES:?}");
+        assert!(is_one_limit(&GCRA) && is_one_limit(&SLIDING_WINDOW));
+        assert!(!is_one_limit(&MULTI_LIMIT) && !is_one_limit(&SLIDING_LOG));
+    }
 
     #[test]
     fn the_server_clock_is_read_only_by_the_prelude() {

@@ -22,12 +22,13 @@ use rand::{Rng, SeedableRng};
 use redis::aio::MultiplexedConnection;
 
 /// `clock.lua` with the time taken from the last two `ARGV` (seconds,
-/// microseconds): the checks index `ARGV` from the front, so two more at
-/// the end change nothing else.
+/// microseconds), which it removes: the checks see their own `ARGV` only
+/// (a one-limit check's optional arguments are absent when not given).
 const TEST_CLOCK: &str = "\
-local CLOCK = { ARGV[#ARGV - 1], ARGV[#ARGV] }
-local NOW_US = tonumber(CLOCK[1]) * 1000000 + tonumber(CLOCK[2])
-local NOW_MS = tonumber(CLOCK[1]) * 1000 + math.floor(tonumber(CLOCK[2]) / 1000)
+local CLOCK_US = tonumber(table.remove(ARGV))
+local CLOCK_S = tonumber(table.remove(ARGV))
+local NOW_US = CLOCK_S * 1000000 + CLOCK_US
+local NOW_MS = CLOCK_S * 1000 + math.floor(CLOCK_US / 1000)
 ";
 
 /// An algorithm with a one-limit check of its own: its code in `ARGV`, the
@@ -164,6 +165,18 @@ fn full(reply: Vec<i64>, capacity: u32, compact: &mut usize) -> Vec<i64> {
         }
         _ => reply,
     }
+}
+
+/// The one-limit check's `ARGV` for the generic check's `args` (`cost,
+/// mode, code, limit, period_us, burst, shadow`): `limit, period_us,
+/// burst`, then `cost, mode, shadow` unless all three are their defaults
+/// (and `full` is false).
+fn one_limit_args(args: &[String], full: bool) -> Vec<String> {
+    let mut own = args[3..6].to_vec();
+    if full || args[0] != "1" || args[1] != "1" || args[6] != "0" {
+        own.extend([args[0].clone(), args[1].clone(), args[6].clone()]);
+    }
+    own
 }
 
 /// Where a one-limit reply has `settled_ms`, a PTTL read a moment apart by
@@ -303,8 +316,9 @@ async fn agree(pair: &Pair) {
             );
             let inline_values = inline.then_some((values.0.as_str(), values.1.as_str()));
             let want = g.check(&mut conn, generic, &args, inline_values, now).await;
+            let own = one_limit_args(&args, rng.random_bool(0.5));
             let got = s
-                .check(&mut conn, special, &args, inline_values, now)
+                .check(&mut conn, special, &own, inline_values, now)
                 .await
                 .map(|r| full(r, capacity, &mut compact));
             let context = format!(
@@ -383,8 +397,9 @@ async fn refuse(pair: &Pair) {
     let g = Side::new(&namespace, tag, "g");
     let s = Side::new(&namespace, tag, "s");
     set_both(&mut conn, [&g.quota, &s.quota], Some("ten per second")).await;
-    for (side, script) in [(&g, &pair.generic), (&s, &pair.special)] {
-        let refused = side.check(&mut conn, script, &args, None, now).await;
+    let own = one_limit_args(&args, false);
+    for (side, script, args) in [(&g, &pair.generic, &args), (&s, &pair.special, &own)] {
+        let refused = side.check(&mut conn, script, args, None, now).await;
         let named = format!("malformed override in {}", side.quota);
         assert!(
             refused.as_ref().is_err_and(|e| e.contains(&named)),
@@ -402,7 +417,7 @@ async fn refuse(pair: &Pair) {
             .unwrap();
     }
     let want = g.check(&mut conn, &pair.generic, &args, None, now).await;
-    let got = s.check(&mut conn, &pair.special, &args, None, now).await;
+    let got = s.check(&mut conn, &pair.special, &own, None, now).await;
     assert!(
         want.as_ref().is_err_and(|e| e.contains("WRONGTYPE")),
         "{want:?}"

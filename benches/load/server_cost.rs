@@ -52,6 +52,17 @@ const MINIMAL_GCRA: &str = include_str!("minimal_gcra.lua");
 
 /// The floor: one command in a script. Its keys have no TTL, so they are
 /// deleted when the run ends.
+/// The generic check of any number of limits (src/scripts.rs: `MULTI_LIMIT`).
+const GENERIC_CHECK: &str = concat!(
+    include_str!("../../src/scripts/clock.lua"),
+    include_str!("../../src/scripts/limit_prelude.lua"),
+    include_str!("../../src/scripts/fixed_window.lua"),
+    include_str!("../../src/scripts/sliding_log.lua"),
+    include_str!("../../src/scripts/sliding_window.lua"),
+    include_str!("../../src/scripts/gcra.lua"),
+    include_str!("../../src/scripts/limit_main.lua"),
+);
+
 const BARE_INCR: &str = "return redis.call('INCR', KEYS[1])";
 
 /// One kind of script call, made per random subject.
@@ -93,22 +104,43 @@ pub(crate) async fn server_cost(cluster: &Cluster, args: &Args) {
             }
         })
         .collect();
-    // The generic check one GCRA limit paid before it had its own script
-    // (issue 25), as a multi-limit of one still sends it.
-    let generic = MultiLimiter::new([RateLimiter::builder(
-        cluster,
-        "sc-generic",
-        quota(args, Algorithm::Gcra),
-    )
-    .build()
-    .unwrap()])
+    // The generic check (what a multi-limit sends, and what one limit sent
+    // before it had its own script), assembled here from the crate's files
+    // as src/scripts.rs does, with the generic ARGV: `cost, consume, kind,
+    // limit, period_us, burst, shadow`. The same keys as the GCRA check.
+    let generic_script = Script::new("generic_check", GENERIC_CHECK);
+    let two = MultiLimiter::new(["sc-two-a", "sc-two-b"].map(|name| {
+        RateLimiter::builder(cluster, name, quota(args, Algorithm::Gcra))
+            .build()
+            .unwrap()
+    }))
     .unwrap();
-    let generic_script = generic.invocation("x", 1).unwrap().script;
+    assert_eq!(
+        two.invocation("x", 1).unwrap().script.code(),
+        GENERIC_CHECK,
+        "GENERIC_CHECK is no longer what a multi-limit sends (src/scripts.rs)"
+    );
+    let generic_limiter = RateLimiter::builder(cluster, "sc-generic", quota(args, Algorithm::Gcra))
+        .build()
+        .unwrap();
+    let gq = quota(args, Algorithm::Gcra);
+    let generic_args: Vec<Vec<u8>> = [
+        "1".to_owned(),
+        "1".to_owned(),
+        "gcra".to_owned(),
+        gq.limit().to_string(),
+        gq.period().as_micros().to_string(),
+        gq.burst().to_string(),
+        "0".to_owned(),
+    ]
+    .map(String::into_bytes)
+    .to_vec();
+    let generic = generic_script.clone();
     sides.push(Side {
         name: "shardlimit gcra, generic check".into(),
         make: Box::new(move |subject: &str| {
-            let call = generic.invocation(subject, 1).unwrap();
-            evalsha(&call.script, call.keys.keys(), &call.args)
+            let call = generic_limiter.invocation(subject, 1).unwrap();
+            evalsha(&generic, call.keys.keys(), &generic_args)
         }),
     });
     let one_key = |script: Script, part: &'static str, args: Vec<Vec<u8>>| {

@@ -69,7 +69,7 @@ impl Invocation {
         .into_iter()
         .collect::<Result<Vec<Optional>>>()?;
         let states: Vec<&Vec<u8>> = keys.chunks_exact(3).map(|limit| &limit[0]).collect();
-        let inline = self.inline_args(&optional, 0..specs.len());
+        let inline = self.inline_args(specs, &optional, 0..specs.len(), self.consumes());
         let together = KeySet::checked(states.iter().map(|k| k.to_vec()).collect())?;
         match cluster
             .eval_unless_migrating(&self.script, &together, &inline)
@@ -92,10 +92,7 @@ impl Invocation {
         optional: &[Optional],
     ) -> Result<Vec<i64>> {
         let alone = |i: usize, consume: bool| {
-            let mut args = self.inline_args(optional, i..i + 1);
-            if !consume {
-                args[1] = b"i0".to_vec();
-            }
+            let args = self.inline_args(specs, optional, i..i + 1, consume);
             async move {
                 let key = KeySet::checked(vec![states[i].to_vec()])?;
                 let reply: Vec<i64> = cluster.eval(&self.script, &key, &args).await?;
@@ -143,34 +140,6 @@ impl Invocation {
         let mut reply = Limit::combine(&reported);
         reply[0] = 0;
         Ok(reply)
-    }
-
-    /// This check's `ARGV` in inline mode for `limits` (a range of its
-    /// limits): each limit's five fields, then its override and block
-    /// values.
-    fn inline_args(&self, optional: &[Optional], limits: std::ops::Range<usize>) -> Vec<Vec<u8>> {
-        let mut args = Vec::with_capacity(2 + 7 * limits.len());
-        args.push(self.args[0].clone());
-        let mut mode = b"i".to_vec();
-        mode.extend_from_slice(&self.args[1]);
-        args.push(mode);
-        for i in limits {
-            args.extend(self.args[2 + 5 * i..7 + 5 * i].iter().cloned());
-            args.push(optional[2 * i].clone());
-            args.push(optional[2 * i + 1].clone());
-        }
-        args
-    }
-
-    fn consumes(&self) -> bool {
-        self.args[1] == b"1"
-    }
-
-    fn cost(&self) -> u32 {
-        std::str::from_utf8(&self.args[0])
-            .ok()
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0)
     }
 }
 
@@ -280,7 +249,7 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(
-            text(call.inline_args(&optional, 0..2)),
+            text(call.inline_args(&[&a, &b], &optional, 0..2, true)),
             [
                 "2",
                 "i1",
@@ -301,12 +270,47 @@ mod tests {
             ]
         );
         assert_eq!(
-            text(call.inline_args(&optional, 1..2)),
-            ["2", "i1", "gcra", "20", "1000000", "20", "0", "", "99"]
+            text(call.inline_args(&[&a, &b], &optional, 1..2, false)),
+            ["2", "i0", "gcra", "20", "1000000", "20", "0", "", "99"]
         );
         assert!(call.consumes());
         assert_eq!(call.cost(), 2);
         assert!(!invocation(&[&a], false).consumes());
+    }
+
+    #[test]
+    fn a_one_limit_check_sends_no_default_and_no_algorithm_code() {
+        let a = spec("a", 10);
+        let keys = crate::keys::KeyBuilder::new("t").unwrap();
+        let text = |args: Vec<Vec<u8>>| {
+            args.into_iter()
+                .map(|a| String::from_utf8(a).unwrap())
+                .collect::<Vec<_>>()
+        };
+        let one = |cost: u32, consume: bool| {
+            Invocation::from_parts(&keys, &scripts::GCRA, &[&a], b"user", cost, consume).unwrap()
+        };
+        assert_eq!(text(one(1, true).args), ["10", "1000000", "10"]);
+        assert_eq!(
+            text(one(2, true).args),
+            ["10", "1000000", "10", "2", "1", "0"]
+        );
+        assert_eq!(
+            text(one(1, false).args),
+            ["10", "1000000", "10", "1", "0", "0"]
+        );
+        let shadow = a.with(a.quota, true).unwrap();
+        let call =
+            Invocation::from_parts(&keys, &scripts::GCRA, &[&shadow], b"user", 1, true).unwrap();
+        assert_eq!(text(call.args), ["10", "1000000", "10", "1", "1", "1"]);
+        // Inline mode: all six, then the override's and block's values.
+        let optional: Vec<Optional> = vec![b"5 1000000 5".to_vec(), vec![]];
+        assert_eq!(
+            text(one(2, true).inline_args(&[&a], &optional, 0..1, true)),
+            ["10", "1000000", "10", "2", "i1", "0", "5 1000000 5", ""]
+        );
+        // The generic script of one limit keeps the generic layout.
+        assert_eq!(text(invocation(&[&a], true).args)[..3], ["2", "1", "gcra"]);
     }
 
     #[test]

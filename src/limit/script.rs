@@ -12,7 +12,7 @@ use super::quota::Quota;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::keys::{KeyBuilder, KeyId, KeySet};
-use crate::scripts::Script;
+use crate::scripts::{self, Script};
 
 /// What the scripts need to know about one limit.
 #[derive(Debug)]
@@ -138,7 +138,11 @@ pub struct Invocation {
     pub keys: KeySet,
     /// `ARGV`: `cost, consume, ` then `kind, limit, period_us, burst,
     /// shadow` per limit. `KEYS` holds three keys per limit: its state, the
-    /// subject's override of it and the subject's block of it.
+    /// subject's override of it and the subject's block of it. A check of
+    /// one GCRA, fixed-window or sliding-window-counter limit sends its
+    /// algorithm's own script, with `limit, period_us, burst` and then, if
+    /// any is not its default, `cost, consume, shadow` (the script knows
+    /// its algorithm; every argument costs Redis).
     ///
     /// The script replies with integers: `all_allowed`, then per limit
     /// `allowed, remaining, retry_after_us, reset_after_us, capacity, flags,
@@ -148,6 +152,9 @@ pub struct Invocation {
     /// compactly, `2 * all_allowed + allowed, remaining, retry_after_us,
     /// reset_after_us`: every byte of a reply costs Redis.
     pub args: Vec<Vec<u8>>,
+    /// Units this check takes, and whether it consumes (not a peek).
+    cost: u32,
+    consume: bool,
 }
 
 impl Invocation {
@@ -177,19 +184,83 @@ impl Invocation {
         check_cost(specs, cost)?;
         let keys = keys.key_set(subject, specs.iter().flat_map(|s| s.ids()))?;
         let mode: &[u8] = if consume { b"1" } else { b"0" };
-        let mut args = Vec::with_capacity(2 + 5 * specs.len());
-        args.push(cost.to_string().into_bytes());
-        args.push(mode.to_vec());
-        args.extend(
-            specs
-                .iter()
-                .flat_map(|s| s.args.iter().map(|a| a.as_bytes().to_vec())),
-        );
+        let cost_arg = cost.to_string().into_bytes();
+        let args = match specs {
+            [one] if scripts::is_one_limit(script) => {
+                let mut args: Vec<Vec<u8>> = one.args[1..4]
+                    .iter()
+                    .map(|a| a.as_bytes().to_vec())
+                    .collect();
+                if cost != 1 || !consume || one.shadow {
+                    args.extend([cost_arg, mode.to_vec(), one.args[4].as_bytes().to_vec()]);
+                }
+                args
+            }
+            _ => {
+                let mut args = Vec::with_capacity(2 + 5 * specs.len());
+                args.push(cost_arg);
+                args.push(mode.to_vec());
+                args.extend(
+                    specs
+                        .iter()
+                        .flat_map(|s| s.args.iter().map(|a| a.as_bytes().to_vec())),
+                );
+                args
+            }
+        };
         Ok(Invocation {
             script: script.clone(),
             keys,
             args,
+            cost,
+            consume,
         })
+    }
+
+    /// Units this check takes.
+    pub(crate) fn cost(&self) -> u32 {
+        self.cost
+    }
+
+    /// Whether this check consumes (not a peek).
+    pub(crate) fn consumes(&self) -> bool {
+        self.consume
+    }
+
+    /// This check's `ARGV` in inline mode (see `limit_prelude.lua` and
+    /// `one_limit.lua`) for `limits` (a range of `specs`, the check's
+    /// limits), consuming or not: the generic check's, each limit's five
+    /// fields then its override's and block's values from `optional`; a
+    /// one-limit check's, all six fields then the two values.
+    pub(crate) fn inline_args(
+        &self,
+        specs: &[&LimitSpec],
+        optional: &[Vec<u8>],
+        limits: std::ops::Range<usize>,
+        consume: bool,
+    ) -> Vec<Vec<u8>> {
+        let cost = self.cost.to_string().into_bytes();
+        let mode = if consume { b"i1" } else { b"i0" }.to_vec();
+        let values = |i: usize| [optional[2 * i].clone(), optional[2 * i + 1].clone()];
+        if let [one] = specs
+            && scripts::is_one_limit(&self.script)
+        {
+            let mut args: Vec<Vec<u8>> = one.args[1..4]
+                .iter()
+                .map(|a| a.as_bytes().to_vec())
+                .collect();
+            args.extend([cost, mode, one.args[4].as_bytes().to_vec()]);
+            args.extend(values(0));
+            return args;
+        }
+        let mut args = Vec::with_capacity(2 + 7 * limits.len());
+        args.push(cost);
+        args.push(mode);
+        for i in limits {
+            args.extend(specs[i].args.iter().map(|a| a.as_bytes().to_vec()));
+            args.extend(values(i));
+        }
+        args
     }
 
     /// Sends the check (at most once); a check refused because its slot is

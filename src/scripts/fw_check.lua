@@ -1,7 +1,7 @@
 -- Rate-limit check of ONE fixed-window limit: the generic check
 -- (limit_prelude.lua, fixed_window.lua, limit_main.lua) specialised, with
--- the same KEYS, ARGV, Reply, decisions and writes, and about a quarter less
--- work for Redis. It is what a limiter with one fixed-window limit sends; a
+-- the same KEYS, decisions and writes (ARGV and Reply: see one_limit.lua),
+-- and a third less work for Redis. It is what a limiter with one fixed-window limit sends; a
 -- multi-limit sends the generic check. That the two agree on every input is
 -- tested side by side (tests/one_limit_checks.rs).
 --
@@ -11,10 +11,6 @@
 -- Server time only; nothing is written unless the request is admitted, and
 -- every number written is checked to be an integer in [0, 2^53) before the
 -- write (anything else raises: nothing is written).
-
-if ARGV[3] ~= 'fw' then
-  return redis.error_reply('ERR shardlimit: fw_check runs fw, not ' .. tostring(ARGV[3]))
-end
 -- fixed_window.lua, for a cost above the capacity (only an override makes
 -- it so) with the capacity in its place, then denied for good.
 local never = COST > LIMIT

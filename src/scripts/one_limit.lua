@@ -3,14 +3,17 @@
 -- one_limit_end.lua applies the block, the shadow mode and the mode,
 -- writes and replies. Together they are the generic check (limit_prelude.lua,
 -- limit_main.lua) for a single limit, as straight-line code: no table or
--- function is made per call but the reply, and numbers are parsed once
--- (every such step costs Redis; see docs/performance.md).
+-- function is made per call but the reply, numbers are parsed once, and
+-- defaults are not sent (every such step costs Redis; see
+-- docs/performance.md).
 --
 -- KEYS  as the generic check for one limit: KEYS[1] the state key, KEYS[2]
 --       the override key, KEYS[3] the block key; inline mode: KEYS[1] alone.
--- ARGV  as the generic check for one limit: cost, mode (1 | 0 | i1 | i0),
---       algorithm code, limit, period_us, burst, shadow; inline mode adds
---       the override's value and the block's value ('' = none).
+-- ARGV  limit, period_us, burst, then cost (absent: 1), mode (1 | 0 |
+--       i1 | i0; absent: 1), shadow (absent: 0): the generic check's for
+--       one limit without the algorithm's code (the script is the
+--       algorithm's own); inline mode (all six given) adds the override's
+--       value and the block's value ('' = none).
 -- Reply (made by one_limit_end.lua) when neither an override nor a block
 --       exists: { verdict, remaining, retry_after_us, reset_after_us }, with
 --       verdict = 2 * all_allowed + allowed (the capacity is the quota's,
@@ -18,39 +21,33 @@
 --       { all_allowed, allowed, remaining, retry_after_us, reset_after_us,
 --       capacity, flags, settled_ms, override_limit, override_period_us }:
 --       see limit_prelude.lua.
--- Sets: MODE, KEY, VALUE (the state key's string, or false; not read for
--- swc), BLOCK (the block's value), COST, LIMIT, PERIOD, BURST (the
+-- Sets: MODE, KEY, VALUE (the state key's value if it is a string, else
+-- false), BLOCK (the block's value), COST, LIMIT, PERIOD, BURST (the
 -- override's, if any), FLAGS (2 if the override applied), SETTLED
--- (settled_ms), APPLIED_LIMIT and APPLIED_PERIOD; the algorithm's part sets
--- what one_limit_end.lua reads (see there), declared here.
+-- (settled_ms), APPLIED_LIMIT and APPLIED_PERIOD; declares what the
+-- algorithm's part sets for one_limit_end.lua (see there).
 
-local MODE = ARGV[2]
+local MODE = ARGV[5] or '1'
 local KEY = KEYS[1]
 local VALUE, OVERRIDE, BLOCK
 -- How long the override and block stay as they are: -1 no bound, -2 not
 -- known (inline mode with either present), else the smaller PTTL of those
 -- that exist (read only when one does: a plain check pays nothing for it).
 local SETTLED = -1
--- The state is read here when it is a string (gcra, fw); swc's is a hash,
--- which its part reads itself.
-local STRING_STATE = ARGV[3] ~= 'swc'
+-- MGET reads a key of another type (the sliding window counter's hash
+-- state among them, which its part reads itself) as absent where GET would
+-- refuse it (WRONGTYPE): one_limit_end.lua writes a string state only if it
+-- is absent (NX) when it was read as absent, and refuses otherwise, so a
+-- key of another type is never replaced.
 if MODE == 'i1' or MODE == 'i0' then
-  VALUE, OVERRIDE, BLOCK = STRING_STATE and redis.call('GET', KEY), ARGV[8], ARGV[9]
+  VALUE, OVERRIDE, BLOCK = redis.call('MGET', KEY)[1], ARGV[7], ARGV[8]
   if OVERRIDE ~= '' or BLOCK ~= '' then
     SETTLED = -2
   end
 else
-  -- One MGET for the three keys. It reads a state key of another type as
-  -- absent where GET would refuse it (WRONGTYPE): one_limit_end.lua then
-  -- writes the state only if it is absent (NX) and refuses otherwise, so a
-  -- key of another type is never replaced.
-  if STRING_STATE then
-    local got = redis.call('MGET', KEY, KEYS[2], KEYS[3])
-    VALUE, OVERRIDE, BLOCK = got[1], got[2], got[3]
-  else
-    local got = redis.call('MGET', KEYS[2], KEYS[3])
-    OVERRIDE, BLOCK = got[1], got[2]
-  end
+  -- One MGET for the three keys.
+  local got = redis.call('MGET', KEY, KEYS[2], KEYS[3])
+  VALUE, OVERRIDE, BLOCK = got[1], got[2], got[3]
   if OVERRIDE then
     local ttl = redis.call('PTTL', KEYS[2])
     if ttl >= 0 then
@@ -65,8 +62,9 @@ else
   end
 end
 
-local COST = ARGV[1] == '1' and 1 or tonumber(ARGV[1])
-local LIMIT, PERIOD, BURST = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local COST = ARGV[4]
+COST = (COST == nil or COST == '1') and 1 or tonumber(COST)
+local LIMIT, PERIOD, BURST = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local FLAGS = 0
 -- The override's limit and period when it applied (else 0, 0): the reply's
 -- override_limit and override_period_us.

@@ -7,7 +7,7 @@
 --                  next be admitted (-1: admitted, or never)
 --   CAPACITY       the most one request may cost
 --   WRITE, WRITE_AT_MS  a string state's new value and its expiry (PXAT);
---                  a hash state (swc) sets SWC_W, SWC_C, SWC_P instead
+--                  a hash state (swc) sets SWC_W, SWC_C, SWC_P too
 --   REMAINING_WRITTEN, RESET_WRITTEN  remaining and reset_after_us if the
 --                  request is consumed; REMAINING_KEPT, RESET_KEPT if not
 -- Every number written was checked to be an integer in [0, 2^53) by the
@@ -26,10 +26,10 @@ if BLOCK then
   end
 end
 -- Shadow mode refuses nothing.
-local all_ok = ok or ARGV[7] == '1'
+local all_ok = ok or ARGV[6] == '1'
 local remaining, reset = REMAINING_KEPT, RESET_KEPT
 if ok and (MODE == '1' or MODE == 'i1') then
-  if not STRING_STATE then
+  if SWC_W then
     redis.call('HSET', KEY, 'w', string.format('%d', SWC_W), 'c', string.format('%d', SWC_C),
       'p', string.format('%d', SWC_P))
     redis.call('PEXPIREAT', KEY, string.format('%d', WRITE_AT_MS))
