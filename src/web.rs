@@ -24,11 +24,15 @@
 //!   that exact reset, refused for a held lock, a lease with permits or a
 //!   counter with a value unless forced (a separate confirmation) — the
 //!   library's own check, the same as `shardlimit reset`.
-//! * **Your authentication**: the router has none of its own; wrap it in
-//!   your auth layer (`.layer(…)`, or `route_layer` on the router you
-//!   nest it in). `shardlimit web` binds to `127.0.0.1` and, with writes
-//!   on, requires a bearer token or basic-auth credentials from the
-//!   environment.
+//! * **Authentication**: basic auth on every page if the options say so
+//!   ([`WebOptionsBuilder::basic_auth`]), or your own auth layer around
+//!   the router (`.layer(…)`, or `route_layer` on the router you nest it
+//!   in). `shardlimit web` binds to `127.0.0.1`, and with writes on or
+//!   beyond loopback requires basic-auth credentials from the environment
+//!   (or `--allow-anonymous`).
+//! * **No cross-site writes**: a POST another site's page makes (its
+//!   `Origin`) is refused before its token is read, and a CSRF token is
+//!   good for one write.
 //! * **Escaped**: every value is spliced by maud, which escapes it; a
 //!   subject `<script>…` renders as text. The pages use no JavaScript, and
 //!   the Content-Security-Policy forbids any.
@@ -79,6 +83,7 @@
 //! ```
 
 mod audit;
+mod auth;
 mod base;
 mod csrf;
 mod host;
@@ -107,9 +112,14 @@ use crate::Cluster;
 /// [`nest`](axum::Router::nest) under a prefix of your app; every link
 /// follows the prefix.
 ///
-/// Read-only unless `options` enable writes. It brings no authentication:
+/// Read-only unless `options` enable writes. No authentication unless
+/// `options` ask for basic auth ([`WebOptionsBuilder::basic_auth`]); else
 /// layer your own on it. It answers only to loopback names unless
-/// `options` allow more ([`WebOptionsBuilder::allow_host`]).
+/// `options` allow more ([`WebOptionsBuilder::allow_host`]). Every
+/// response, a `401` or `421` included, carries the security headers
+/// (nothing cached, sniffed or framed, no script); a write from another
+/// site's page (its `Origin`) is refused before its CSRF token is read,
+/// and a CSRF token authorises one write only.
 ///
 /// ```no_run
 /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
@@ -121,6 +131,7 @@ use crate::Cluster;
 /// ```
 pub fn router(cluster: &Cluster, options: WebOptions) -> Router {
     let hosts = options.hosts.clone();
+    let auth = options.auth.clone();
     let state = state::AppState::new(cluster, options);
     Router::new()
         .route("/", get(overview::page))
@@ -145,6 +156,8 @@ pub fn router(cluster: &Cluster, options: WebOptions) -> Router {
                 )
             }),
         )
+        .layer(axum::middleware::from_fn(host::same_origin))
+        .layer(axum::middleware::from_fn_with_state(auth, auth::check))
         .layer(axum::middleware::from_fn_with_state(hosts, host::check))
         .layer(axum::middleware::map_response(http::security_headers))
         .with_state(state)

@@ -1,18 +1,24 @@
-//! CSRF tokens for the reset action: stateless, bound to the exact action.
+//! CSRF tokens for the reset action: bound to the exact action, good once.
 //!
-//! A token is `<expiry>.<mac>`: the expiry in Unix seconds and an
-//! HMAC-SHA256, under a secret drawn when the router is built, of the
-//! expiry and the action (subject, kind, name, force). Only a page this
-//! router rendered can hold one — another site's page cannot read it
-//! (same-origin policy) — and it authorises only the reset it was shown
-//! with, until it expires. No cookie and no server-side session: a browser
-//! that sends basic-auth credentials by itself still needs the token.
+//! A token is `<expiry>.<nonce>.<mac>`: the expiry in Unix seconds, a
+//! random nonce and an HMAC-SHA256, under a secret drawn when the router is
+//! built, of the three and the action (subject, kind, name, force). Only a
+//! page this router rendered can hold one — another site's page cannot
+//! read it (same-origin policy) — and it authorises only the reset it was
+//! shown with, once, until it expires: the nonces of spent tokens are kept
+//! until their expiry, so a form posted twice (a reload, the back button, a
+//! replayed request) is refused the second time. No cookie and no session:
+//! a browser that sends basic-auth credentials by itself still needs the
+//! token.
 //!
-//! Why HMAC over a random nonce kept in memory: nothing to store, nothing
-//! to expire, and it works behind several replicas sharing no state (each
-//! has its own secret, so a token is only good on the replica that minted
-//! it — the confirmation and the POST are one page away from each other).
+//! Why HMAC rather than only nonces kept in memory: nothing is stored
+//! until a token is spent (a confirmation page that is never submitted
+//! costs nothing), and a token minted by another replica (another secret)
+//! is refused as such — the confirmation and the POST are one page away
+//! from each other, on the same replica.
 
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rand::RngCore;
@@ -31,6 +37,9 @@ pub(super) struct Action<'a> {
 pub(super) struct Csrf {
     secret: [u8; 32],
     ttl: Duration,
+    /// The nonces of spent tokens, with their expiry: dropped once expired
+    /// (the token is refused as expired from then on).
+    spent: Mutex<HashMap<u64, u64>>,
 }
 
 /// Why a token was refused.
@@ -42,6 +51,8 @@ pub(super) enum Refused {
     Expired,
     /// Minted for another action, or by another secret.
     Mismatch,
+    /// Already used once.
+    Spent,
 }
 
 impl Refused {
@@ -52,6 +63,7 @@ impl Refused {
             Refused::Mismatch => {
                 "the confirmation token was issued for another action (or by another server)"
             }
+            Refused::Spent => "the confirmation token was already used; confirm again",
         }
     }
 }
@@ -61,38 +73,63 @@ impl Csrf {
     pub(super) fn new(ttl: Duration) -> Self {
         let mut secret = [0u8; 32];
         rand::rng().fill_bytes(&mut secret);
-        Csrf { secret, ttl }
+        Csrf {
+            secret,
+            ttl,
+            spent: Mutex::default(),
+        }
     }
 
-    /// A token for `action`, valid for the configured time from `now`.
+    /// A token for `action`, valid once for the configured time from `now`.
     pub(super) fn mint(&self, action: &Action<'_>, now: SystemTime) -> String {
         let expiry = unix_secs(now).saturating_add(self.ttl.as_secs().max(1));
-        format!("{expiry}.{}", hex(&self.mac(expiry, action)))
+        let nonce = rand::rng().next_u64();
+        format!(
+            "{expiry}.{nonce:016x}.{}",
+            hex(&self.mac(expiry, nonce, action))
+        )
     }
 
-    /// Whether `token` authorises `action` at `now`.
-    pub(super) fn verify(
+    /// Whether `token` authorises `action` at `now`; if it does, it is
+    /// spent: the same token is refused from then on.
+    pub(super) fn spend(
         &self,
         token: &str,
         action: &Action<'_>,
         now: SystemTime,
     ) -> Result<(), Refused> {
-        let (expiry, mac) = token.split_once('.').ok_or(Refused::Malformed)?;
+        let mut parts = token.split('.');
+        let (Some(expiry), Some(nonce), Some(mac), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(Refused::Malformed);
+        };
         let expiry: u64 = expiry.parse().map_err(|_| Refused::Malformed)?;
+        let nonce = (nonce.len() == 16)
+            .then(|| u64::from_str_radix(nonce, 16).ok())
+            .flatten()
+            .ok_or(Refused::Malformed)?;
         let mac = unhex(mac).ok_or(Refused::Malformed)?;
-        if !constant_time_eq(&mac, &self.mac(expiry, action)) {
+        if !constant_time_eq(&mac, &self.mac(expiry, nonce, action)) {
             return Err(Refused::Mismatch);
         }
-        if unix_secs(now) > expiry {
+        let now = unix_secs(now);
+        if now > expiry {
             return Err(Refused::Expired);
+        }
+        let mut spent = self.spent.lock().unwrap_or_else(PoisonError::into_inner);
+        spent.retain(|_, until| *until >= now);
+        if spent.insert(nonce, expiry).is_some() {
+            return Err(Refused::Spent);
         }
         Ok(())
     }
 
-    fn mac(&self, expiry: u64, action: &Action<'_>) -> [u8; 32] {
+    fn mac(&self, expiry: u64, nonce: u64, action: &Action<'_>) -> [u8; 32] {
         // Length-prefixed fields: no two actions encode to the same bytes.
         let mut message = Vec::with_capacity(64 + action.subject.len());
         message.extend_from_slice(&expiry.to_be_bytes());
+        message.extend_from_slice(&nonce.to_be_bytes());
         for field in [
             action.subject,
             action.kind.unwrap_or("").as_bytes(),
@@ -178,13 +215,13 @@ mod tests {
         let csrf = Csrf::new(Duration::from_secs(600));
         let now = SystemTime::now();
         let token = csrf.mint(&action(b"user:1", false), now);
-        assert_eq!(csrf.verify(&token, &action(b"user:1", false), now), Ok(()));
+        assert_eq!(csrf.spend(&token, &action(b"user:1", false), now), Ok(()));
         assert_eq!(
-            csrf.verify(&token, &action(b"user:2", false), now),
+            csrf.spend(&token, &action(b"user:2", false), now),
             Err(Refused::Mismatch)
         );
         assert_eq!(
-            csrf.verify(&token, &action(b"user:1", true), now),
+            csrf.spend(&token, &action(b"user:1", true), now),
             Err(Refused::Mismatch),
             "a token for a plain reset does not authorise a forced one"
         );
@@ -194,14 +231,33 @@ mod tests {
             ..action(b"user:1", false)
         };
         assert_eq!(
-            csrf.verify(&token, &whole_subject, now),
+            csrf.spend(&token, &whole_subject, now),
             Err(Refused::Mismatch)
         );
         let later = now + Duration::from_secs(601);
         assert_eq!(
-            csrf.verify(&token, &action(b"user:1", false), later),
+            csrf.spend(&token, &action(b"user:1", false), later),
             Err(Refused::Expired)
         );
+    }
+
+    #[test]
+    fn a_token_is_good_once_and_two_tokens_for_one_action_differ() {
+        let csrf = Csrf::new(Duration::from_secs(600));
+        let now = SystemTime::now();
+        let a = action(b"user:1", false);
+        let (first, second) = (csrf.mint(&a, now), csrf.mint(&a, now));
+        assert_ne!(first, second);
+        assert_eq!(csrf.spend(&first, &a, now), Ok(()));
+        assert_eq!(csrf.spend(&first, &a, now), Err(Refused::Spent));
+        assert_eq!(csrf.spend(&second, &a, now), Ok(()));
+        // Spent nonces are forgotten once expired: the token is then
+        // refused as expired.
+        let later = now + Duration::from_secs(601);
+        let third = csrf.mint(&a, later);
+        assert_eq!(csrf.spend(&third, &a, later), Ok(()));
+        assert_eq!(csrf.spent.lock().unwrap().len(), 1);
+        assert_eq!(csrf.spend(&first, &a, later), Err(Refused::Expired));
     }
 
     #[test]
@@ -211,13 +267,26 @@ mod tests {
         let a = action(b"user:1", false);
         let token = csrf.mint(&a, now);
         let other = Csrf::new(Duration::from_secs(600));
-        assert_eq!(other.verify(&token, &a, now), Err(Refused::Mismatch));
-        // Moving the expiry forward breaks the MAC.
-        let (_, mac) = token.split_once('.').unwrap();
-        let forged = format!("{}.{mac}", u64::MAX);
-        assert_eq!(csrf.verify(&forged, &a, now), Err(Refused::Mismatch));
-        for bad in ["", "123", "abc.def", "1.zz", "1.abc"] {
-            assert_eq!(csrf.verify(bad, &a, now), Err(Refused::Malformed), "{bad}");
+        assert_eq!(other.spend(&token, &a, now), Err(Refused::Mismatch));
+        // Moving the expiry forward, or changing the nonce, breaks the MAC.
+        let (_, rest) = token.split_once('.').unwrap();
+        let forged = format!("{}.{rest}", u64::MAX);
+        assert_eq!(csrf.spend(&forged, &a, now), Err(Refused::Mismatch));
+        let (expiry, rest) = token.split_once('.').unwrap();
+        let (_, mac) = rest.split_once('.').unwrap();
+        let renonced = format!("{expiry}.{:016x}.{mac}", 7);
+        assert_eq!(csrf.spend(&renonced, &a, now), Err(Refused::Mismatch));
+        for bad in [
+            "",
+            "123",
+            "abc.def",
+            "1.zz",
+            "1.abc",
+            "1.0000000000000007",
+            "1.07.abcd",
+            "1.2.3.4",
+        ] {
+            assert_eq!(csrf.spend(bad, &a, now), Err(Refused::Malformed), "{bad}");
         }
     }
 }

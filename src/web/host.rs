@@ -113,6 +113,43 @@ fn authorities(request: &Request) -> Vec<&str> {
         .collect()
 }
 
+/// Middleware: `403` for a write (any method but `GET` and `HEAD`) that a
+/// browser says comes from another site — an `Origin` that is not this
+/// page's own (`null` included), or `Sec-Fetch-Site: cross-site` — before
+/// its CSRF token is even read. A request without either header (a script,
+/// `curl`) is no cross-site request and goes on to the token.
+pub(super) async fn same_origin(request: Request, next: Next) -> Response {
+    let method = request.method();
+    if method == axum::http::Method::GET || method == axum::http::Method::HEAD {
+        return next.run(request).await;
+    }
+    let headers = request.headers();
+    let own = authorities(&request);
+    let origin_ok = headers.get(header::ORIGIN).is_none_or(|origin| {
+        origin
+            .to_str()
+            .ok()
+            .and_then(|o| {
+                o.strip_prefix("http://")
+                    .or_else(|| o.strip_prefix("https://"))
+            })
+            .is_some_and(|authority| {
+                !own.is_empty() && own.iter().all(|a| a.eq_ignore_ascii_case(authority))
+            })
+    });
+    let site_ok = headers
+        .get("sec-fetch-site")
+        .is_none_or(|site| site.as_bytes() != b"cross-site");
+    if origin_ok && site_ok {
+        return next.run(request).await;
+    }
+    (
+        StatusCode::FORBIDDEN,
+        "refused: a write from another site's page (its Origin is not this page's)\n",
+    )
+        .into_response()
+}
+
 /// Middleware: `421 Misdirected Request` for a request to a name this page
 /// does not answer to.
 pub(super) async fn check(

@@ -4,6 +4,9 @@ use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
+use std::sync::Arc;
+
+use super::auth::BasicAuth;
 use super::host::AllowedHosts;
 use crate::Quota;
 use crate::admin::DEFAULT_SCAN_COUNT;
@@ -40,6 +43,7 @@ pub struct WebOptions {
     pub(super) audit_list_limit: usize,
     pub(super) quotas: BTreeMap<String, Quota>,
     pub(super) hosts: AllowedHosts,
+    pub(super) auth: Option<Arc<BasicAuth>>,
 }
 
 impl Default for WebOptions {
@@ -54,6 +58,7 @@ impl Default for WebOptions {
             audit_list_limit: 200,
             quotas: BTreeMap::new(),
             hosts: AllowedHosts::default(),
+            auth: None,
         }
     }
 }
@@ -70,6 +75,7 @@ impl WebOptions {
         WebOptionsBuilder {
             options: WebOptions::default(),
             hosts: Vec::new(),
+            auth: None,
         }
     }
 
@@ -106,19 +112,33 @@ impl WebOptions {
 ///     .build()?;
 /// # Ok::<(), shardlimit::Error>(())
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 #[must_use]
 pub struct WebOptionsBuilder {
     options: WebOptions,
     /// [`allow_host`](Self::allow_host)'s names, checked by `build`.
     hosts: Vec<String>,
+    /// [`basic_auth`](Self::basic_auth)'s user and password, checked by
+    /// `build`.
+    auth: Option<(String, String)>,
+}
+
+impl std::fmt::Debug for WebOptionsBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebOptionsBuilder")
+            .field("options", &self.options)
+            .field("hosts", &self.hosts)
+            .field("user", &self.auth.as_ref().map(|(user, _)| user))
+            .finish_non_exhaustive()
+    }
 }
 
 impl WebOptionsBuilder {
     /// Enables the reset action (a POST with a CSRF token, after a
     /// confirmation page). Default **false**: every page is read-only and a
-    /// POST is refused with `403`. Put your own authentication in front of
-    /// the router before turning this on (see [`router`](super::router)).
+    /// POST is refused with `403`. Set [`basic_auth`](Self::basic_auth), or
+    /// put your own authentication in front of the router, before turning
+    /// this on (see [`router`](super::router)).
     ///
     /// ```
     /// let options = shardlimit::web::WebOptions::builder().writes(true).build()?;
@@ -262,11 +282,35 @@ impl WebOptionsBuilder {
         self
     }
 
+    /// Requires HTTP basic authentication, `user` and `password`, on every
+    /// page and API call (a `401` with a challenge, which a browser answers
+    /// with its login prompt, otherwise). Default: none — put your own
+    /// authentication in front of the router, or set this, before turning
+    /// [`writes`](Self::writes) on or serving beyond this machine.
+    ///
+    /// Errors at [`build`](Self::build) for an empty user or password, a
+    /// `:` in the user or a control character. The password is never
+    /// printed (`Debug` shows `<redacted>`).
+    ///
+    /// ```
+    /// let options = shardlimit::web::WebOptions::builder()
+    ///     .writes(true)
+    ///     .basic_auth("ops", "correct horse battery staple")
+    ///     .build()?;
+    /// assert!(!format!("{options:?}").contains("horse"));
+    /// # Ok::<(), shardlimit::Error>(())
+    /// ```
+    pub fn basic_auth(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.auth = Some((user.into(), password.into()));
+        self
+    }
+
     /// Checks the settings.
     ///
     /// Errors with [`Error::Config`] for a page size above
-    /// [`MAX_PAGE_SIZE`], a zero SCAN count, a zero confirmation time or an
-    /// allowed host that is not a host name or an IP address.
+    /// [`MAX_PAGE_SIZE`], a zero SCAN count, a zero confirmation time, an
+    /// allowed host that is not a host name or an IP address, or basic
+    /// credentials a browser could not send.
     ///
     /// ```
     /// let err = shardlimit::web::WebOptions::builder().scan_count(0).build().unwrap_err();
@@ -282,6 +326,13 @@ impl WebOptionsBuilder {
                     field: "allow_host",
                     reason,
                 })?;
+        }
+        if let Some((user, password)) = &self.auth {
+            let auth = BasicAuth::new(user, password).map_err(|reason| Error::Config {
+                field: "basic_auth",
+                reason,
+            })?;
+            self.options.auth = Some(Arc::new(auth));
         }
         let o = &self.options;
         if o.page_size.get() > MAX_PAGE_SIZE {
@@ -326,6 +377,8 @@ mod tests {
             WebOptions::builder().scan_count(0),
             WebOptions::builder().confirm_ttl(Duration::ZERO),
             WebOptions::builder().allow_host("limits.internal:8080"),
+            WebOptions::builder().basic_auth("a:b", "secret"),
+            WebOptions::builder().basic_auth("ops", ""),
         ] {
             let err = builder.build().unwrap_err();
             assert!(matches!(err, Error::Config { .. }), "{err}");

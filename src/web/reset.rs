@@ -203,7 +203,7 @@ async fn execute(
         .map_err(|m| Failure::bad_request(m, format, &base))?;
     state
         .csrf
-        .verify(
+        .spend(
             q.token.as_deref().unwrap_or(""),
             &action(&subject, &q),
             SystemTime::now(),

@@ -9,12 +9,12 @@ use tokio::process::{Child, Command};
 
 use super::common;
 
-/// Starts `shardlimit web` on a free port with `args` and `env`; returns
-/// the child and the address it printed.
-async fn start(ns: &str, args: &[&str], env: &[(&str, &str)]) -> (Child, String) {
+/// `shardlimit web --listen <listen> <args>` on the test cluster, with no
+/// credentials in its environment but those of `env`.
+fn web(ns: &str, listen: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_shardlimit"));
     command
-        .args(["--namespace", ns, "web", "--listen", "127.0.0.1:0"])
+        .args(["--namespace", ns, "web", "--listen", listen])
         .args(args)
         .env("SHARDLIMIT_NODES", crate::common::node_urls().join(","))
         .env_remove("SHARDLIMIT_WEB_TOKEN")
@@ -24,6 +24,21 @@ async fn start(ns: &str, args: &[&str], env: &[(&str, &str)]) -> (Child, String)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    command
+}
+
+/// Runs `command`, which must refuse to start (exit code 2): its stderr.
+async fn refused(mut command: Command) -> String {
+    let output = command.output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    stderr
+}
+
+/// Starts `shardlimit web` on a free port with `args` and `env`; returns
+/// the child and the address it printed.
+async fn start(ns: &str, args: &[&str], env: &[(&str, &str)]) -> (Child, String) {
+    let mut command = web(ns, "127.0.0.1:0", args, env);
     let mut child = command.spawn().unwrap();
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
@@ -75,35 +90,20 @@ async fn read_only_on_loopback_by_default() {
 #[tokio::test]
 async fn writes_need_credentials_and_then_every_page_does() {
     let ns = common::unique_namespace("webcli");
-    let refused = Command::new(env!("CARGO_BIN_EXE_shardlimit"))
-        .args([
-            "--namespace",
-            &ns,
-            "web",
-            "--listen",
-            "127.0.0.1:0",
-            "--allow-writes",
-        ])
-        .env_remove("SHARDLIMIT_WEB_TOKEN")
-        .env_remove("SHARDLIMIT_WEB_USER")
-        .env_remove("SHARDLIMIT_WEB_PASSWORD")
-        .output()
-        .await
-        .unwrap();
-    assert_eq!(refused.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("--allow-writes needs credentials"));
+    let stderr = refused(web(&ns, "127.0.0.1:0", &["--allow-writes"], &[])).await;
+    assert!(
+        stderr.contains("--allow-writes needs credentials"),
+        "{stderr}"
+    );
 
-    let (_bearer, addr) = start(
-        &ns,
-        &["--allow-writes"],
-        &[("SHARDLIMIT_WEB_TOKEN", "s3cret-token")],
-    )
-    .await;
-    assert_eq!(get(&addr, "/", None).await.0, 401);
-    assert_eq!(get(&addr, "/", Some("Bearer wrong")).await.0, 401);
-    let (status, body) = get(&addr, "/api/overview", Some("Bearer s3cret-token")).await;
-    assert_eq!(status, 200, "{body}");
-    assert!(body.contains("\"writes\":true"), "{body}");
+    // A bearer token (earlier versions) is refused, saying what to set.
+    let token = [("SHARDLIMIT_WEB_TOKEN", "s3cret-token")];
+    let stderr = refused(web(&ns, "127.0.0.1:0", &[], &token)).await;
+    assert!(
+        stderr.contains("SHARDLIMIT_WEB_TOKEN is no longer read")
+            && stderr.contains("SHARDLIMIT_WEB_USER"),
+        "{stderr}"
+    );
 
     let basic = [
         ("SHARDLIMIT_WEB_USER", "ops"),
@@ -111,6 +111,21 @@ async fn writes_need_credentials_and_then_every_page_does() {
     ];
     let (_basic, addr) = start(&ns, &["--allow-writes"], &basic).await;
     assert_eq!(get(&addr, "/limiters", None).await.0, 401);
+    // The 401 carries the challenge and the security headers too.
+    let unauthorised = super::exchange(
+        &addr,
+        &format!("GET /limiters HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
+    )
+    .await
+    .to_ascii_lowercase();
+    for header in [
+        "www-authenticate: basic realm=\"shardlimit\"",
+        "content-security-policy: default-src 'none'",
+        "x-frame-options: deny",
+        "cache-control: no-store",
+    ] {
+        assert!(unauthorised.contains(header), "{header}: {unauthorised}");
+    }
     // base64("ops:s3cret")
     assert_eq!(
         get(&addr, "/limiters", Some("Basic b3BzOnMzY3JldA=="))
@@ -118,6 +133,35 @@ async fn writes_need_credentials_and_then_every_page_does() {
             .0,
         200
     );
+}
+
+#[tokio::test]
+async fn beyond_loopback_needs_credentials_or_an_explicit_flag() {
+    let ns = common::unique_namespace("webcli");
+    let stderr = refused(web(&ns, "0.0.0.0:0", &[], &[])).await;
+    assert!(
+        stderr.contains("reachable from other machines") && stderr.contains("--allow-anonymous"),
+        "{stderr}"
+    );
+    // With the flag it serves, anonymously, still to loopback names only.
+    let mut command = web(&ns, "0.0.0.0:0", &["--allow-anonymous"], &[]);
+    let mut child = command.spawn().unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut port = None;
+    while port.is_none() {
+        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .expect("shardlimit web did not start within 20 s")
+            .unwrap()
+            .expect("shardlimit web exited");
+        port = line
+            .split("http://0.0.0.0:")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .map(str::to_owned);
+    }
+    let addr = format!("127.0.0.1:{}", port.unwrap());
+    assert_eq!(get(&addr, "/api/overview", None).await.0, 200);
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@
 use shardlimit::web::WebOptions;
 
 use super::browser::Browser;
-use super::{ONE_AT_A_TIME, common, http_to, limits_app, raw, texts};
+use super::{ONE_AT_A_TIME, common, http_to, limits_app, raw, serve, texts};
 
 /// The port of a test server's base URL.
 fn port_of(base: &str) -> u16 {
@@ -134,5 +134,56 @@ async fn a_browser_on_a_rebound_name_reads_nothing() {
         .await
         .unwrap();
     assert_eq!(b.client.title().await.unwrap(), "Overview · shardlimit");
+    b.close().await;
+}
+
+/// Cross-site request forgery from a real browser: a page on another origin
+/// (another port of this machine, as any site the operator visits) holds a
+/// form that posts a reset to the Limits page. The browser sends that
+/// page's `Origin`, and the write is refused for it before its (missing)
+/// token is even read; the same form on the Limits page's own origin only
+/// lacks a token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_form_on_another_sites_page_cannot_post_a_reset() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let cluster = common::cluster("web-csrf").await;
+    let options = WebOptions::builder().writes(true).build().unwrap();
+    let base = limits_app(&cluster, options).await;
+    let form = format!(
+        "<!doctype html><title>cute cats</title>\
+         <form id=f method=post action=\"{base}/reset\">\
+         <input type=hidden name=subject value=\"user:1\">\
+         <button>see the cats</button></form>"
+    );
+    let evil = serve(axum::Router::new().route(
+        "/",
+        axum::routing::get(move || {
+            let form = form.clone();
+            async move { axum::response::Html(form) }
+        }),
+    ))
+    .await;
+    let b = Browser::start().await;
+    b.client.goto(&evil).await.unwrap();
+    b.client
+        .find(fantoccini::Locator::Css("form#f button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let text = texts(&b, "body").await.concat();
+    assert!(text.contains("another site"), "{text}");
+    b.screenshot("cross-site-post").await;
+    // The same form served by the Limits page's own origin gets past the
+    // Origin check, to the token it lacks.
+    let rest = base.trim_start_matches("http://");
+    let (addr, _) = rest.split_once('/').unwrap();
+    let request = format!(
+        "POST /limits/reset HTTP/1.1\r\nHost: {addr}\r\nOrigin: http://{addr}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 14\r\nConnection: close\r\n\r\nsubject=user:1"
+    );
+    let (status, body) = raw(addr, &request).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("token is missing"), "{body}");
     b.close().await;
 }

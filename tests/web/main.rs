@@ -63,13 +63,20 @@ async fn http_to(
     raw(addr, &request).await
 }
 
-/// Sends `request` as it is to `addr`: (status, body).
-async fn raw(addr: &str, request: &str) -> (u16, String) {
+/// Sends `request` as it is to `addr`: the whole response, headers
+/// included.
+async fn exchange(addr: &str, request: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).await.unwrap();
+    response
+}
+
+/// Sends `request` as it is to `addr`: (status, body).
+async fn raw(addr: &str, request: &str) -> (u16, String) {
+    let response = exchange(addr, request).await;
     let status = response[9..12].parse().unwrap();
     let body = response
         .split_once("\r\n\r\n")
@@ -540,6 +547,49 @@ async fn overview_filter_follow_reset_and_escape_in_a_browser() {
         "a counter with a value is refused unless forced: {body}"
     );
     assert_eq!(billing.get("user:2").await.unwrap(), Some(30));
+    // A token is good once: the same POST again is refused as such.
+    let (status, body) = http(&base, "POST", "/api/reset", &plain).await;
+    assert_eq!(
+        (status, body.contains("already used")),
+        (403, true),
+        "{body}"
+    );
+    // A write another site's page makes (its Origin) is refused before its
+    // token is read; this page's own Origin goes on to the token.
+    let (_, plan) = http(
+        &base,
+        "GET",
+        "/api/reset?subject=user%3A2&kind=counter&name=billing",
+        "",
+    )
+    .await;
+    let plan: serde_json::Value = serde_json::from_str(&plan).unwrap();
+    let fresh = format!(
+        "subject=user%3A2&kind=counter&name=billing&token={}",
+        plan["token"].as_str().unwrap()
+    );
+    let rest = base.trim_start_matches("http://");
+    let (addr, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    let post = |origin: &str| {
+        format!(
+            "POST /{prefix}/api/reset HTTP/1.1\r\nHost: {addr}\r\nOrigin: {origin}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{fresh}",
+            fresh.len()
+        )
+    };
+    for foreign in [
+        "http://evil.example",
+        "null",
+        &format!("http://{addr}.evil.example"),
+    ] {
+        let (status, body) = raw(addr, &post(foreign)).await;
+        assert_eq!(
+            (status, body.contains("another site")),
+            (403, true),
+            "Origin {foreign}: {body}"
+        );
+    }
+    let (status, body) = raw(addr, &post(&format!("http://{addr}"))).await;
+    assert_eq!(status, 409, "its own Origin reaches the reset: {body}");
 
     // Read-only by default: no confirmation, no POST.
     let read_only = limits_app(&cluster, WebOptions::default()).await;
