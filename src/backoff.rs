@@ -61,8 +61,7 @@ impl Backoff {
         self.attempt = self.attempt.saturating_add(1);
         let full = self.min.saturating_mul(factor).min(self.max);
         let half = full / 2;
-        let jitter = rand::rng().random_range(Duration::ZERO..=half);
-        (half + jitter).min(cap)
+        jitter(half, full - half).min(cap)
     }
 
     /// How long to sleep before the next attempt of a wait that started at
@@ -78,6 +77,18 @@ impl Backoff {
         // A hint of 0 (about to free up) still waits a millisecond.
         Some(self.next(left.min(hint.max(Duration::from_millis(1)))))
     }
+}
+
+/// `base` plus a uniformly random delay in `0..=spread`: the crate's one
+/// jitter, so that many processes or tasks woken by the same event (a
+/// failover, a lock freed, a limit refilled) do not act in lockstep.
+/// Backoffs draw the lower part of a delay this way (`jitter(d / 2, d / 2)`
+/// is "equal jitter"), waits add a spread after the time they must wait.
+pub(crate) fn jitter(base: Duration, spread: Duration) -> Duration {
+    if spread.is_zero() {
+        return base;
+    }
+    base.saturating_add(rand::rng().random_range(Duration::ZERO..=spread))
 }
 
 /// A fresh random 128-bit identifier in lowercase hex (32 characters): lock
@@ -125,6 +136,18 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn jitter_stays_within_base_and_base_plus_spread() {
+        let (base, spread) = (Duration::from_millis(40), Duration::from_millis(10));
+        let draws: Vec<Duration> = (0..1_000).map(|_| jitter(base, spread)).collect();
+        assert!(draws.iter().all(|d| (base..=base + spread).contains(d)));
+        // It spreads: the draws are not all in one half.
+        let middle = base + spread / 2;
+        assert!(draws.iter().any(|d| *d < middle) && draws.iter().any(|d| *d > middle));
+        assert_eq!(jitter(base, Duration::ZERO), base);
+        assert_eq!(jitter(Duration::MAX, spread), Duration::MAX, "saturates");
     }
 
     #[test]

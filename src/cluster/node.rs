@@ -465,7 +465,8 @@ async fn probe_until_up(weak: Weak<Node>) {
 
 /// Half to all of `interval`, at random.
 fn jittered(interval: Duration) -> Duration {
-    interval.mul_f64(rand::random_range(0.5..=1.0))
+    let half = interval / 2;
+    crate::backoff::jitter(half, interval - half)
 }
 
 #[cfg(test)]

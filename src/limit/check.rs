@@ -9,7 +9,6 @@ use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
 use futures::future::join_all;
-use rand::Rng;
 // tokio's clock, so tests can pause it.
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -404,8 +403,7 @@ pub(crate) fn wait_for(decision: &Decision, deadline: Option<Instant>) -> Option
     }
     let wait = decision.retry_after?;
     // Up to 10% (at most 50 ms) later, so a crowd of waiters spreads out.
-    let spread = u64::try_from((wait / 10).min(Duration::from_millis(50)).as_micros()).unwrap_or(0);
-    let wait = wait.saturating_add(Duration::from_micros(rand::rng().random_range(0..=spread)));
+    let wait = crate::backoff::jitter(wait, (wait / 10).min(Duration::from_millis(50)));
     match deadline {
         None => Some(wait),
         Some(deadline) => Instant::now()

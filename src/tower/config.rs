@@ -173,9 +173,6 @@ impl Config {
     /// This response's jitter: uniformly random in `0..=jitter`, zero when
     /// jitter is off.
     pub(crate) fn draw_jitter(&self) -> Duration {
-        if self.jitter.is_zero() {
-            return Duration::ZERO;
-        }
-        rand::Rng::random_range(&mut rand::rng(), Duration::ZERO..=self.jitter)
+        crate::backoff::jitter(Duration::ZERO, self.jitter)
     }
 }

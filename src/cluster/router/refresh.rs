@@ -27,7 +27,9 @@ impl Router {
             .checked_mul(1u32 << failures.min(16))
             .unwrap_or(Duration::MAX)
             .min(self.config.node.reconnect_max.max(base));
-        grown.mul_f64(rand::random_range(0.75..=1.0))
+        // Three quarters to all of it, at random.
+        let quarter = grown / 4;
+        crate::backoff::jitter(grown - quarter, quarter)
     }
 }
 
