@@ -35,7 +35,7 @@ use std::time::Duration;
 use redis::{FromRedisValue, ToRedisArgs, Value};
 
 pub use self::builder::ClusterBuilder;
-use self::call::Request;
+use self::call::{Op, Request};
 pub use self::deployment::Deployment;
 pub use self::env::{
     CLUSTER_PORT_ENV, DEFAULT_NODES, DEPLOYMENT_ENV, NAMESPACE_ENV, NODES_ENV, PASSWORD_ENV,
@@ -457,15 +457,9 @@ impl Cluster {
     async fn run(&self, op: Cow<'static, str>, slot: u16, payload: Payload<'_>) -> Result<Value> {
         crate::metrics::span_slot(Some(slot));
         let started = crate::metrics::Started::now();
-        let outcome = exec::run(
-            &self.inner.router,
-            &op,
-            slot,
-            payload,
-            self.command_timeout(),
-        )
-        .await;
-        self.inner.metrics.observe(&op, started, &outcome);
+        let call = Op::new(op, Some(slot), self.command_timeout());
+        let outcome = exec::run(&self.inner.router, &call, slot, payload).await;
+        self.inner.metrics.observe(&call.name, started, &outcome);
         outcome
     }
 }

@@ -337,12 +337,7 @@ impl Batch<'_> {
     /// Writes `pipe` to `node` and returns its replies (server errors as
     /// values), or why there are none.
     async fn send(&self, node: &Arc<Node>, pipe: &Pipeline) -> Result<Vec<Value>> {
-        let op = Op {
-            name: self.op,
-            slot: None,
-            deadline: self.deadline,
-            timeout: self.timeout,
-        };
+        let op = Op::until(self.op.clone(), None, self.deadline, self.timeout);
         let count = pipe.len();
         let sent = deliver(
             self.router,
@@ -375,16 +370,13 @@ impl Batch<'_> {
         if self.split_when_migrating {
             payload = payload.split_when_migrating();
         }
-        let result = exec::drive(
-            self.router,
-            self.op,
-            call.slot,
-            payload,
-            replied,
+        let op = Op::until(
+            self.op.clone(),
+            Some(call.slot),
             self.deadline,
             self.timeout,
-        )
-        .await;
+        );
+        let result = exec::drive(self.router, &op, call.slot, payload, replied).await;
         (call.index, result)
     }
 }

@@ -36,14 +36,40 @@ pub(crate) enum Request<'a> {
     Pipeline(&'a Pipeline),
 }
 
-/// One operation as its errors name it, and its bounds: every attempt and
-/// resend ends by `deadline`, which is `timeout` after it started.
-#[derive(Clone, Copy)]
-pub(crate) struct Op<'a> {
-    pub(crate) name: &'a Cow<'static, str>,
+/// One operation's context, passed down the transport instead of its
+/// parts: its name and slot as its errors give them, and its bounds — every
+/// attempt and resend ends by `deadline`, which is `timeout` after it
+/// started.
+#[derive(Clone, Debug)]
+pub(crate) struct Op {
+    pub(crate) name: Cow<'static, str>,
     pub(crate) slot: Option<u16>,
     pub(crate) deadline: Instant,
     pub(crate) timeout: Duration,
+}
+
+impl Op {
+    /// `name` on `slot` (`None`: a request to a node, no slot), starting
+    /// now, ending `timeout` from now.
+    pub(crate) fn new(name: Cow<'static, str>, slot: Option<u16>, timeout: Duration) -> Self {
+        Op::until(name, slot, Instant::now() + timeout, timeout)
+    }
+
+    /// `name` on `slot`, ending at `deadline` (a batch's, shared by its
+    /// calls); `timeout` is what its errors say it was given.
+    pub(crate) fn until(
+        name: Cow<'static, str>,
+        slot: Option<u16>,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> Self {
+        Op {
+            name,
+            slot,
+            deadline,
+            timeout,
+        }
+    }
 }
 
 /// Sends `request` to `node`, without following redirects, within
@@ -55,14 +81,8 @@ pub(crate) async fn node_request(
     timeout: Duration,
     router: &dyn Refresh,
 ) -> Result<Value> {
-    let name = op.into();
     tokio::task::coop::consume_budget().await; // see `exec::run`
-    let op = Op {
-        name: &name,
-        slot: None,
-        deadline: Instant::now() + timeout,
-        timeout,
-    };
+    let op = Op::new(op.into(), None, timeout);
     let reply = deliver(router, node, Lane::Shared, &op, |mut conn| async move {
         match request {
             Request::Cmd(cmd) => conn.req_packed_command(cmd).await?.extract_error(),
@@ -75,7 +95,7 @@ pub(crate) async fn node_request(
     .await?
     .into_reply(&op)?;
     reply.map_err(|source| Error::Redis {
-        op: name.clone(),
+        op: op.name,
         slot: None,
         source,
     })
@@ -91,7 +111,7 @@ pub(crate) struct Delivered<T> {
 impl<T> Delivered<T> {
     /// The reply, or a server error for the caller to classify; a lost
     /// request as the error for the caller of `op`.
-    pub(crate) fn into_reply(self, op: &Op<'_>) -> Result<RedisResult<T>> {
+    pub(crate) fn into_reply(self, op: &Op) -> Result<RedisResult<T>> {
         self.outcome.map_err(|lost| lost.into_error(op))
     }
 }
@@ -111,7 +131,7 @@ pub(crate) async fn deliver<T, F, Fut>(
     router: &dyn Refresh,
     node: &Arc<Node>,
     lane: Lane,
-    op: &Op<'_>,
+    op: &Op,
     send: F,
 ) -> Result<Delivered<T>>
 where
@@ -136,8 +156,8 @@ where
 
 /// A connection to `node`, or the error that says why there is none: a node
 /// known down is refused at once, without sending anything.
-async fn connect(router: &dyn Refresh, node: &Arc<Node>, lane: Lane, op: &Op<'_>) -> Result<Live> {
-    let (slot, name) = (op.slot, op.name);
+async fn connect(router: &dyn Refresh, node: &Arc<Node>, lane: Lane, op: &Op) -> Result<Live> {
+    let (slot, name) = (op.slot, &op.name);
     match timeout_at(op.deadline, node.connection(lane)).await {
         Ok(Ok(live)) => Ok(live),
         Ok(Err(Unavailable::Down {
@@ -191,7 +211,7 @@ pub(crate) enum Lost {
 
 impl Lost {
     /// The error for the caller of `op`.
-    pub(crate) fn into_error(self, op: &Op<'_>) -> Error {
+    pub(crate) fn into_error(self, op: &Op) -> Error {
         match self {
             Lost::TimedOut => Error::Timeout {
                 op: op.name.clone(),
@@ -215,7 +235,7 @@ pub(crate) async fn exchange<T>(
     router: &dyn Refresh,
     node: &Arc<Node>,
     live: &Live,
-    op: &Op<'_>,
+    op: &Op,
     sent: impl Future<Output = RedisResult<T>>,
 ) -> Result<RedisResult<T>, Lost> {
     // `sent` is not polled yet, so no byte of it can be on the socket.

@@ -45,7 +45,6 @@
 //! pipeline per node, and hands each reply that proves a script did not run
 //! to [`drive`], which goes on from there by these same rules.
 
-use std::borrow::Cow;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
@@ -80,43 +79,36 @@ pub(super) enum Target {
 }
 
 /// Runs `payload` on the node serving `slot`, following redirects, within
-/// `timeout`.
-// `op` is a `Cow`, not a `&str`: errors take it by cloning, which copies
-// nothing for the crate's `'static` names.
-#[allow(clippy::ptr_arg)]
+/// the operation's deadline.
 pub(crate) async fn run(
     router: &Router,
-    op: &Cow<'static, str>,
+    op: &Op,
     slot: u16,
     payload: Payload<'_>,
-    timeout: Duration,
 ) -> Result<Value> {
     // A call for a node known down completes in one poll without touching
     // any tokio resource, so a caller looping on it would never yield and
     // could starve its worker thread (timers included). Spend one unit of
     // the task's cooperative budget per call, as tokio's own resources do.
     tokio::task::coop::consume_budget().await;
-    let deadline = Instant::now() + timeout;
-    drive(router, op, slot, payload, None, deadline, timeout).await
+    drive(router, op, slot, payload, None).await
 }
 
-/// [`run`] until `deadline`. `replied`, if given, is the error the
+/// [`run`] from a first reply. `replied`, if given, is the error the
 /// payload's first attempt got when the caller sent it itself, which must
 /// prove it did not run — a redirect, a reply of the cluster reconfiguring,
 /// `NOSCRIPT`. It is handled as `run` would handle it (a `MOVED` updates the
 /// slot table), then the payload is resent. `None`: nothing was sent yet.
-#[allow(clippy::ptr_arg)] // see `run`
+/// `op` names `slot` (`op.slot` is `Some(slot)`).
 pub(super) async fn drive(
     router: &Router,
-    op: &Cow<'static, str>,
+    op: &Op,
     slot: u16,
     mut payload: Payload<'_>,
     mut replied: Option<RedisError>,
-    deadline: Instant,
-    timeout: Duration,
 ) -> Result<Value> {
     let failed = |source| Error::Redis {
-        op: op.clone(),
+        op: op.name.clone(),
         slot: Some(slot),
         source,
     };
@@ -125,12 +117,10 @@ pub(super) async fn drive(
     loop {
         let err = match replied.take() {
             Some(err) => err,
-            None => {
-                match attempt_once(router, op, slot, &target, &payload, deadline, timeout).await? {
-                    Ok(value) => return Ok(value),
-                    Err(err) => err,
-                }
-            }
+            None => match attempt_once(router, op, slot, &target, &payload).await? {
+                Ok(value) => return Ok(value),
+                Err(err) => err,
+            },
         };
         attempt += 1;
         if attempt >= MAX_ATTEMPTS {
@@ -157,7 +147,7 @@ pub(super) async fn drive(
             Step::Backoff => {
                 router.request_refresh();
                 let wake = Instant::now() + backoff(attempt);
-                if wake >= deadline {
+                if wake >= op.deadline {
                     return Err(failed(cause(err)));
                 }
                 tokio::time::sleep_until(wake).await;
@@ -171,15 +161,12 @@ pub(super) async fn drive(
 
 /// One attempt at `target`: the reply, the server error to decide the next
 /// step on (`Ok(Err)`), or the error that ends the operation.
-#[allow(clippy::ptr_arg)] // see `run`
 async fn attempt_once(
     router: &Router,
-    op: &Cow<'static, str>,
+    op: &Op,
     slot: u16,
     target: &Target,
     payload: &Payload<'_>,
-    deadline: Instant,
-    timeout: Duration,
 ) -> Result<RedisResult<Value>> {
     let node = match target {
         Target::Slot => match router.owner(slot) {
@@ -200,22 +187,16 @@ async fn attempt_once(
         Target::Node { host, port, .. } => router.node(host, *port)?,
     };
     let asking = matches!(target, Target::Node { asking: true, .. });
-    let op = Op {
-        name: op,
-        slot: Some(slot),
-        deadline,
-        timeout,
-    };
     let Delivered { live, outcome } =
-        deliver(router, &node, payload.lane(), &op, |mut conn| async move {
+        deliver(router, &node, payload.lane(), op, |mut conn| async move {
             send(&mut conn, payload, asking).await
         })
         .await?;
     if let Some(undo) = payload.undoing().filter(|_| may_have_run(&outcome)) {
         let behind = Behind { node, live, asking };
-        undo::spawn(router, undo.clone(), Some(behind), timeout);
+        undo::spawn(router, undo.clone(), Some(behind), op.timeout);
     }
-    outcome.map_err(|lost| lost.into_error(&op))
+    outcome.map_err(|lost| lost.into_error(op))
 }
 
 /// Whether an attempt's outcome leaves it possible that the operation ran

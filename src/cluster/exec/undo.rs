@@ -79,12 +79,7 @@ async fn run(router: Weak<Router>, undo: Undo, behind: Option<Behind>, timeout: 
         let payload = undo.payload();
         let mut conn = live.conn.clone();
         let sent = send(&mut conn, &payload, asking);
-        let on = Op {
-            name: &op,
-            slot: Some(undo.slot),
-            deadline: Instant::now() + timeout,
-            timeout,
-        };
+        let on = Op::new(op.clone(), Some(undo.slot), timeout);
         match exchange(&*router, &node, &live, &on, sent).await {
             Ok(Ok(_)) => return finished(&undo, Ok(())),
             Ok(Err(source)) if matches!(next_step(&source, 0), Step::Fail) => {
@@ -111,17 +106,8 @@ async fn run(router: Weak<Router>, undo: Undo, behind: Option<Behind>, timeout: 
         let Some(router) = router.upgrade() else {
             return;
         };
-        let deadline = Instant::now() + timeout;
-        let outcome = drive(
-            &router,
-            &op,
-            undo.slot,
-            undo.payload(),
-            replied.take(),
-            deadline,
-            timeout,
-        )
-        .await;
+        let on = Op::new(op.clone(), Some(undo.slot), timeout);
+        let outcome = drive(&router, &on, undo.slot, undo.payload(), replied.take()).await;
         drop(router);
         let now = Instant::now();
         match outcome {
