@@ -10,17 +10,16 @@
 //! the rest is here for services that write their own scripts or watch
 //! the connection.
 
+mod access;
 mod batch;
 mod builder;
 mod call;
 mod deployment;
-mod env;
 mod exec;
 mod invalidation;
 mod node;
 mod ready;
 mod router;
-mod seeds;
 mod socket;
 mod stats;
 mod subscriber;
@@ -35,12 +34,12 @@ use std::time::Duration;
 use redis::{FromRedisValue, ToRedisArgs, Value};
 
 pub use self::builder::ClusterBuilder;
-use self::call::{Op, Request};
-pub use self::deployment::Deployment;
-pub use self::env::{
+pub use self::builder::env::{
     CLUSTER_PORT_ENV, DEFAULT_NODES, DEPLOYMENT_ENV, NAMESPACE_ENV, NODES_ENV, PASSWORD_ENV,
     PASSWORD_FILE_ENV, SENTINEL_SERVICE_ENV, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, USER_ENV,
 };
+use self::call::{Op, Request};
+pub use self::deployment::Deployment;
 use self::exec::Payload;
 pub(crate) use self::exec::Undo;
 pub(crate) use self::invalidation::{Invalidations, Listener};

@@ -1,20 +1,21 @@
 //! [`ClusterBuilder`]: every setting of a [`Cluster`], validated before
 //! anything is contacted.
 
+pub(super) mod env;
 mod security;
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::deployment::Deployment;
-use super::env::{
+use self::env::{
     DEPLOYMENT_ENV, NAMESPACE_ENV, NODES_ENV, PASSWORD_ENV, PASSWORD_FILE_ENV,
     SENTINEL_SERVICE_ENV, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, USER_ENV,
 };
+use super::access::{self, Pem, Security};
+use super::deployment::Deployment;
 use super::node::NodeConfig;
 use super::router::{Router, RouterConfig};
-use super::seeds::{self, Pem, Security};
 use super::socket::Connector;
 use super::subscriber::SubscriberConfig;
 use super::{Cluster, Inner, Invalidations};
@@ -373,11 +374,11 @@ impl ClusterBuilder {
                 ),
             ));
         }
-        if seeds::any_tls(&seeds) {
-            seeds::install_crypto_provider();
+        if access::any_tls(&seeds) {
+            access::install_crypto_provider();
         }
         let connector = Connector::new(&seeds, certificates.as_ref())?;
-        let seed_list = seeds.iter().map(seeds::show).collect::<Vec<_>>().join(",");
+        let seed_list = seeds.iter().map(access::show).collect::<Vec<_>>().join(",");
         let router = Router::new(
             seeds,
             seed_list,
@@ -430,7 +431,7 @@ impl ClusterBuilder {
 
 impl fmt::Debug for ClusterBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let nodes: Vec<String> = self.nodes.iter().map(|n| seeds::redact_url(n)).collect();
+        let nodes: Vec<String> = self.nodes.iter().map(|n| access::redact_url(n)).collect();
         f.debug_struct("ClusterBuilder")
             .field("nodes", &nodes)
             .field("deployment", &self.deployment)

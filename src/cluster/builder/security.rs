@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use super::ClusterBuilder;
-use crate::cluster::seeds::{PasswordSource, Pem, Secret};
+use crate::cluster::access::{PasswordSource, Pem, Secret};
 
 impl ClusterBuilder {
     /// The ACL username every node is authenticated as, overriding any in

@@ -1,5 +1,6 @@
-//! Seed URLs to connection settings: credentials given apart from the URLs,
-//! TLS (a custom CA, a client certificate), and how a node is shown.
+//! Access to the nodes: seed URLs to connection settings — credentials
+//! given apart from the URLs, TLS (a custom CA, a client certificate) — and
+//! how a node is shown without its password.
 //!
 //! A password must never be printed. Everything that shows a node — the
 //! builder's `Debug`, [`Error::Config`], [`Error::Connect`], the router's

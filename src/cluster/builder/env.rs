@@ -1,7 +1,7 @@
 //! The environment variables [`Cluster::builder_from_env`](crate::Cluster::builder_from_env)
 //! reads, and [`Cluster::seeds_from_env`](crate::Cluster::seeds_from_env).
 
-use super::Cluster;
+use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 
 /// Environment variable with the seed nodes, comma-separated
