@@ -51,7 +51,7 @@ add() { names+=("$1"); codes+=("$2"); calls_args+=("$3"); }
 add "shardlimit gcra" "$(script clock one_limit gcra_check one_limit_end)" "$(three g) 1000000 1000000 1000000"
 add "shardlimit fixed window" "$(script clock one_limit fw_check one_limit_end)" "$(three f) 1000000 1000000 1000000"
 add "shardlimit sliding window counter" "$(script clock one_limit swc_check one_limit_end)" "$(three w) 1000000 1000000 1000000"
-add "shardlimit sliding log" "$(script clock limit_prelude sliding_log limit_main)" "$(three l) 1 1 slog 128 1000000 128 0"
+add "shardlimit sliding log" "$(script clock one_limit slog_check one_limit_end)" "$(three l) 128 1000000 128"
 add "shardlimit gcra, generic check" "$(script clock limit_prelude fixed_window sliding_log sliding_window gcra limit_main)" "$(three x) 1 1 gcra 1000000 1000000 1000000 0"
 add "minimal gcra (1 key)" "$(cat benches/load/minimal_gcra.lua)" "1 $tag:m:__rand_int__ 1 1000000"
 add "bare INCR" "return redis.call('INCR', KEYS[1])" "1 $tag:i:__rand_int__"

@@ -1,5 +1,5 @@
-//! The check a limiter with one GCRA, fixed-window or sliding-window-counter
-//! limit sends (`gcra_check.lua`, `fw_check.lua`, `swc_check.lua`, after
+//! The check a limiter with one limit sends (`gcra_check.lua`,
+//! `fw_check.lua`, `swc_check.lua`, `slog_check.lua`, after
 //! `one_limit.lua`: the generic check specialised so that
 //! it costs Redis less) agrees with the generic check (`limit_prelude.lua`,
 //! the algorithm's file, `limit_main.lua`, which multi-limits send) on every
@@ -58,7 +58,7 @@ impl Pair {
     }
 }
 
-fn pairs() -> [Pair; 3] {
+fn pairs() -> [Pair; 4] {
     [
         Pair::new(
             "gcra",
@@ -74,6 +74,11 @@ fn pairs() -> [Pair; 3] {
             "swc",
             include_str!("../src/scripts/sliding_window.lua"),
             include_str!("../src/scripts/swc_check.lua"),
+        ),
+        Pair::new(
+            "slog",
+            include_str!("../src/scripts/sliding_log.lua"),
+            include_str!("../src/scripts/slog_check.lua"),
         ),
     ]
 }

@@ -139,8 +139,7 @@ pub struct Invocation {
     /// `ARGV`: `cost, consume, ` then `kind, limit, period_us, burst,
     /// shadow` per limit. `KEYS` holds three keys per limit: its state, the
     /// subject's override of it and the subject's block of it. A check of
-    /// one GCRA, fixed-window or sliding-window-counter limit sends its
-    /// algorithm's own script, with `limit, period_us, burst` and then, if
+    /// one limit sends its algorithm's own script, with `limit, period_us, burst` and then, if
     /// any is not its default, `cost, consume, shadow` (the script knows
     /// its algorithm; every argument costs Redis).
     ///

@@ -1,5 +1,6 @@
 -- The shared parts of the one-limit checks: this file reads, the
--- algorithm's part (gcra_check.lua, fw_check.lua, swc_check.lua) decides,
+-- algorithm's part (gcra_check.lua, fw_check.lua, swc_check.lua,
+-- slog_check.lua) decides,
 -- one_limit_end.lua applies the block, the shadow mode and the mode,
 -- writes and replies. Together they are the generic check (limit_prelude.lua,
 -- limit_main.lua) for a single limit, as straight-line code: no table or
@@ -80,4 +81,5 @@ end
 
 -- Set by the algorithm's part, read by one_limit_end.lua (see there).
 local ADMITS, RETRY, CAPACITY, WRITE, WRITE_AT_MS, SWC_W, SWC_C, SWC_P
+local SLOG_STAMP, SLOG_COUNT, SLOG_HORIZON
 local REMAINING_WRITTEN, RESET_WRITTEN, REMAINING_KEPT, RESET_KEPT

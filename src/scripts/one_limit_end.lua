@@ -7,7 +7,9 @@
 --                  next be admitted (-1: admitted, or never)
 --   CAPACITY       the most one request may cost
 --   WRITE, WRITE_AT_MS  a string state's new value and its expiry (PXAT);
---                  a hash state (swc) sets SWC_W, SWC_C, SWC_P too
+--                  a hash state (swc) sets SWC_W, SWC_C, SWC_P too; a
+--                  sorted set (slog) SLOG_STAMP, SLOG_COUNT (members to add,
+--                  scored SLOG_STAMP) and SLOG_HORIZON (trimmed up to)
 --   REMAINING_WRITTEN, RESET_WRITTEN  remaining and reset_after_us if the
 --                  request is consumed; REMAINING_KEPT, RESET_KEPT if not
 -- Every number written was checked to be an integer in [0, 2^53) by the
@@ -29,7 +31,26 @@ end
 local all_ok = ok or ARGV[6] == '1'
 local remaining, reset = REMAINING_KEPT, RESET_KEPT
 if ok and (MODE == '1' or MODE == 'i1') then
-  if SWC_W then
+  if SLOG_STAMP then
+    -- sliding_log.lua's writes: trim what left the window, add one member
+    -- per unit (at most 128: the limit's cap), expire with the newest.
+    if SLOG_STAMP % 1 ~= 0 or SLOG_STAMP < 0 or SLOG_STAMP >= 9007199254740992
+      or WRITE_AT_MS >= 9007199254740992 then
+      return redis.error_reply('ERR shardlimit: number out of range: ' .. tostring(SLOG_STAMP))
+    end
+    local stamp = string.format('%d', SLOG_STAMP)
+    redis.call('ZREMRANGEBYSCORE', KEY, '-inf', string.format('%d', SLOG_HORIZON))
+    if SLOG_COUNT == 1 then
+      redis.call('ZADD', KEY, stamp, stamp .. ':1')
+    else
+      local add = {}
+      for i = 1, SLOG_COUNT do
+        add[2 * i - 1], add[2 * i] = stamp, stamp .. ':' .. i
+      end
+      redis.call('ZADD', KEY, unpack(add))
+    end
+    redis.call('PEXPIREAT', KEY, string.format('%d', WRITE_AT_MS))
+  elseif SWC_W then
     redis.call('HSET', KEY, 'w', string.format('%d', SWC_W), 'c', string.format('%d', SWC_C),
       'p', string.format('%d', SWC_P))
     redis.call('PEXPIREAT', KEY, string.format('%d', WRITE_AT_MS))
