@@ -58,7 +58,7 @@
 //! logged and counted ([`RateLimiter::catalog_publishing`]). Processes
 //! that publish different specs for one name are all kept and shown
 //! ("2 specs published"); the admin side then counts against the
-//! strictest. One publication costs the catalog's master about 20 µs
+//! strictest. One publication costs the catalog's master about 21 µs
 //! (measured: docs/admin.md, "Limits are known"), once per limiter and
 //! process every 30 s by default
 //! ([`RateLimiterBuilder::catalog_refresh`]).

@@ -163,3 +163,39 @@ async fn processes_that_disagree_are_all_shown_and_the_strictest_counts() {
     let headroom = catalog.headroom(&rows[0]).unwrap();
     assert_eq!((headroom.remaining, headroom.at_limit), (59, false));
 }
+
+#[tokio::test]
+async fn a_publication_that_fails_never_fails_a_check() {
+    // A user that may run every check but not the catalog's HGETALL: every
+    // publication is refused (NOPERM inside the script).
+    let user = common::AclUser::without("+hgetall").await;
+    let cluster = user.builder().build().await.unwrap();
+    let api = RateLimiter::builder(&cluster, "api", Quota::per_minute(nz(3)))
+        .catalog_refresh(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        assert!(api.check("user:1").await.unwrap().allowed);
+    }
+    assert!(!api.check("user:1").await.unwrap().allowed);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while api.catalog_publishing().failed < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            api.catalog_publishing()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(api.catalog_publishing().published, 0);
+    // Checks go on as before, while the refreshes keep failing.
+    assert!(!api.check("user:1").await.unwrap().allowed);
+    assert!(api.check("user:2").await.unwrap().allowed);
+    assert!(
+        common::all_keys_with_pttl(cluster.namespace())
+            .await
+            .iter()
+            .all(|(key, _)| !key.windows(20).any(|w| w == b"{shardlimit.catalog}")),
+        "nothing published"
+    );
+}

@@ -11,27 +11,36 @@
 -- ARGV[3]  the TTL, ms: of the key, and the age at which a field is stale
 -- ARGV[4]  the most fields kept; the oldest beyond it are dropped
 -- Reply    how many specs the key holds now
+-- Everything is decided from one read before the first write, and the TTL
+-- is set right after the field: a command refused halfway (an ACL without
+-- HGETALL or HDEL) never leaves the key without a TTL.
 local key, spec, before = KEYS[1], ARGV[1], ARGV[2]
 local ttl, most = tonumber(ARGV[3]), tonumber(ARGV[4])
-if before ~= '' and before ~= spec then
-  redis.call('HDEL', key, before)
-end
-redis.call('HSET', key, spec, string.format('%d', NOW_MS))
 local fields = redis.call('HGETALL', key)
-local kept = {}
+local kept, drop = { { spec, NOW_MS } }, {}
+if before ~= '' and before ~= spec then
+  drop[#drop + 1] = before
+end
 for i = 1, #fields, 2 do
-  local at = tonumber(fields[i + 1])
-  if at == nil or at < NOW_MS - ttl then
-    redis.call('HDEL', key, fields[i])
-  else
-    kept[#kept + 1] = { fields[i], at }
+  local field, at = fields[i], tonumber(fields[i + 1])
+  if field ~= spec and field ~= before then
+    if at == nil or at < NOW_MS - ttl then
+      drop[#drop + 1] = field
+    else
+      kept[#kept + 1] = { field, at }
+    end
   end
 end
 if #kept > most then
-  table.sort(kept, function(a, b) return a[2] < b[2] end)
-  for i = 1, #kept - most do
-    redis.call('HDEL', key, kept[i][1])
+  -- Newest first: this spec (just published) always stays.
+  table.sort(kept, function(a, b) return a[2] > b[2] end)
+  for i = most + 1, #kept do
+    drop[#drop + 1] = kept[i][1]
   end
 end
+redis.call('HSET', key, spec, string.format('%d', NOW_MS))
 redis.call('PEXPIRE', key, ttl)
+for _, field in ipairs(drop) do
+  redis.call('HDEL', key, field)
+end
 return math.min(#kept, most)
