@@ -58,7 +58,7 @@
 //! logged and counted ([`RateLimiter::catalog_publishing`]). Processes
 //! that publish different specs for one name are all kept and shown
 //! ("2 specs published"); the admin side then counts against the
-//! strictest. One publication costs the catalog's master about 21 µs
+//! strictest. One publication costs the catalog's master about 20 µs
 //! (measured: docs/admin.md, "Limits are known"), once per limiter and
 //! process every 30 s by default
 //! ([`RateLimiterBuilder::catalog_refresh`]).
@@ -175,7 +175,8 @@ pub use algorithm::Algorithm;
 pub(crate) use algorithm::StateRead;
 pub use catalog::{CATALOG_REFRESH, CATALOG_TTL, CatalogPublishing};
 pub(crate) use catalog::{
-    CATALOG_SUBJECT, catalog_entry, catalog_prefix, decode as decode_catalog,
+    CATALOG_SUBJECT, Publication, Publishes, catalog_entry, catalog_prefix,
+    decode as decode_catalog, lease_entry, start as start_publishing,
 };
 pub use decision::{Decision, MultiDecision};
 pub use limiter::{RateLimiter, RateLimiterBuilder};

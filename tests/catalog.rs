@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
@@ -28,8 +27,13 @@ fn catalog_key(cluster: &Cluster, kind: &str, name: &str) -> Vec<u8> {
     cluster.keys().key("shardlimit.catalog", &id).unwrap()
 }
 
-async fn fields(key: &[u8]) -> BTreeMap<String, String> {
-    common::on_owner(key, redis::cmd("HGETALL").arg(key)).await
+/// The specs a catalog key holds, without their times.
+async fn specs_held(key: &[u8]) -> Vec<String> {
+    let held: Option<String> = common::on_owner(key, redis::cmd("GET").arg(key)).await;
+    held.unwrap_or_default()
+        .split(',')
+        .filter_map(|entry| Some(entry.rsplit_once(' ')?.0.to_owned()))
+        .collect()
 }
 
 #[tokio::test]
@@ -51,13 +55,12 @@ async fn a_limiter_publishes_its_spec_with_a_ttl_and_publishes_changes_at_once()
         ttl > 0 && ttl <= i64::try_from(CATALOG_TTL.as_millis()).unwrap(),
         "{ttl}"
     );
-    let held = fields(&key).await;
-    assert_eq!(held.keys().collect::<Vec<_>>(), ["10 1000000 25 0"]);
+    assert_eq!(specs_held(&key).await, ["10 1000000 25 0"]);
 
     let catalog = Scanner::new(&cluster).catalog().await.unwrap();
     let specs = catalog.specs("gcra", "api");
     assert_eq!(specs.len(), 1, "{catalog:?}");
-    assert_eq!(specs[0].algorithm, Algorithm::Gcra);
+    assert_eq!(specs[0].algorithm, Some(Algorithm::Gcra));
     assert_eq!(
         specs[0].quota,
         Quota::per_second(nz(10)).allow_burst(nz(25))
@@ -68,10 +71,7 @@ async fn a_limiter_publishes_its_spec_with_a_ttl_and_publishes_changes_at_once()
     // set_quota: the new spec replaces the old one at once.
     api.set_quota(Quota::per_minute(nz(60))).unwrap();
     common::catalog_published(&api, 2).await;
-    assert_eq!(
-        fields(&key).await.keys().collect::<Vec<_>>(),
-        ["60 60000000 60 0"]
-    );
+    assert_eq!(specs_held(&key).await, ["60 60000000 60 0"]);
     // set_shadow too.
     api.set_shadow(true);
     common::catalog_published(&api, 3).await;
@@ -133,20 +133,18 @@ async fn the_ttl_is_refreshed_while_the_limiter_lives_and_not_after() {
 async fn processes_that_disagree_are_all_shown_and_the_strictest_counts() {
     let cluster = common::cluster("catalog-two").await;
     // Two processes' limiters: same name, different quotas.
-    let old = RateLimiter::builder(&cluster, "api", Quota::per_minute(nz(100)))
-        .algorithm(Algorithm::FixedWindow)
+    let old = RateLimiter::builder(&cluster, "api", Quota::per_hour(nz(100)))
         .build()
         .unwrap();
-    let new = RateLimiter::builder(&cluster, "api", Quota::per_minute(nz(60)))
-        .algorithm(Algorithm::FixedWindow)
+    let new = RateLimiter::builder(&cluster, "api", Quota::per_hour(nz(60)))
         .build()
         .unwrap();
     common::catalog_published(&old, 1).await;
     common::catalog_published(&new, 1).await;
     let catalog = Scanner::new(&cluster).catalog().await.unwrap();
-    let specs = catalog.specs("fw", "api");
+    let specs = catalog.specs("gcra", "api");
     assert_eq!(specs.len(), 2, "{catalog:?}");
-    let (quota, source) = catalog.quota("fw", "api").unwrap();
+    let (quota, source) = catalog.quota("gcra", "api").unwrap();
     assert_eq!(quota.limit().get(), 60);
     assert_eq!(source, QuotaSource::Published { specs: 2 });
 
@@ -158,7 +156,7 @@ async fn processes_that_disagree_are_all_shown_and_the_strictest_counts() {
     let headroom = catalog.headroom(&rows[0]).unwrap();
     assert_eq!((headroom.remaining, headroom.limit), (0, 60));
     assert!(headroom.at_limit);
-    assert!(headroom.full_in > Duration::ZERO && headroom.full_in <= Duration::from_secs(60));
+    assert!(headroom.full_in > Duration::ZERO && headroom.full_in <= Duration::from_secs(3600));
     let rows = Scanner::new(&cluster).subject("idle").await.unwrap();
     let headroom = catalog.headroom(&rows[0]).unwrap();
     assert_eq!((headroom.remaining, headroom.at_limit), (59, false));
@@ -166,11 +164,13 @@ async fn processes_that_disagree_are_all_shown_and_the_strictest_counts() {
 
 #[tokio::test]
 async fn a_publication_that_fails_never_fails_a_check() {
-    // A user that may run every check but not the catalog's HGETALL: every
-    // publication is refused (NOPERM inside the script).
-    let user = common::AclUser::without("+hgetall").await;
-    let cluster = user.builder().build().await.unwrap();
-    let api = RateLimiter::builder(&cluster, "api", Quota::per_minute(nz(3)))
+    let cluster = common::cluster("catalog-fails").await;
+    // A key of another type where the catalog entry goes: every
+    // publication fails (WRONGTYPE) and writes nothing.
+    let key = catalog_key(&cluster, "gcra", "api");
+    let _: () = common::on_owner(&key, redis::cmd("RPUSH").arg(&key).arg("in the way")).await;
+    let _: () = common::on_owner(&key, redis::cmd("PEXPIRE").arg(&key).arg(60_000)).await;
+    let api = RateLimiter::builder(&cluster, "api", Quota::per_hour(nz(3)))
         .catalog_refresh(Duration::from_millis(100))
         .build()
         .unwrap();
@@ -188,14 +188,49 @@ async fn a_publication_that_fails_never_fails_a_check() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(api.catalog_publishing().published, 0);
-    // Checks go on as before, while the refreshes keep failing.
+    // Checks go on as before while the refreshes keep failing, and the
+    // catalog reads nothing for the name (the key is not its type).
     assert!(!api.check("user:1").await.unwrap().allowed);
     assert!(api.check("user:2").await.unwrap().allowed);
-    assert!(
-        common::all_keys_with_pttl(cluster.namespace())
-            .await
-            .iter()
-            .all(|(key, _)| !key.windows(20).any(|w| w == b"{shardlimit.catalog}")),
-        "nothing published"
+    let catalog = Scanner::new(&cluster).catalog().await.unwrap();
+    assert!(catalog.specs("gcra", "api").is_empty(), "{catalog:?}");
+    let kind: String = common::on_owner(&key, redis::cmd("TYPE").arg(&key)).await;
+    assert_eq!(kind, "list");
+}
+
+#[tokio::test]
+async fn a_lease_publishes_its_most_holders_and_reads_at_limit_when_all_are_held() {
+    let cluster = common::cluster("catalog-lease").await;
+    let exports = shardlimit::ConcurrencyLimiter::builder(&cluster, "exports")
+        .max_holders(2)
+        .lease_ttl(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while exports.catalog_publishing().published == 0 {
+        assert!(std::time::Instant::now() < deadline, "never published");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let catalog = Scanner::new(&cluster).catalog().await.unwrap();
+    let specs = catalog.specs("lease", "exports");
+    assert_eq!(specs.len(), 1, "{catalog:?}");
+    assert_eq!(specs[0].algorithm, None);
+    assert_eq!(
+        specs[0].quota,
+        Quota::with_period(nz(2), Duration::from_secs(60))
     );
+
+    let _a = exports.try_acquire("tenant:1").await.unwrap().unwrap();
+    let _b = exports.try_acquire("tenant:1").await.unwrap().unwrap();
+    let _c = exports.try_acquire("tenant:2").await.unwrap().unwrap();
+    let full = Scanner::new(&cluster).subject("tenant:1").await.unwrap();
+    let headroom = catalog.headroom(&full[0]).unwrap();
+    assert_eq!(headroom.describe(), "0/2 remaining, at limit");
+    assert!(headroom.full_in > Duration::from_secs(50), "{headroom:?}");
+    let one = Scanner::new(&cluster).subject("tenant:2").await.unwrap();
+    assert_eq!(
+        catalog.headroom(&one[0]).unwrap().describe(),
+        "1/2 remaining"
+    );
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
 }

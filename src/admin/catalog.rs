@@ -3,6 +3,7 @@
 //! what a subject's state then means — units remaining of the limit,
 //! whether it is at the limit, and when it is full again.
 
+use std::cmp::Reverse;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -39,13 +40,15 @@ pub struct Catalog {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PublishedSpec {
-    /// The limiter's kind (`fw`, `slog`, `swc`, `gcra`).
+    /// The limiter's kind (`fw`, `slog`, `swc`, `gcra`; `lease` for a
+    /// [`ConcurrencyLimiter`](crate::ConcurrencyLimiter)).
     pub kind: String,
     /// Its name.
     pub name: String,
-    /// Its algorithm (the kind's).
-    pub algorithm: Algorithm,
-    /// Its default quota.
+    /// A rate limiter's algorithm (the kind's); `None` for a lease.
+    pub algorithm: Option<Algorithm>,
+    /// A rate limiter's default quota; a lease's most holders (its limit)
+    /// and lease TTL (its period).
     pub quota: Quota,
     /// Whether it runs in shadow mode (counts, never refuses).
     pub shadow: bool,
@@ -120,8 +123,8 @@ impl Catalog {
         // Strictest first: the smallest capacity, then the longest period.
         specs.sort_by_key(|s| {
             (
-                s.algorithm.capacity(&s.quota),
-                std::cmp::Reverse(s.quota.period()),
+                capacity(s.algorithm, &s.quota),
+                Reverse(s.quota.period()),
                 s.shadow,
             )
         });
@@ -154,24 +157,40 @@ impl Catalog {
             .map(|s| (s.quota, QuotaSource::Published { specs: specs.len() }))
     }
 
-    /// A rate limiter's headroom for the subject of `info`, under the
-    /// subject's override, else [`quota`](Self::quota); `None` for other
-    /// kinds and when no quota is known. Each algorithm reads its own state
-    /// (its `remaining` rule).
+    /// A rate limiter's (or lease's) headroom for the subject of `info`,
+    /// under the subject's override, else [`quota`](Self::quota); `None`
+    /// for other kinds and when no quota is known. Each algorithm reads its
+    /// own state (its `remaining` rule); a lease has its most holders less
+    /// the permits held (expired ones not yet reclaimed count), and is full
+    /// again when its set expires.
     #[must_use]
     pub fn headroom(&self, info: &LimiterInfo) -> Option<Headroom> {
-        let algorithm = Algorithm::from_key_kind(Kind::parse(&info.kind)?)?;
+        let kind = Kind::parse(&info.kind)?;
+        let algorithm = Algorithm::from_key_kind(kind);
+        if algorithm.is_none() && kind != Kind::Lease {
+            return None;
+        }
         let (quota, source) = match info.settings.override_quota {
             Some(quota) => (quota, QuotaSource::Override),
             None => self.quota(&info.kind, &info.name)?,
         };
-        let limit = u64::from(algorithm.capacity(&quota));
-        let (remaining, exact, state_for) = match &info.usage {
-            Usage::Unused => (limit, true, Duration::ZERO),
-            usage => {
+        let limit = u64::from(capacity(algorithm, &quota));
+        let (remaining, exact, state_for) = match (&info.usage, algorithm) {
+            (Usage::Unused, _) => (limit, true, Duration::ZERO),
+            (Usage::Lease { holders }, None) => {
+                (limit.saturating_sub(*holders), true, Duration::ZERO)
+            }
+            (usage, Some(algorithm)) => {
                 let (n, exact) = (algorithm.rules().remaining)(usage, &quota, info.ttl)?;
                 (n, exact, info.ttl.unwrap_or(Duration::MAX))
             }
+            _ => return None,
+        };
+        // A lease is full again when its permits expire: its set's TTL is
+        // the longest lease.
+        let state_for = match algorithm {
+            None if remaining < limit => info.ttl.unwrap_or(Duration::MAX),
+            _ => state_for,
         };
         let blocked = info.settings.blocked_for.unwrap_or(Duration::ZERO);
         Some(Headroom {
@@ -183,6 +202,12 @@ impl Catalog {
             source,
         })
     }
+}
+
+/// The most one request may take: a rate limiter's capacity, a lease's
+/// most holders.
+fn capacity(algorithm: Option<Algorithm>, quota: &Quota) -> u32 {
+    algorithm.map_or(quota.limit().get(), |a| a.capacity(quota))
 }
 
 impl Headroom {
@@ -245,7 +270,7 @@ mod tests {
         PublishedSpec {
             kind: "fw".into(),
             name: "api".into(),
-            algorithm: Algorithm::FixedWindow,
+            algorithm: Some(Algorithm::FixedWindow),
             quota,
             shadow,
             age: Duration::from_secs(1),
@@ -284,9 +309,15 @@ mod tests {
         let mut catalog = Catalog::new();
         catalog.give("api", Quota::per_minute(nz(1)));
         assert_eq!(
-            catalog.headroom(&info("lease", Usage::Lease { holders: 1 }, 1)),
+            catalog.headroom(&info("counter", Usage::Counter { value: 1 }, 1)),
             None
         );
+        // A lease: its most holders less the permits held.
+        let lease = catalog
+            .headroom(&info("lease", Usage::Lease { holders: 1 }, 5_000))
+            .unwrap();
+        assert_eq!(lease.describe(), "0/1 remaining, at limit");
+        assert_eq!(lease.full_in, Duration::from_secs(5));
         // Unused: full now.
         let unused = catalog.headroom(&info("gcra", Usage::Unused, 1)).unwrap();
         assert_eq!((unused.remaining, unused.at_limit), (1, false));

@@ -2,18 +2,21 @@
 //! limiter's quota without being told.
 //!
 //! Each [`RateLimiter`](super::RateLimiter) publishes its spec — kind,
-//! name, algorithm, limit, period, burst, shadow — to one small hash per
-//! kind and name, `<ns>:{shardlimit.catalog}:catalog:<kind>:<name>`, whose
-//! fields are the specs published (`limit period_us burst shadow`) and
-//! whose values say when each was last published (server time, ms). Every
+//! name, algorithm, limit, period, burst, shadow — and each
+//! [`ConcurrencyLimiter`](crate::ConcurrencyLimiter) its most holders and
+//! lease (as limit and period) to one small string key per kind and name,
+//! `<ns>:{shardlimit.catalog}:catalog:<kind>:<name>`, holding the specs
+//! published (`limit period_us burst shadow`), each with when it was last
+//! published (server time, ms): `60 60000000 60 0 1796233532503,…`. Every
 //! catalog key has the same hash tag, so the whole catalog is one slot and
 //! the admin side reads it in one call on one master at any cluster size;
 //! it is written only off the check path (at build, on a change, and by a
 //! background refresh every [`CATALOG_REFRESH`]), so that one slot is never
 //! hot.
 //!
-//! * **Always a TTL**: each publication sets the key's TTL to
-//!   [`CATALOG_TTL`] and drops the fields not published again within it, so
+//! * **Always a TTL**: each publication is one `SET … PX` of
+//!   [`CATALOG_TTL`] (after one `GET`), dropping the specs not published
+//!   again within it, so
 //!   a limiter no process runs any more leaves the catalog within
 //!   [`CATALOG_TTL`].
 //! * **Never on the check path**: a background task per limiter publishes
@@ -26,7 +29,7 @@
 //!   (`tracing::warn!`) and counted ([`CatalogPublishing`]), and tried again
 //!   at the next refresh.
 //! * **Several specs for one name** (two processes, or two versions of a
-//!   service, disagreeing on `api`'s quota) are all kept, one field each;
+//!   service, disagreeing on `api`'s quota) are all kept;
 //!   the admin side shows them all and says so ("2 specs published"). A
 //!   limiter whose spec changes drops its previous spec at once; another
 //!   process still publishing it puts it back at its next refresh.
@@ -182,8 +185,21 @@ impl Publication {
 /// the task ends once every handle is dropped.
 pub(crate) trait Publishes: Send + Sync + 'static {
     fn cluster(&self) -> &Cluster;
-    fn current_spec(&self) -> Arc<LimitSpec>;
+    /// Its key id (kind and name) and its spec as a catalog field.
+    fn entry(&self) -> (KeyId, String);
     fn publication(&self) -> &Publication;
+}
+
+/// A rate limiter's entry.
+pub(crate) fn limit_entry(spec: &LimitSpec) -> (KeyId, String) {
+    (spec.id.clone(), encode(&spec.quota, spec.shadow))
+}
+
+/// A concurrency limiter's entry: its most holders as the limit and burst,
+/// its lease (ms) as the period (never shadow).
+pub(crate) fn lease_entry(id: &KeyId, max_holders: NonZeroU32, lease_ms: u64) -> (KeyId, String) {
+    let lease = Quota::with_period(max_holders, Duration::from_millis(lease_ms));
+    (id.clone(), encode(&lease, false))
 }
 
 /// Starts `this`'s background task, once; without a tokio runtime, nothing
@@ -205,9 +221,8 @@ async fn run<T: Publishes>(limiter: Weak<T>) {
         let Some(this) = limiter.upgrade() else {
             return;
         };
-        let spec = this.current_spec();
-        let field = encode(&spec.quota, spec.shadow);
-        match publish(this.cluster(), &spec, &field, before.as_deref()).await {
+        let (id, field) = this.entry();
+        match publish(this.cluster(), &id, &field, before.as_deref()).await {
             Ok(()) => {
                 this.publication().published.fetch_add(1, Ordering::Relaxed);
                 before = Some(field);
@@ -215,8 +230,8 @@ async fn run<T: Publishes>(limiter: Weak<T>) {
             Err(error) => {
                 this.publication().failed.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(
-                    limiter = %spec.id.name(),
-                    kind = %spec.id.kind(),
+                    limiter = %id.name(),
+                    kind = %id.kind(),
                     %error,
                     "shardlimit: publishing the limiter's spec to the catalog failed; \
                      checks go on, the next refresh tries again"
@@ -233,13 +248,8 @@ async fn run<T: Publishes>(limiter: Weak<T>) {
 }
 
 /// One `catalog_publish` script on the catalog's slot.
-async fn publish(
-    cluster: &Cluster,
-    spec: &LimitSpec,
-    field: &str,
-    before: Option<&str>,
-) -> Result<()> {
-    let id = catalog_id(spec.id.kind(), spec.id.name())?;
+async fn publish(cluster: &Cluster, id: &KeyId, field: &str, before: Option<&str>) -> Result<()> {
+    let id = catalog_id(id.kind(), id.name())?;
     let keys = cluster.keys().key_set(CATALOG_SUBJECT, [&id])?;
     let ttl = CATALOG_TTL.as_millis().to_string();
     let _held: u32 = cluster

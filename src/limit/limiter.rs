@@ -16,6 +16,7 @@ use super::quota::Quota;
 use super::script::{Invocation, LimitSpec};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
+use crate::keys::KeyId;
 use crate::outcomes::Outcomes;
 use crate::policy::FailurePolicy;
 use crate::primitive::Core;
@@ -68,8 +69,8 @@ impl Publishes for Inner {
         self.core.cluster()
     }
 
-    fn current_spec(&self) -> Arc<LimitSpec> {
-        self.spec.load_full()
+    fn entry(&self) -> (KeyId, String) {
+        catalog::limit_entry(&self.spec.load())
     }
 
     fn publication(&self) -> &Publication {

@@ -1,6 +1,5 @@
 //! Reading the catalog of rate limiter specs: one slot, one master.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use redis::{FromRedisValue, Value};
@@ -8,7 +7,7 @@ use redis::{FromRedisValue, Value};
 use super::Scanner;
 use crate::admin::catalog::{Catalog, PublishedSpec};
 use crate::error::{Error, Result};
-use crate::keys::ParsedKey;
+use crate::keys::{Kind, ParsedKey};
 use crate::limit::{Algorithm, CATALOG_SUBJECT, CATALOG_TTL, catalog_entry, decode_catalog};
 
 impl Scanner {
@@ -16,7 +15,7 @@ impl Scanner {
     /// [catalog](crate::limit#the-catalog) under this namespace, fresher
     /// than [`CATALOG_TTL`](crate::limit::CATALOG_TTL) — one slot on one
     /// master, whatever the namespace holds: `CLUSTER COUNTKEYSINSLOT`,
-    /// `GETKEYSINSLOT`, and `TIME` with one `HGETALL` per limiter name in one
+    /// `GETKEYSINSLOT`, and `TIME` with one `GET` per limiter name in one
     /// pipeline. The filters do not apply. Give it quotas of your own with
     /// [`Catalog::give`], then ask it each row's
     /// [`headroom`](Catalog::headroom).
@@ -41,7 +40,7 @@ impl Scanner {
         let mut pipe = redis::pipe();
         pipe.cmd("TIME");
         for key in &keys {
-            pipe.cmd("HGETALL").arg(key);
+            pipe.cmd("GET").arg(key);
         }
         let mut replies = self
             .cluster
@@ -56,13 +55,20 @@ impl Scanner {
             let Some((kind, name)) = catalog_entry(&parsed) else {
                 continue;
             };
-            let Some(algorithm) = Algorithm::from_kind(kind) else {
+            let algorithm = Algorithm::from_kind(kind);
+            if algorithm.is_none() && kind != Kind::Lease.as_str() {
                 continue;
-            };
+            }
             // A key of another type (WRONGTYPE) or gone: nothing published.
-            let fields = BTreeMap::<String, String>::from_redis_value(reply).unwrap_or_default();
-            for (field, at) in fields {
-                let (Some((quota, shadow)), Ok(at)) = (decode_catalog(&field), at.parse::<u64>())
+            let held = Option::<String>::from_redis_value(reply)
+                .ok()
+                .flatten()
+                .unwrap_or_default();
+            for entry in held.split(',') {
+                let Some((field, at)) = entry.rsplit_once(' ') else {
+                    continue;
+                };
+                let (Some((quota, shadow)), Ok(at)) = (decode_catalog(field), at.parse::<u64>())
                 else {
                     continue;
                 };
