@@ -1,5 +1,5 @@
-//! The catalog of rate limiter specs: how the admin side learns a
-//! limiter's quota without being told.
+//! The catalog of limiter specs: how the admin side learns a rate
+//! limiter's quota (and a lease's most holders) without being told.
 //!
 //! Each [`RateLimiter`](super::RateLimiter) publishes its spec — kind,
 //! name, algorithm, limit, period, burst, shadow — and each
@@ -16,9 +16,9 @@
 //!
 //! * **Always a TTL**: each publication is one `SET … PX` of
 //!   [`CATALOG_TTL`] (after one `GET`), dropping the specs not published
-//!   again within it, so
-//!   a limiter no process runs any more leaves the catalog within
-//!   [`CATALOG_TTL`].
+//!   again within it, so a limiter no process runs any more leaves the
+//!   catalog within [`CATALOG_TTL`], and no refused or failed command can
+//!   leave the key without its TTL.
 //! * **Never on the check path**: a background task per limiter publishes
 //!   when it is built (or at its first check, if it was built outside a
 //!   tokio runtime), when [`set_quota`](super::RateLimiter::set_quota) or
@@ -29,8 +29,9 @@
 //!   (`tracing::warn!`) and counted ([`CatalogPublishing`]), and tried again
 //!   at the next refresh.
 //! * **Several specs for one name** (two processes, or two versions of a
-//!   service, disagreeing on `api`'s quota) are all kept;
-//!   the admin side shows them all and says so ("2 specs published"). A
+//!   service, disagreeing on `api`'s quota) are all kept (at most 16, the
+//!   newest); the admin side shows them all and says so ("2 specs
+//!   published"), and counts against the strictest. A
 //!   limiter whose spec changes drops its previous spec at once; another
 //!   process still publishing it puts it back at its next refresh.
 
