@@ -15,12 +15,14 @@
 //!
 //! The `shardlimit` command-line tool (feature `cli`) is built on it.
 
+mod catalog;
 mod info;
 #[cfg(any(feature = "web", feature = "cli"))]
 pub mod json;
 mod reset;
 mod scanner;
 
+pub use catalog::{Catalog, Headroom, PublishedSpec, QuotaSource};
 pub use info::{LimiterInfo, Progress, Usage};
 pub use reset::{InUse, ResetPlan};
 pub use scanner::{

@@ -12,6 +12,9 @@ use crate::cluster::{Cluster, Undo};
 use crate::count::{Checked, Count};
 use crate::error::{Error, Result};
 use crate::keys::{KeyId, KeySet, Kind};
+use crate::limit::{
+    CATALOG_REFRESH, CatalogPublishing, Publication, Publishes, lease_entry, start_publishing,
+};
 use crate::policy::{BypassReason, FailurePolicy};
 use crate::primitive::{self, Attempt, Core, RetryBackoff};
 use crate::scripts::{LEASE_ACQUIRE, LEASE_EXTEND, LEASE_RELEASE};
@@ -81,6 +84,22 @@ struct LeaseInner {
     lease_ms: u64,
     policy: FailurePolicy,
     retry: RetryBackoff,
+    /// Its most holders' publication to the catalog, as a rate limiter's.
+    publication: Publication,
+}
+
+impl Publishes for LeaseInner {
+    fn cluster(&self) -> &Cluster {
+        self.core.cluster()
+    }
+
+    fn entry(&self) -> (KeyId, String) {
+        lease_entry(self.core.id(), self.max_holders, self.lease_ms)
+    }
+
+    fn publication(&self) -> &Publication {
+        &self.publication
+    }
 }
 
 impl ConcurrencyLimiter {
@@ -118,6 +137,13 @@ impl ConcurrencyLimiter {
     #[must_use]
     pub fn name(&self) -> &str {
         self.inner.core.name()
+    }
+
+    /// How its publications to the [catalog](crate::limit#the-catalog) went
+    /// here (a failed one never fails an acquire).
+    #[must_use]
+    pub fn catalog_publishing(&self) -> CatalogPublishing {
+        self.inner.publication.counts()
     }
 
     /// The most permits held at once per subject.
@@ -188,6 +214,9 @@ impl ConcurrencyLimiter {
 
     async fn acquire_within(&self, subject: &[u8], wait: Duration) -> Result<Option<Permit>> {
         let inner = &self.inner;
+        if !inner.publication.started() {
+            start_publishing(inner);
+        }
         let acquired = primitive::acquire(inner.core.outcomes(), inner.retry, wait, || {
             self.attempt(subject)
         })
@@ -439,7 +468,8 @@ impl ConcurrencyLimiterBuilder {
         self
     }
 
-    /// Validates the configuration. Nothing is sent to Redis.
+    /// Validates the configuration. Its most holders and lease go to the
+    /// [catalog](crate::limit#the-catalog) from a background task.
     ///
     /// Errors with [`Error::InvalidIdent`] for a bad name and
     /// [`Error::Config`] naming the setting otherwise.
@@ -456,14 +486,15 @@ impl ConcurrencyLimiterBuilder {
                     .into(),
             });
         }
-        Ok(ConcurrencyLimiter {
-            inner: Arc::new(LeaseInner {
-                core: Core::new(self.cluster, id),
-                max_holders,
-                lease_ms,
-                policy: self.policy,
-                retry,
-            }),
-        })
+        let inner = Arc::new(LeaseInner {
+            core: Core::new(self.cluster, id),
+            max_holders,
+            lease_ms,
+            policy: self.policy,
+            retry,
+            publication: Publication::new(CATALOG_REFRESH),
+        });
+        start_publishing(&inner);
+        Ok(ConcurrencyLimiter { inner })
     }
 }

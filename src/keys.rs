@@ -24,6 +24,9 @@
 //! per limiter name piles every subject onto one slot and one node; and an
 //! empty tag `{}` is no tag at all — Redis then hashes the whole key and the
 //! keys of one subject scatter.
+//! The one shared tag, `{shardlimit.catalog}`, holds one small key per rate
+//! limiter name — no subject's — and no check touches it: see
+//! [the catalog](crate::limit#the-catalog).
 //!
 //! # Escaping
 //!

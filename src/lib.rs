@@ -164,7 +164,11 @@
 //! ```
 //!
 //! The subject is the hash tag; `{`, `}` and `%` in it are percent-escaped.
-//! See [`keys`] for why, and for the slot calculator and parser.
+//! See [`keys`] for why, and for the slot calculator and parser. One tag is
+//! shared: the catalog of rate limiter specs
+//! (`sl:{shardlimit.catalog}:catalog:gcra:api`), which limiters publish in
+//! the background and the admin side reads in one call (see
+//! [the catalog](limit#the-catalog)).
 //!
 //! # Escape hatch: your own scripts
 //!

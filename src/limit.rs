@@ -44,6 +44,25 @@
 //! work for all four algorithms (concurrency leases and counters have no
 //! quota to penalize: a lease is released, a counter is added to).
 //!
+//! # The catalog
+//!
+//! Each limiter publishes its spec (kind, name, algorithm, limit, period,
+//! burst, shadow) to a small catalog key per namespace and name, so the
+//! admin side ([`Scanner::catalog`](crate::admin::Scanner::catalog), the
+//! CLI, the Limits page) knows every limit and can say "0 of 60 remaining,
+//! at limit" without being told. It is written by a background task — when
+//! the limiter is built, when [`RateLimiter::set_quota`] or
+//! [`RateLimiter::set_shadow`] change it, and every [`CATALOG_REFRESH`]
+//! while a handle to it lives — never by a check, and always with a TTL
+//! ([`CATALOG_TTL`]). A failed publication never fails a check: it is
+//! logged and counted ([`RateLimiter::catalog_publishing`]). Processes
+//! that publish different specs for one name are all kept and shown
+//! ("2 specs published"); the admin side then counts against the
+//! strictest. One publication costs the catalog's master about 20 µs
+//! (measured: docs/admin.md, "Limits are known"), once per limiter and
+//! process every 30 s by default
+//! ([`RateLimiterBuilder::catalog_refresh`]).
+//!
 //! # Deny cache
 //!
 //! [`RateLimiterBuilder::deny_cache`] (and [`MultiLimiter::with_deny_cache`])
@@ -139,6 +158,7 @@
 mod adjust;
 mod algorithm;
 mod batch;
+mod catalog;
 mod check;
 mod decision;
 mod deny_cache;
@@ -153,6 +173,11 @@ pub(crate) use adjust::parse_override;
 pub use adjust::{MAX_BLOCK, MAX_OVERRIDE_TTL, SubjectSettings};
 pub use algorithm::Algorithm;
 pub(crate) use algorithm::StateRead;
+pub use catalog::{CATALOG_REFRESH, CATALOG_TTL, CatalogPublishing};
+pub(crate) use catalog::{
+    CATALOG_SUBJECT, Publication, Publishes, catalog_entry, catalog_prefix,
+    decode as decode_catalog, lease_entry, start as start_publishing,
+};
 pub use decision::{Decision, MultiDecision};
 pub use limiter::{RateLimiter, RateLimiterBuilder};
 pub use local::MAX_SUBJECTS as LOCAL_MAX_SUBJECTS;

@@ -125,6 +125,7 @@ scripts! {
         "clock", "limit_prelude", "fixed_window", "sliding_log", "sliding_window", "gcra", "limit_adjust",
     ],
     KEY_READ => "key_read",
+    CATALOG_PUBLISH => "catalog_publish" ["clock", "catalog_publish"],
     // locks, leases, counters
     LOCK_ACQUIRE => "lock_acquire" ["clock", "lock_acquire"],
     LOCK_EXTEND => "lock_extend",

@@ -10,12 +10,18 @@
 //! | Page | HTML | JSON | Cost |
 //! |---|---|---|---|
 //! | Overview: cluster state, masters and replicas, AOF, memory, keys per master, primitives per kind and name, a banner when the cluster is not fit for locks | `/` | `/api/overview` | `INFO`s and `DBSIZE` per master; counts from a background walk |
-//! | Limiters: a page of primitives, filtered by kind, name and subject glob, state in words | `/limiters` | `/api/limiters` | at most [`PAGE_SCANS_PER_MASTER`](crate::admin::PAGE_SCANS_PER_MASTER) `SCAN`s per master |
-//! | Subject: everything one subject has, its slot and master | `/subject?subject=…` | `/api/subject?subject=…` | its slot only |
+//! | Limiters: a page of primitives, filtered by kind, name and subject glob, state in words, each rate limiter's remaining / limit (highlighted at the limit) | `/limiters` | `/api/limiters` | at most [`PAGE_SCANS_PER_MASTER`](crate::admin::PAGE_SCANS_PER_MASTER) `SCAN`s per master, and the catalog's slot |
+//! | Subject: everything one subject has, its slot and master, with remaining / limit | `/subject?subject=…` | `/api/subject?subject=…` | its slot only, and the catalog's |
 //! | Audit: keys without a TTL, keys that are not shardlimit's, per master | `/audit` | `/api/audit` | a background walk |
 //! | Reset one limiter or one subject: confirmation, then POST | `/reset?subject=…[&kind=…&name=…]` | `/api/reset` | one MULTI/EXEC on the slot |
 //!
 //! Subjects that are not UTF-8 travel as `subject_hex=…`.
+//!
+//! A rate limiter's limit comes from the [catalog](crate::limit#the-catalog)
+//! its processes publish (read per page from its one slot), or from
+//! [`WebOptionsBuilder::quota`], which wins: each row then says
+//! `0/60 remaining, at limit, full in 12.3 s` ("2 specs published" when
+//! processes disagree; the strictest counts).
 //!
 //! # Safe by default
 //!

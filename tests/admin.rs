@@ -18,6 +18,11 @@ use shardlimit::{Algorithm, Cluster, ConcurrencyLimiter, Counter, Lock, Quota, R
 
 type Id = (String, String, Vec<u8>);
 
+/// The test that counts the SCAN calls a read makes on a master takes this
+/// for writing; every other test here, which walks the masters, for
+/// reading: no walk of theirs runs while it counts.
+static WALKS: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 async fn collect(scanner: &Scanner) -> (Vec<LimiterInfo>, Vec<Vec<u8>>) {
     let mut limiters = Vec::new();
     let mut unrecognized = Vec::new();
@@ -145,6 +150,7 @@ async fn populate(cluster: &Cluster, n: usize) -> BTreeSet<Id> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finds_exactly_every_primitive_spread_over_every_master() {
+    let _walks = WALKS.read().await;
     let cluster = admin_cluster("scan30k").await;
     let expected = populate(&cluster, 30_000).await;
     assert_eq!(expected.len(), 30_000);
@@ -227,6 +233,7 @@ async fn finds_exactly_every_primitive_spread_over_every_master() {
 
 #[tokio::test]
 async fn filters_return_exactly_the_matching_primitives() {
+    let _walks = WALKS.read().await;
     let cluster = admin_cluster("filters").await;
     let all = limiters(&cluster);
     let other = RateLimiter::builder(
@@ -284,6 +291,7 @@ async fn filters_return_exactly_the_matching_primitives() {
 
 #[tokio::test]
 async fn audit_flags_immortal_and_unrecognised_keys() {
+    let _walks = WALKS.read().await;
     let cluster = admin_cluster("audit").await;
     for l in limiters(&cluster) {
         let _ = l.check("fine").await.unwrap();
@@ -330,6 +338,7 @@ async fn audit_flags_immortal_and_unrecognised_keys() {
 
 #[tokio::test]
 async fn reset_removes_exactly_one_subjects_keys() {
+    let _walks = WALKS.read().await;
     let cluster = admin_cluster("adminreset").await;
     let all = limiters(&cluster);
     // A second subject in the same slot, to prove the reset looks at
@@ -364,6 +373,7 @@ async fn reset_removes_exactly_one_subjects_keys() {
 
 #[tokio::test]
 async fn a_wrong_type_key_is_reported_unrecognised_and_the_walk_goes_on() {
+    let _walks = WALKS.read().await;
     let cluster = admin_cluster("wrongtype").await;
     let expected = populate(&cluster, 70).await;
     // Keys shaped like ours whose type the state reads cannot read: GET on
@@ -403,6 +413,7 @@ async fn a_wrong_type_key_is_reported_unrecognised_and_the_walk_goes_on() {
 
 #[tokio::test]
 async fn show_and_reset_page_through_a_slot_with_many_keys() {
+    let _walks = WALKS.write().await;
     let cluster = admin_cluster("slotpage").await;
     let all = limiters(&cluster);
     let target = "crowded";
@@ -421,8 +432,9 @@ async fn show_and_reset_page_through_a_slot_with_many_keys() {
     let scanner = Scanner::new(&cluster).count(5);
     // The slot is read, not its master scanned, even with more keys in the
     // slot than a SCAN call's count (it scanned the whole master before):
-    // no SCAN on the owner while the subject is read. Other tests of this
-    // binary scan concurrently, so an attempt that saw a SCAN is retried.
+    // no SCAN on the owner while the subject is read. The other tests of
+    // this binary wait (WALKS); an attempt that saw a SCAN from elsewhere
+    // is retried.
     let owner = common::owner(slot(target.as_bytes())).await;
     let scans = async || -> u64 {
         let info = common::cmd(&owner.addr, &["INFO", "commandstats"]).await;
@@ -453,6 +465,7 @@ async fn show_and_reset_page_through_a_slot_with_many_keys() {
 
 #[tokio::test]
 async fn reset_refuses_what_is_in_use_unless_forced_and_plans_exactly_its_keys() {
+    let _walks = WALKS.read().await;
     let cluster = admin_cluster("adminreset-safe").await;
     let o = others(&cluster);
     let guard = o.lock.try_acquire("busy").await.unwrap().unwrap();
@@ -519,6 +532,7 @@ async fn reset_refuses_what_is_in_use_unless_forced_and_plans_exactly_its_keys()
 /// never counted beside the limiter.
 #[tokio::test]
 async fn overrides_and_blocks_show_with_their_limiter_and_are_not_counted() {
+    let _walks = WALKS.read().await;
     let cluster = admin_cluster("admin-settings").await;
     let ns = cluster.namespace().to_owned();
     let (day, block) = (Duration::from_secs(86_400), Duration::from_secs(600));

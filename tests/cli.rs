@@ -25,6 +25,19 @@ fn stdout(out: &Output) -> String {
     String::from_utf8(out.stdout.clone()).unwrap()
 }
 
+/// The JSON Lines of a command that succeeded.
+fn json_rows(out: &Output) -> Vec<Value> {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout(out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 #[tokio::test]
 async fn list_count_show_audit_and_reset() {
     let cluster = common::cluster("cli").await;
@@ -40,16 +53,7 @@ async fn list_count_show_audit_and_reset() {
         }
     }
 
-    let out = cli(&ns, &["list", "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows: Vec<Value> = stdout(&out)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let rows = json_rows(&cli(&ns, &["list", "--json"]));
     assert_eq!(rows.len(), 12);
     let masters: Vec<String> = common::masters()
         .await
@@ -490,4 +494,73 @@ fn unset_nodes_is_an_error_that_says_what_to_set() {
         "{err}"
     );
     assert!(!err.contains("could not connect"), "{err}");
+}
+
+#[tokio::test]
+async fn list_and_show_say_remaining_of_the_published_or_given_limit() {
+    let cluster = common::cluster("cli-headroom").await;
+    let ns = cluster.namespace().to_owned();
+    let api = RateLimiter::builder(
+        &cluster,
+        "api",
+        Quota::per_hour(NonZeroU32::new(5).unwrap()),
+    )
+    .build()
+    .unwrap();
+    for _ in 0..5 {
+        assert!(api.check("busy").await.unwrap().allowed);
+    }
+    assert!(api.check("idle").await.unwrap().allowed);
+    common::catalog_published(&api, 1).await;
+
+    let rows = json_rows(&cli(&ns, &["list", "--json"]));
+    assert_eq!(rows.len(), 2, "the catalog is no row: {rows:?}");
+    let busy = rows.iter().find(|r| r["subject"] == "busy").unwrap();
+    assert_eq!(
+        (&busy["remaining"], &busy["limit"]),
+        (&Value::from(0), &Value::from(5))
+    );
+    assert_eq!(busy["at_limit"], true);
+    assert_eq!(busy["quota_source"], "published");
+    assert!(busy["full_in_ms"].as_u64().unwrap() > 0, "{busy}");
+    let idle = rows.iter().find(|r| r["subject"] == "idle").unwrap();
+    assert_eq!(
+        (&idle["remaining"], &idle["at_limit"]),
+        (&Value::from(4), &Value::from(false))
+    );
+
+    // The table: a REMAINING column.
+    let out = cli(&ns, &["show", "busy"]);
+    let text = stdout(&out);
+    assert!(
+        text.lines().next().unwrap().contains("\tREMAINING\t"),
+        "{text}"
+    );
+    assert!(
+        text.lines().any(|l| l.starts_with("gcra\tapi\tbusy\t")
+            && l.contains("\t0/5 remaining, at limit, full in ")),
+        "{text}"
+    );
+    let out = cli(&ns, &["show", "idle"]);
+    let text = stdout(&out);
+    assert!(text.contains("\t4/5 remaining, full in "), "{text}");
+    assert!(!text.contains("at limit"), "{text}");
+
+    // --quota wins over the catalog. (The hour owed by 5 units at 5/h
+    // leaves 10 of a burst of 20 at 10/h.)
+    let out = cli(&ns, &["show", "busy", "--quota", "api=10/1h:burst=20"]);
+    assert!(
+        stdout(&out).contains("\t10/20 remaining, full in "),
+        "{}",
+        stdout(&out)
+    );
+    let given = json_rows(&cli(&ns, &["list", "--json", "--quota", "api=10/1h"]));
+    assert!(
+        given
+            .iter()
+            .all(|r| r["limit"] == 10 && r["quota_source"] == "given"),
+        "{given:?}"
+    );
+    let out = cli(&ns, &["show", "busy", "--quota", "api"]);
+    assert_eq!(out.status.code(), Some(2), "a bad --quota is refused");
 }

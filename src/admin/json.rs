@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::catalog::{Headroom, QuotaSource};
 use super::info::{LimiterInfo, Usage};
 use crate::limit::SubjectSettings;
 
@@ -39,6 +40,42 @@ pub fn limiter(info: &LimiterInfo) -> Value {
         "override": override_of(&info.settings),
         "blocked_for_ms": info.settings.blocked_for.map(millis),
     })
+}
+
+/// Adds a rate limiter's headroom to its object (see [`limiter`]):
+/// `remaining`, `limit`, `remaining_exact`, `at_limit`, `full_in_ms`,
+/// `quota_source` (`override`, `given` or `published`) and
+/// `specs_published` (how many specs the catalog holds for it; 0 unless
+/// published) — each `null` when the quota is not known.
+///
+/// ```
+/// # #[cfg(any(feature = "web", feature = "cli"))] {
+/// use shardlimit::admin::{Catalog, LimiterInfo, json};
+/// # fn show(info: &LimiterInfo, catalog: &Catalog) {
+/// let mut value = json::limiter(info);
+/// json::add_headroom(&mut value, catalog.headroom(info).as_ref());
+/// println!("{} of {}", value["remaining"], value["limit"]);
+/// # }
+/// # }
+/// ```
+pub fn add_headroom(value: &mut Value, headroom: Option<&Headroom>) {
+    let field = |f: fn(&Headroom) -> Value| headroom.map_or(Value::Null, f);
+    value["remaining"] = field(|h| json!(h.remaining));
+    value["limit"] = field(|h| json!(h.limit));
+    value["remaining_exact"] = field(|h| json!(h.exact));
+    value["at_limit"] = field(|h| json!(h.at_limit));
+    value["full_in_ms"] = field(|h| json!(millis(h.full_in)));
+    value["quota_source"] = field(|h| {
+        json!(match h.source {
+            QuotaSource::Override => "override",
+            QuotaSource::Given => "given",
+            QuotaSource::Published { .. } => "published",
+        })
+    });
+    value["specs_published"] = field(|h| match h.source {
+        QuotaSource::Published { specs } => json!(specs),
+        _ => json!(0),
+    });
 }
 
 /// A usage, its fields named as [`Usage`]'s are.

@@ -1,5 +1,6 @@
 //! `Scanner`: walks every master with `SCAN`, never `KEYS`, never MULTI.
 
+mod catalog;
 mod filter;
 mod page;
 mod plan;

@@ -6,6 +6,9 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 
 use super::algorithm::Algorithm;
+use super::catalog::{
+    self, CATALOG_REFRESH, CATALOG_TTL, CatalogPublishing, Publication, Publishes,
+};
 use super::decision::{Decision, MultiDecision};
 use super::deny_cache::DenyCache;
 use super::local::LocalLimits;
@@ -13,6 +16,7 @@ use super::quota::Quota;
 use super::script::{Invocation, LimitSpec};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
+use crate::keys::KeyId;
 use crate::outcomes::Outcomes;
 use crate::policy::FailurePolicy;
 use crate::primitive::Core;
@@ -56,6 +60,22 @@ struct Inner {
     cache: Option<Arc<DenyCache>>,
     /// The local limiters of [`FailurePolicy::Local`].
     local: Option<LocalLimits>,
+    /// Its spec's publication to the catalog (see [`catalog`]).
+    publication: Publication,
+}
+
+impl Publishes for Inner {
+    fn cluster(&self) -> &Cluster {
+        self.core.cluster()
+    }
+
+    fn entry(&self) -> (KeyId, String) {
+        catalog::limit_entry(&self.spec.load())
+    }
+
+    fn publication(&self) -> &Publication {
+        &self.publication
+    }
 }
 
 /// Builds a [`RateLimiter`]; [`build`](Self::build) validates.
@@ -69,9 +89,20 @@ pub struct RateLimiterBuilder {
     policy: FailurePolicy,
     shadow: bool,
     deny_cache: Option<u64>,
+    catalog_refresh: Duration,
 }
 
 impl RateLimiterBuilder {
+    /// How often the limiter publishes its spec to the
+    /// [catalog](crate::limit#the-catalog) again while a handle to it
+    /// lives (less up to a tenth, at random). Default [`CATALOG_REFRESH`]
+    /// (30 s); from 100 ms to a third of [`CATALOG_TTL`] (30 s), so an entry
+    /// outlives two missed refreshes.
+    pub fn catalog_refresh(mut self, every: Duration) -> Self {
+        self.catalog_refresh = every;
+        self
+    }
+
     /// The algorithm. Default [`Algorithm::Gcra`].
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
         self.algorithm = algorithm;
@@ -126,10 +157,24 @@ impl RateLimiterBuilder {
     /// algorithm (see [`Quota#bounds`](Quota#bounds): period whole
     /// milliseconds, 1 ms to 366 days; limit up to
     /// [`Algorithm::max_limit`]; a burst only for GCRA, refilling within 366
-    /// days). Sends nothing; a quota out of bounds is an
+    /// days). A quota out of bounds is an
     /// [`Error::Config`](crate::Error::Config) naming the field.
+    ///
+    /// Waits for nothing: the limiter's spec is published to the
+    /// [catalog](crate::limit#the-catalog) by a background task (started
+    /// here, or at the first check when built outside a tokio runtime).
     pub fn build(self) -> Result<RateLimiter> {
         let spec = LimitSpec::new(&self.name, self.algorithm, self.quota, self.shadow)?;
+        let most = CATALOG_TTL / 3;
+        if !(Duration::from_millis(100)..=most).contains(&self.catalog_refresh) {
+            return Err(Error::Config {
+                field: "catalog_refresh",
+                reason: format!(
+                    "{:?} is outside 100ms..={most:?} (a third of the catalog's TTL)",
+                    self.catalog_refresh
+                ),
+            });
+        }
         let cache = match self.deny_cache {
             None => None,
             Some(0) => {
@@ -152,15 +197,16 @@ impl RateLimiterBuilder {
             }
             _ => None,
         };
-        Ok(RateLimiter {
-            inner: Arc::new(Inner {
-                core: Core::new(self.cluster, spec.id.clone()),
-                spec: ArcSwap::from_pointee(spec),
-                policy: self.policy,
-                cache,
-                local,
-            }),
-        })
+        let inner = Arc::new(Inner {
+            core: Core::new(self.cluster, spec.id.clone()),
+            spec: ArcSwap::from_pointee(spec),
+            policy: self.policy,
+            cache,
+            local,
+            publication: Publication::new(self.catalog_refresh),
+        });
+        catalog::start(&inner);
+        Ok(RateLimiter { inner })
     }
 }
 
@@ -175,6 +221,7 @@ impl RateLimiter {
             policy: FailurePolicy::default(),
             shadow: false,
             deny_cache: None,
+            catalog_refresh: CATALOG_REFRESH,
         }
     }
 
@@ -231,6 +278,7 @@ impl RateLimiter {
         if let Some(cache) = &self.inner.cache {
             cache.clear();
         }
+        self.inner.publication.changed();
         Ok(())
     }
 
@@ -252,7 +300,23 @@ impl RateLimiter {
             if let Some(cache) = &self.inner.cache {
                 cache.clear();
             }
+            self.inner.publication.changed();
         }
+    }
+
+    /// How this limiter's publications to the
+    /// [catalog](crate::limit#the-catalog) went in this process: a failed
+    /// one never fails a check, and is logged and counted here.
+    ///
+    /// ```no_run
+    /// # fn demo(api: shardlimit::RateLimiter) {
+    /// let publishing = api.catalog_publishing();
+    /// println!("{} published, {} failed", publishing.published, publishing.failed);
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn catalog_publishing(&self) -> CatalogPublishing {
+        self.inner.publication.counts()
     }
 
     /// Its failure policy.
@@ -275,8 +339,13 @@ impl RateLimiter {
         &self.inner.core
     }
 
-    /// The current spec, read once per operation.
+    /// The current spec, read once per operation. Starts the catalog
+    /// publication of a limiter built outside a tokio runtime (one relaxed
+    /// load once it runs).
     pub(crate) fn spec(&self) -> Arc<LimitSpec> {
+        if !self.inner.publication.started() {
+            catalog::start(&self.inner);
+        }
         self.inner.spec.load_full()
     }
 

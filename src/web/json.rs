@@ -10,11 +10,12 @@ pub(super) fn subject(subject: &[u8]) -> Value {
     admin::json::subject(subject)
 }
 
-/// One primitive as [`admin::json::limiter`] gives it, with the units
-/// remaining (when the quota is known) and the state in words.
+/// One primitive as [`admin::json::limiter`] gives it, with its headroom
+/// (`remaining`, `limit`, `at_limit`, `full_in_ms`, … when the quota is
+/// known; see [`admin::json::headroom`]) and the state in words.
 pub(super) fn limiter(info: &LimiterInfo, quotas: &Quotas) -> Value {
     let mut value = admin::json::limiter(info);
-    value["remaining"] = json!(words::remaining(info, quotas).map(|(n, _)| n));
+    admin::json::add_headroom(&mut value, quotas.headroom(info).as_ref());
     value["words"] = json!(words::state(info, quotas));
     value
 }

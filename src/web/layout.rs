@@ -35,6 +35,8 @@ code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font
 .muted{color:var(--muted)}
 .error{color:var(--bad)}
 .nottl{color:var(--bad);font-weight:600}
+tr.at-limit td{background:var(--badbg)}
+tr.at-limit td.headroom{color:var(--bad);font-weight:600}
 form.filters{display:flex;gap:.6rem;flex-wrap:wrap;align-items:end;background:var(--bg);padding:.7rem;border-radius:6px}
 form.filters label{display:flex;flex-direction:column;font-size:.8rem;color:var(--muted)}
 input,select{font:inherit;padding:.25rem .4rem;border:1px solid var(--line);border-radius:4px}

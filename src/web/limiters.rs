@@ -65,14 +65,31 @@ async fn serve(
         .await
         .map_err(|err| Failure::cluster(&err, format, &base))?;
     let took = started.elapsed();
+    let (quotas, catalog_error) = state.quotas().await;
     Ok(respond(
         format,
-        || html(&base, &filters, &page, took, &state.options.quotas),
-        || json(&page, took, &state.options.quotas),
+        || {
+            html(
+                &base,
+                &filters,
+                &page,
+                took,
+                &quotas,
+                catalog_error.as_deref(),
+            )
+        },
+        || json(&page, took, &quotas, catalog_error.as_deref()),
     ))
 }
 
-fn html(base: &Base, filters: &Filters, page: &Page, took: Duration, quotas: &Quotas) -> Markup {
+fn html(
+    base: &Base,
+    filters: &Filters,
+    page: &Page,
+    took: Duration,
+    quotas: &Quotas,
+    catalog_error: Option<&str>,
+) -> Markup {
     let next = page.next.as_ref().map(ToString::to_string);
     let body = html! {
         h1 { "Limiters" }
@@ -94,6 +111,9 @@ fn html(base: &Base, filters: &Filters, page: &Page, took: Duration, quotas: &Qu
             (page.limiters.len()) " primitives on this page; "
             (page.scan_calls) " SCAN calls; " (words::duration(took)) "."
         }
+        @if let Some(err) = catalog_error {
+            div.banner.warn #catalog-error { "The catalog of limits could not be read (" (err) "): remaining is shown only for the quotas given." }
+        }
         @for node in &page.restarted {
             div.banner.warn { (node) " was walked again from its start (a failover or resharding since the last page): some primitives may repeat." }
         }
@@ -105,18 +125,19 @@ fn html(base: &Base, filters: &Filters, page: &Page, took: Duration, quotas: &Qu
         }
         table #limiters {
             thead { tr {
-                th { "Kind" } th { "Name" } th { "Subject" } th.num { "Slot" } th { "Node" } th.num { "TTL" } th { "State" }
+                th { "Kind" } th { "Name" } th { "Subject" } th.num { "Slot" } th { "Node" } th.num { "TTL" } th { "Remaining" } th { "State" }
             } }
             tbody {
                 @for info in &page.limiters {
-                    tr {
+                    tr.at-limit[words::at_limit(info, quotas)] {
                         td { (info.kind) }
                         td { (info.name) }
                         td.mono { a.subject href=(base.to(&format!("/subject?{}", subject_query(&info.subject)))) { (subject_display(&info.subject)) } }
                         td.num { (info.slot) }
                         td.mono { (info.node) }
                         td.num { @match info.ttl { Some(t) => (words::duration(t)), None => span.nottl { "none" } } }
-                        td { (words::state(info, quotas)) }
+                        td.headroom { (words::headroom(info, quotas).unwrap_or_default()) }
+                        td { (words::usage(info)) }
                     }
                 }
             }
@@ -137,8 +158,9 @@ fn html(base: &Base, filters: &Filters, page: &Page, took: Duration, quotas: &Qu
     layout::page(base, "Limiters", None, body)
 }
 
-fn json(page: &Page, took: Duration, quotas: &Quotas) -> Value {
+fn json(page: &Page, took: Duration, quotas: &Quotas, catalog_error: Option<&str>) -> Value {
     json!({
+        "catalog_error": catalog_error,
         "limiters": page.limiters.iter().map(|i| j::limiter(i, quotas)).collect::<Vec<_>>(),
         "next": page.next.as_ref().map(ToString::to_string),
         "scan_calls": page.scan_calls,

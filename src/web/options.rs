@@ -236,12 +236,14 @@ impl WebOptionsBuilder {
         self
     }
 
-    /// The quota of your rate limiters named `name` (any algorithm), so
-    /// that their rows say how many units remain: the keys hold only what
-    /// was used. Default: none known, and rows say what is used. For a
-    /// sliding log the count is a lower bound (expired entries are trimmed
-    /// by the next check); for a sliding window counter no remaining count
-    /// is shown (it depends on the position in the window).
+    /// The quota of your rate limiters named `name` (any algorithm),
+    /// which wins over what they publish to the
+    /// [catalog](crate::limit#the-catalog): for limiters of versions that
+    /// do not publish theirs. Default: none given; every limiter that
+    /// publishes is known without it. Rows then say how many units remain
+    /// of the limit, whether the subject is at it, and when it is full
+    /// again (see [`Catalog::headroom`](crate::admin::Catalog::headroom):
+    /// a lower bound for a sliding log and a sliding window counter).
     ///
     /// ```
     /// use std::num::NonZeroU32;

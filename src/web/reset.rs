@@ -119,18 +119,19 @@ async fn confirm(
     }
     let (subject, plan) = plan(&state, &q, format, &base).await?;
     let token = state.csrf.mint(&action(&subject, &q), SystemTime::now());
+    let (quotas, _) = state.quotas().await;
     if format == Format::Json {
         return Ok(axum::Json(json!({
             "subject": j::subject(&subject),
             "keys": plan.keys().iter().map(|k| j::key(k)).collect::<Vec<_>>(),
-            "primitives": plan.primitives().iter().map(|i| j::limiter(i, &state.options.quotas)).collect::<Vec<_>>(),
+            "primitives": plan.primitives().iter().map(|i| j::limiter(i, &quotas)).collect::<Vec<_>>(),
             "in_use": plan.in_use().iter().map(ToString::to_string).collect::<Vec<_>>(),
             "force": q.force(),
             "token": token,
         }))
         .into_response());
     }
-    Ok(confirm_html(&base, &subject, &q, &plan, &token, &state.options.quotas).into_response())
+    Ok(confirm_html(&base, &subject, &q, &plan, &token, &quotas).into_response())
 }
 
 fn confirm_html(

@@ -6,7 +6,7 @@ use super::csrf::Csrf;
 use super::jobs::Job;
 use super::options::WebOptions;
 use crate::Cluster;
-use crate::admin::{AuditReport, CountReport, Scanner};
+use crate::admin::{AuditReport, Catalog, CountReport, Scanner};
 
 /// The router's state: one per [`router`](super::router) call.
 pub(super) struct AppState {
@@ -31,5 +31,23 @@ impl AppState {
             count: Job::new(),
             audit: Job::new(),
         })
+    }
+}
+
+impl AppState {
+    /// What rows are judged against: the catalog the limiters published,
+    /// read now (its one slot: `CLUSTER SLOTS`, `COUNTKEYSINSLOT`,
+    /// `GETKEYSINSLOT` and one pipeline on its master), with the quotas the
+    /// router was given, which win. A catalog that cannot be read leaves
+    /// the given quotas, and the error to show.
+    pub(super) async fn quotas(&self) -> (Catalog, Option<String>) {
+        let (mut catalog, error) = match self.scanner.catalog().await {
+            Ok(catalog) => (catalog, None),
+            Err(err) => (Catalog::new(), Some(err.to_string())),
+        };
+        for (name, quota) in &self.options.quotas {
+            catalog.give(name.clone(), *quota);
+        }
+        (catalog, error)
     }
 }

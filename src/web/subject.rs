@@ -75,11 +75,11 @@ async fn serve(
         primitives,
         writes: state.options.writes,
     };
-    let quotas = &state.options.quotas;
+    let (quotas, catalog_error) = state.quotas().await;
     Ok(respond(
         format,
-        || html(&base, &view, quotas),
-        || json(&view, quotas),
+        || html(&base, &view, &quotas, catalog_error.as_deref()),
+        || json(&view, &quotas),
     ))
 }
 
@@ -95,7 +95,7 @@ fn reset_link(base: &Base, subject: &[u8], kind_name: Option<(&str, &str)>) -> S
     base.to(&url)
 }
 
-fn html(base: &Base, v: &SubjectView, quotas: &Quotas) -> Markup {
+fn html(base: &Base, v: &SubjectView, quotas: &Quotas, catalog_error: Option<&str>) -> Markup {
     let shown = subject_display(&v.subject);
     let body = html! {
         h1 { "Subject " code #subject { (shown) } }
@@ -104,21 +104,25 @@ fn html(base: &Base, v: &SubjectView, quotas: &Quotas) -> Markup {
             dt { "Master" } dd.mono #node { (v.node) }
             dt { "Primitives" } dd { (v.primitives.len()) }
         }
+        @if let Some(err) = catalog_error {
+            div.banner.warn #catalog-error { "The catalog of limits could not be read (" (err) "): remaining is shown only for the quotas given." }
+        }
         @if v.primitives.is_empty() {
             p.muted { "This subject has nothing in its slot (GCRA and window keys exist only while they count)." }
         } @else {
             table #primitives {
                 thead { tr {
-                    th { "Kind" } th { "Name" } th.num { "TTL" } th { "State" } th { "Keys" }
+                    th { "Kind" } th { "Name" } th.num { "TTL" } th { "Remaining" } th { "State" } th { "Keys" }
                     @if v.writes { th { "" } }
                 } }
                 tbody {
                     @for info in &v.primitives {
-                        tr {
+                        tr.at-limit[words::at_limit(info, quotas)] {
                             td { (info.kind) }
                             td { (info.name) }
                             td.num { @match info.ttl { Some(t) => (words::duration(t)), None => span.nottl { "none" } } }
-                            td { (words::state(info, quotas)) }
+                            td.headroom { (words::headroom(info, quotas).unwrap_or_default()) }
+                            td { (words::usage(info)) }
                             td.mono { @for key in &info.keys { (String::from_utf8_lossy(key)) br; } }
                             @if v.writes {
                                 td { a.reset href=(reset_link(base, &v.subject, Some((&info.kind, &info.name)))) { "Reset…" } }

@@ -1,31 +1,33 @@
 //! A primitive's state in words, the way a person on call reads it.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::Quota;
-use crate::admin::{LimiterInfo, Usage};
-use crate::keys::Kind;
-use crate::limit::Algorithm;
+use crate::admin::{Catalog, LimiterInfo, Usage};
 
-/// Known quotas by rate limiter name ([`WebOptionsBuilder::quota`](super::WebOptionsBuilder::quota)).
-pub(super) type Quotas = BTreeMap<String, Quota>;
+/// What the page knows of each rate limiter's quota: the catalog the
+/// limiters published, with the quotas the router was given
+/// ([`WebOptionsBuilder::quota`](super::WebOptionsBuilder::quota)), which
+/// win.
+pub(super) type Quotas = Catalog;
 
-/// Units a rate limiter has left, when its quota is known (the subject's
-/// override, else the one the router was given): `(remaining, exact)`;
-/// `exact` is false for a sliding log, whose count is a lower bound. A
-/// block is not counted here: [`state`] says it first.
-pub(super) fn remaining(info: &LimiterInfo, quotas: &Quotas) -> Option<(u64, bool)> {
-    let quota = info
-        .settings
-        .override_quota
-        .as_ref()
-        .or_else(|| quotas.get(&info.name))?;
-    let algorithm = Algorithm::from_key_kind(Kind::parse(&info.kind)?)?;
-    match &info.usage {
-        Usage::Unused => Some((u64::from(algorithm.capacity(quota)), true)),
-        usage => (algorithm.rules().remaining)(usage, quota, info.ttl),
+/// A rate limiter's headroom in words, e.g. `0/60 remaining, at limit, full
+/// in 12.3 s; 2 specs published`; `None` when its quota is not known.
+pub(super) fn headroom(info: &LimiterInfo, quotas: &Quotas) -> Option<String> {
+    let headroom = quotas.headroom(info)?;
+    let mut text = headroom.describe();
+    if !headroom.full_in.is_zero() && headroom.full_in != Duration::MAX {
+        text.push_str(&format!(", full in {}", duration(headroom.full_in)));
     }
+    if let Some(specs) = headroom.specs_published() {
+        text.push_str(&format!("; {specs} specs published"));
+    }
+    Some(text)
+}
+
+/// Whether the row is a rate limiter at its limit (highlighted).
+pub(super) fn at_limit(info: &LimiterInfo, quotas: &Quotas) -> bool {
+    quotas.headroom(info).is_some_and(|h| h.at_limit)
 }
 
 /// What the primitive is doing now, e.g. `7 used this window, resets in
@@ -37,14 +39,19 @@ pub(super) fn remaining(info: &LimiterInfo, quotas: &Quotas) -> Option<(u64, boo
 /// for GCRA, when the bucket is full again; for a lock, when it frees
 /// itself unless extended; for a lease set and a counter, how long they
 /// stay if nothing touches them. The keys hold no quota: "remaining" is
-/// said only for the rate limiters whose quota the router was given.
+/// said for the rate limiters whose quota is known (published to the
+/// catalog, given to the router, or the subject's override).
 pub(super) fn state(info: &LimiterInfo, quotas: &Quotas) -> String {
-    let described = used(info);
-    let mut text = match remaining(info, quotas) {
-        Some((n, true)) => format!("{n} remaining; {described}"),
-        Some((n, false)) => format!("at least {n} remaining; {described}"),
-        None => described,
-    };
+    match headroom(info, quotas) {
+        Some(headroom) => format!("{headroom}; {}", usage(info)),
+        None => usage(info),
+    }
+}
+
+/// [`state`] without the headroom, for the tables that show it in a
+/// column of its own.
+pub(super) fn usage(info: &LimiterInfo) -> String {
+    let mut text = used(info);
     let settings = &info.settings;
     if let Some(left) = settings.blocked_for {
         text.push_str(&format!("; blocked for {}", duration(left)));
@@ -167,6 +174,10 @@ mod tests {
         }
     }
 
+    fn remaining(info: &LimiterInfo, quotas: &Quotas) -> Option<(u64, bool)> {
+        quotas.headroom(info).map(|h| (h.remaining, h.exact))
+    }
+
     #[test]
     fn remaining_needs_the_quota() {
         use std::num::NonZeroU32;
@@ -177,13 +188,10 @@ mod tests {
             ..info(Usage::FixedWindow { used: 7 }, Some(12_300))
         };
         assert_eq!(remaining(&fw, &quotas), None);
-        quotas.insert(
-            "api".into(),
-            Quota::per_minute(NonZeroU32::new(10).unwrap()),
-        );
+        quotas.give("api", Quota::per_minute(NonZeroU32::new(10).unwrap()));
         assert_eq!(
             state(&fw, &quotas),
-            "3 remaining; 7 used this window, resets in 12.3 s"
+            "3/10 remaining, full in 12.3 s; 7 used this window, resets in 12.3 s"
         );
         // 10 a minute: one unit per 6 s. A TAT 13 s ahead: 2 units used
         // (and part of a third), so floor((60 - 13) / 6) = 7 remain.
@@ -220,8 +228,8 @@ mod tests {
         // No quota given to the router: the override's is known.
         assert_eq!(
             state(&fw, &Quotas::new()),
-            "3 remaining; 2 used this window, resets in 1.0 s; blocked for 59.0 s; \
-             override 5 per 1 h 0 min for 1 d 0 h"
+            "3/5 remaining, at limit, full in 59.0 s; 2 used this window, resets in 1.0 s; \
+             blocked for 59.0 s; override 5 per 1 h 0 min for 1 d 0 h"
         );
         let unused = LimiterInfo {
             usage: Usage::Unused,
@@ -229,7 +237,8 @@ mod tests {
         };
         assert_eq!(remaining(&unused, &Quotas::new()), Some((5, true)));
         assert!(
-            state(&unused, &Quotas::new()).starts_with("5 remaining; unused: no state"),
+            state(&unused, &Quotas::new())
+                .starts_with("5/5 remaining, at limit, full in 59.0 s; unused: no state"),
             "{}",
             state(&unused, &Quotas::new())
         );

@@ -209,8 +209,19 @@ pub async fn scan_keys(
     }
 }
 
-/// Every key under `namespace` on every master, with its PTTL.
+/// Every key of `namespace`'s primitives on every master, with its PTTL:
+/// the catalog of limiter specs (`<ns>:{shardlimit.catalog}:…`, which every
+/// rate limiter publishes to in the background) is left out.
 pub async fn keys_with_pttl(namespace: &str) -> Vec<(Vec<u8>, i64)> {
+    let catalog = format!("{namespace}:{{shardlimit.catalog}}:").into_bytes();
+    let mut keys = all_keys_with_pttl(namespace).await;
+    keys.retain(|(key, _)| !key.starts_with(&catalog));
+    keys
+}
+
+/// Every key under `namespace` on every master, the catalog's too, with
+/// its PTTL.
+pub async fn all_keys_with_pttl(namespace: &str) -> Vec<(Vec<u8>, i64)> {
     let mut out = Vec::new();
     for mut conn in master_connections().await {
         for key in scan_keys(&mut conn, namespace).await {
@@ -228,9 +239,10 @@ pub async fn keys_with_pttl(namespace: &str) -> Vec<(Vec<u8>, i64)> {
     out
 }
 
-/// Fails the test if any key under `namespace` has no TTL.
+/// Fails the test if any key under `namespace` (the catalog's too) has no
+/// TTL.
 pub async fn assert_every_key_has_ttl(namespace: &str) {
-    let immortal: Vec<String> = keys_with_pttl(namespace)
+    let immortal: Vec<String> = all_keys_with_pttl(namespace)
         .await
         .into_iter()
         .filter(|(_, pttl)| *pttl < 0)
@@ -530,5 +542,19 @@ impl LogLines {
 
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// Waits until `limiter` has published its spec to the catalog `n` times
+/// in all (a background task does it; see `shardlimit::limit`'s catalog).
+pub async fn catalog_published(limiter: &shardlimit::RateLimiter, n: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while limiter.catalog_publishing().published < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            limiter.catalog_publishing()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }

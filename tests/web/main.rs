@@ -9,6 +9,7 @@ mod common;
 mod browser;
 mod bulk;
 mod cli;
+mod headroom;
 mod hosts;
 mod settings;
 
@@ -320,8 +321,9 @@ async fn overview_filter_follow_reset_and_escape_in_a_browser() {
     let rows = texts(&b, "table#primitives tbody tr").await;
     assert_eq!(rows.len(), 2, "{rows:?}");
     assert!(
-        rows.iter()
-            .any(|r| r.starts_with("fw api") && r.contains("9 remaining; 1 used this window")),
+        rows.iter().any(|r| r.starts_with("fw api")
+            && r.contains("9/10 remaining")
+            && r.contains("1 used this window")),
         "{rows:?}"
     );
     assert!(

@@ -69,7 +69,8 @@ async fn overrides_and_blocks_show_with_their_limiter() {
     assert_eq!(f["remaining"], 4);
     let words = f["words"].as_str().unwrap();
     assert!(
-        words.starts_with("4 remaining; 1 used this window"),
+        words.starts_with("4/5 remaining, at limit, full in ")
+            && words.contains("; 1 used this window"),
         "{words}"
     );
     assert!(words.contains("; blocked for 9 min 5"), "{words}");

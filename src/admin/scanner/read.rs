@@ -10,6 +10,7 @@ use super::settings::LimiterKeys;
 use crate::cluster::{Cluster, NodeAddr};
 use crate::error::{Error, Result};
 use crate::keys::{ParsedKey, slot};
+use crate::limit::catalog_entry;
 
 /// Parses one page of keys and reads what `mode` needs, in one pipeline
 /// (and a second for the rate limiters with an override or a block).
@@ -27,7 +28,11 @@ pub(crate) async fn read_page(
         let plan = match ParsedKey::parse(&key) {
             Ok(parsed) if parsed.namespace == namespace => {
                 if mode == Mode::Audit {
+                    // The catalog's keys too: every key must have a TTL.
                     Plan::Audit
+                } else if catalog_entry(&parsed).is_some() {
+                    // The catalog describes limiters; it is none.
+                    continue;
                 } else if !filter.matches(&parsed) {
                     continue;
                 } else if mode == Mode::Count && parsed.part.is_none() {

@@ -8,6 +8,7 @@ use crate::admin::info::LimiterInfo;
 use crate::cluster::NodeAddr;
 use crate::error::{Error, Result};
 use crate::keys::{KeyId, ParsedKey, slot};
+use crate::limit::catalog_entry;
 
 /// The most keys of one slot read with one `CLUSTER GETKEYSINSLOT`: a few
 /// milliseconds of the node's time at most (its cost is linear in the keys
@@ -25,7 +26,7 @@ impl Scanner {
         kind: Option<&str>,
         name: Option<&str>,
     ) -> Result<(Vec<Vec<u8>>, Vec<LimiterInfo>)> {
-        let (owner, mut keys) = self.subject_keys(subject, kind, name).await?;
+        let (owner, mut keys) = self.subject_keys(subject, kind, name, false).await?;
         keys.sort();
         let found = read_page(
             &self.cluster,
@@ -46,12 +47,14 @@ impl Scanner {
     }
 
     /// The master serving `subject`'s slot and the subject's keys there (of
-    /// `kind` and `name`, if given).
-    async fn subject_keys(
+    /// `kind` and `name`, if given): its primitives' keys, or with
+    /// `catalog` the catalog's keys (whose tag is a subject of its own).
+    pub(super) async fn subject_keys(
         &self,
         subject: &[u8],
         kind: Option<&str>,
         name: Option<&str>,
+        catalog: bool,
     ) -> Result<(NodeAddr, Vec<Vec<u8>>)> {
         let probe = self
             .cluster
@@ -74,7 +77,10 @@ impl Scanner {
             let keys = self
                 .scan_matching(&owner, &glob_escape(&probe[..tag_end]))
                 .await?;
-            return Ok((owner, self.subjects_own(keys, subject, kind, name)));
+            return Ok((
+                owner,
+                self.subjects_own(keys, subject, (kind, name), catalog),
+            ));
         }
         let mut count_cmd = redis::cmd("CLUSTER");
         count_cmd.arg("COUNTKEYSINSLOT").arg(the_slot);
@@ -97,22 +103,27 @@ impl Scanner {
             self.scan_matching(&owner, &glob_escape(&probe[..tag_end]))
                 .await?
         };
-        Ok((owner, self.subjects_own(keys, subject, kind, name)))
+        Ok((
+            owner,
+            self.subjects_own(keys, subject, (kind, name), catalog),
+        ))
     }
 
-    /// The keys of `subject` (of `kind` and `name`, if given) among `keys`.
+    /// The keys of `subject` (of `kind` and `name`, if given) among `keys`:
+    /// the catalog's keys only with `catalog`, else never.
     fn subjects_own(
         &self,
         keys: Vec<Vec<u8>>,
         subject: &[u8],
-        kind: Option<&str>,
-        name: Option<&str>,
+        (kind, name): (Option<&str>, Option<&str>),
+        catalog: bool,
     ) -> Vec<Vec<u8>> {
         let namespace = self.cluster.namespace();
         keys.into_iter()
             .filter(|key| {
                 ParsedKey::parse(key).is_ok_and(|p| {
                     p.namespace == namespace
+                        && catalog_entry(&p).is_some() == catalog
                         && *p.subject == *subject
                         && kind.is_none_or(|k| p.kind == k)
                         && name.is_none_or(|n| p.name == n)

@@ -11,6 +11,7 @@ use super::read::read_page;
 use crate::admin::info::Progress;
 use crate::cluster::NodeAddr;
 use crate::error::{Error, Result};
+use crate::limit::catalog_prefix;
 
 /// Attempts per master before its scan is reported incomplete.
 const MAX_ATTEMPTS: u32 = 5;
@@ -132,6 +133,7 @@ impl Scanner {
             .await
             .unwrap_or(0);
         let pattern = self.cluster.keys().scan_pattern();
+        let catalog_prefix = catalog_prefix(self.cluster.keys());
         let (mut cursor, mut scanned) = (0u64, 0u64);
         loop {
             let mut scan = redis::cmd("SCAN");
@@ -142,7 +144,13 @@ impl Scanner {
                 .arg(self.count);
             let (next, keys): (u64, Vec<Vec<u8>>) =
                 self.cluster.node_command("scan", node, scan).await?;
-            scanned += u64::try_from(keys.len()).unwrap_or(u64::MAX);
+            // The catalog's keys are not counted: they are not primitives
+            // (an audit still checks their TTL).
+            let catalog = keys
+                .iter()
+                .filter(|k| k.starts_with(&catalog_prefix))
+                .count();
+            scanned += u64::try_from(keys.len() - catalog).unwrap_or(u64::MAX);
             crate::metrics::scan_page(node, keys.len(), scanned, dbsize, next == 0);
             for found in read_page(&self.cluster, &self.filter, mode, node, keys).await? {
                 tx.send(Event::NodeFound {

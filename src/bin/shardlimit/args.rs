@@ -96,12 +96,16 @@ pub(crate) enum Command {
         /// JSON Lines instead of a table.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        quotas: crate::quotas::QuotaArgs,
     },
     /// Every primitive of one subject.
     Show {
         subject: String,
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        quotas: crate::quotas::QuotaArgs,
     },
     /// Primitives per master, kind and name.
     Count {

@@ -7,17 +7,31 @@ use futures::StreamExt;
 use shardlimit::admin::{ScanEvent, Scanner};
 
 use super::output::{AnyResult, header, info_json, row, with_progress};
+use super::quotas::{QuotaArgs, catalog};
 
-/// `list`: every primitive matching the filters, streamed as the masters are walked; exit code 2 when a master could not be walked.
+/// `list`'s filters.
+pub(crate) struct Filters {
+    pub(crate) kind: Option<String>,
+    pub(crate) name: Option<String>,
+    pub(crate) subject: Option<String>,
+}
+
+/// `list`: every primitive matching the filters, streamed as the masters
+/// are walked, each rate limiter with its headroom under the catalog's (or
+/// `--quota`'s) quota; exit code 2 when a master could not be walked.
 pub(crate) async fn list(
     scanner: Scanner,
     out: &mut impl Write,
     table: bool,
-    kind: Option<String>,
-    name: Option<String>,
-    subject: Option<String>,
+    Filters {
+        kind,
+        name,
+        subject,
+    }: Filters,
+    quotas: &QuotaArgs,
     json: bool,
 ) -> AnyResult<ExitCode> {
+    let catalog = catalog(&scanner, quotas).await;
     let mut scanner = scanner;
     if let Some(kind) = kind {
         scanner = scanner.kind(kind);
@@ -36,8 +50,10 @@ pub(crate) async fn list(
     }
     while let Some(event) = events.next().await {
         match event {
-            ScanEvent::Limiter(info) if json => writeln!(out, "{}", info_json(&info))?,
-            ScanEvent::Limiter(info) => row(out, table, &info)?,
+            ScanEvent::Limiter(info) if json => {
+                writeln!(out, "{}", info_json(&info, &catalog))?;
+            }
+            ScanEvent::Limiter(info) => row(out, table, &info, &catalog)?,
             ScanEvent::Unrecognized { key, node } => {
                 bar.suspend(|| {
                     eprintln!(
@@ -62,23 +78,26 @@ pub(crate) async fn list(
     })
 }
 
-/// `show`: every primitive of one subject, read from its slot.
+/// `show`: every primitive of one subject, read from its slot, each rate
+/// limiter with its headroom.
 pub(crate) async fn show(
     scanner: &Scanner,
     out: &mut impl Write,
     table: bool,
     subject: &str,
+    quotas: &QuotaArgs,
     json: bool,
 ) -> AnyResult<ExitCode> {
-    let found = scanner.subject(subject).await?;
+    let (found, catalog) = futures::join!(scanner.subject(subject), catalog(scanner, quotas));
+    let found = found?;
     if !json {
         header(out, table)?;
     }
     for info in &found {
         if json {
-            writeln!(out, "{}", info_json(info))?;
+            writeln!(out, "{}", info_json(info, &catalog))?;
         } else {
-            row(out, table, info)?;
+            row(out, table, info, &catalog)?;
         }
     }
     out.flush()?;

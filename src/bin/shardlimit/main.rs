@@ -2,8 +2,8 @@
 //! counter under a namespace (feature `cli`).
 //!
 //! ```text
-//! shardlimit list [--kind K] [--name N] [--subject GLOB] [--json]
-//! shardlimit show <subject> [--json]
+//! shardlimit list [--kind K] [--name N] [--subject GLOB] [--quota NAME=60/1m]… [--json]
+//! shardlimit show <subject> [--quota NAME=60/1m]… [--json]
 //! shardlimit count [--json]
 //! shardlimit audit [--json]        # exit code 1 when anything is found
 //! shardlimit reset <subject> [--kind K] [--name N] [--dry-run] [--force] [--yes]
@@ -11,7 +11,7 @@
 //! shardlimit override get <subject> <kind>:<name> [--json]
 //! shardlimit override clear <subject> <kind>:<name> [--json]
 //! shardlimit health
-//! shardlimit web [--listen 127.0.0.1:8080] [--allow-writes] [--allow-host NAME]…   # feature `web`
+//! shardlimit web [--listen 127.0.0.1:8080] [--allow-writes] [--allow-host NAME]… [--quota NAME=60/1m]…   # feature `web`
 //! ```
 //!
 //! Global: `--nodes` (or `SHARDLIMIT_NODES`, comma-separated
@@ -36,6 +36,7 @@ mod health;
 mod list;
 mod output;
 mod overrides;
+mod quotas;
 mod reset;
 mod syntax;
 #[cfg(feature = "web")]
@@ -80,10 +81,20 @@ async fn run(cli: Cli) -> AnyResult<ExitCode> {
             name,
             subject,
             json,
-        } => list::list(scanner, &mut out, table, kind, name, subject, json).await,
-        Command::Show { subject, json } => {
-            list::show(&scanner, &mut out, table, &subject, json).await
+            quotas,
+        } => {
+            let filters = list::Filters {
+                kind,
+                name,
+                subject,
+            };
+            list::list(scanner, &mut out, table, filters, &quotas, json).await
         }
+        Command::Show {
+            subject,
+            json,
+            quotas,
+        } => list::show(&scanner, &mut out, table, &subject, &quotas, json).await,
         Command::Count { json } => count::count(scanner, &mut out, json).await,
         Command::Audit { json } => audit::audit(scanner, &mut out, json).await,
         Command::Reset(args) => reset::reset(&scanner, &mut out, args).await,

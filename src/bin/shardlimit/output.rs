@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
-use shardlimit::admin::{LimiterInfo, Progress, Scanner, json};
+use shardlimit::admin::{Catalog, LimiterInfo, Progress, Scanner, json};
 use shardlimit::limit::SubjectSettings;
 
 use super::syntax::{format_duration, format_quota};
@@ -44,40 +44,73 @@ pub(crate) fn with_progress(scanner: Scanner) -> (Scanner, ProgressBar) {
     (scanner, bar)
 }
 
-const COLUMNS: [&str; 7] = ["KIND", "NAME", "SUBJECT", "SLOT", "NODE", "TTL", "STATE"];
+const COLUMNS: [&str; 8] = [
+    "KIND",
+    "NAME",
+    "SUBJECT",
+    "SLOT",
+    "NODE",
+    "TTL",
+    "REMAINING",
+    "STATE",
+];
 
 pub(crate) fn header(out: &mut impl Write, table: bool) -> std::io::Result<()> {
     if table {
+        let c = COLUMNS;
         writeln!(
             out,
-            "{:<8} {:<16} {:<32} {:>5} {:<16} {:>10} {}",
-            COLUMNS[0], COLUMNS[1], COLUMNS[2], COLUMNS[3], COLUMNS[4], COLUMNS[5], COLUMNS[6]
+            "{:<8} {:<16} {:<32} {:>5} {:<16} {:>10} {:<36} {}",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]
         )
     } else {
         writeln!(out, "{}", COLUMNS.join("\t"))
     }
 }
 
-pub(crate) fn row(out: &mut impl Write, table: bool, info: &LimiterInfo) -> std::io::Result<()> {
+pub(crate) fn row(
+    out: &mut impl Write,
+    table: bool,
+    info: &LimiterInfo,
+    catalog: &Catalog,
+) -> std::io::Result<()> {
     let ttl = match info.ttl {
         Some(ttl) => format!("{}ms", ttl.as_millis()),
         None => "NONE".to_owned(),
     };
     let subject = info.subject_lossy();
+    let headroom = headroom(info, catalog);
     let state = state(info);
     if table {
         writeln!(
             out,
-            "{:<8} {:<16} {:<32} {:>5} {:<16} {:>10} {}",
-            info.kind, info.name, subject, info.slot, info.node, ttl, state
+            "{:<8} {:<16} {:<32} {:>5} {:<16} {:>10} {:<36} {}",
+            info.kind, info.name, subject, info.slot, info.node, ttl, headroom, state
         )
     } else {
         writeln!(
             out,
-            "{}\t{}\t{}\t{}\t{}\t{}\t{}",
-            info.kind, info.name, subject, info.slot, info.node, ttl, state
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            info.kind, info.name, subject, info.slot, info.node, ttl, headroom, state
         )
     }
+}
+
+/// A rate limiter's headroom, e.g. `0/60 remaining, at limit, full in
+/// 12s300ms; 2 specs published`; `-` when its quota is not known (not
+/// published, not given with `--quota`) or it is no rate limiter.
+pub(crate) fn headroom(info: &LimiterInfo, catalog: &Catalog) -> String {
+    let Some(headroom) = catalog.headroom(info) else {
+        return "-".to_owned();
+    };
+    let mut text = headroom.describe();
+    if !headroom.full_in.is_zero() && headroom.full_in != std::time::Duration::MAX {
+        text.push_str(&format!(", full in {}", format_duration(headroom.full_in)));
+    }
+    if let Some(specs) = headroom.specs_published() {
+        text.push_str(&format!("; {specs} specs published"));
+    }
+    text
 }
 
 /// The state, then a rate limiter's block and override for the subject:
@@ -109,10 +142,13 @@ pub(crate) fn override_json(settings: &SubjectSettings) -> Value {
     value
 }
 
-/// One primitive as the library gives it (`shardlimit::admin::json`), its
-/// override as [`override_json`] writes it.
-pub(crate) fn info_json(info: &LimiterInfo) -> Value {
+/// One primitive as the library gives it (`shardlimit::admin::json`), with
+/// its headroom (`remaining`, `limit`, `at_limit`, `full_in_ms`, …; `null`
+/// when the quota is not known), its override as [`override_json`] writes
+/// it.
+pub(crate) fn info_json(info: &LimiterInfo, catalog: &Catalog) -> Value {
     let mut value = json::limiter(info);
+    json::add_headroom(&mut value, catalog.headroom(info).as_ref());
     value["override"] = override_json(&info.settings);
     value
 }

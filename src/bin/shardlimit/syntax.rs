@@ -185,6 +185,16 @@ pub(crate) fn quota(text: &str) -> Result<Quota, String> {
     })
 }
 
+/// `--quota <name>=<quota>`: the quota of every rate limiter named
+/// `name`, e.g. `api=60/1m`, which wins over the catalog.
+pub(crate) fn given_quota(text: &str) -> Result<(String, Quota), String> {
+    let (name, rest) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?}: expected <name>=<limit>/<period>, e.g. api=60/1m"))?;
+    shardlimit::keys::KeyId::new("fw", name).map_err(|err| err.to_string())?;
+    Ok((name.to_owned(), quota(rest)?))
+}
+
 /// `1` to `4294967295`.
 fn count(text: &str) -> Result<NonZeroU32, String> {
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
@@ -281,6 +291,18 @@ mod tests {
             err,
             "an override lives at most 366d (set it again to renew it), not 367d"
         );
+    }
+
+    #[test]
+    fn given_quotas_name_a_limiter() {
+        let (name, quota) = given_quota("api=60/1m").unwrap();
+        assert_eq!(
+            (name.as_str(), format_quota(&quota)),
+            ("api", "60/1m".to_owned())
+        );
+        assert!(given_quota("60/1m").is_err());
+        assert!(given_quota("a pi=60/1m").is_err());
+        assert!(given_quota("api=60").is_err());
     }
 
     #[test]

@@ -57,6 +57,8 @@ pub(crate) struct WebArgs {
     /// rebinding).
     #[arg(long = "allow-host", value_name = "NAME")]
     allow_hosts: Vec<String>,
+    #[command(flatten)]
+    quotas: crate::quotas::QuotaArgs,
 }
 
 impl WebArgs {
@@ -77,6 +79,9 @@ impl WebArgs {
         }
         for name in &self.allow_hosts {
             options = options.allow_host(name);
+        }
+        for (name, quota) in &self.quotas.given {
+            options = options.quota(name, *quota);
         }
         if let Some((user, password)) = credentials {
             options = options.basic_auth(user, password);
@@ -154,6 +159,7 @@ mod tests {
             allow_anonymous: false,
             page_size: NonZeroUsize::MIN,
             allow_hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
+            quotas: crate::quotas::QuotaArgs::default(),
         };
         let options = args("10.1.2.3:8080", &["limits.internal"])
             .options(100, None)

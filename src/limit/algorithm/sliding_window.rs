@@ -21,9 +21,16 @@ pub(super) static RULES: Rules = Rules {
         current: count(fields.first().copied().flatten()),
         previous: count(fields.get(1).copied().flatten()),
     }),
-    // The weight of the previous window depends on the time within the
-    // current one, which the scanner does not read: not said.
-    remaining: |_, _, _| None,
+    // The weight of the previous window (at most 1) depends on the time
+    // within the current one, which the scanner does not read: counting
+    // the previous window whole gives a lower bound.
+    remaining: |usage, quota, _| match usage {
+        Usage::SlidingWindow { current, previous } => Some((
+            u64::from(quota.limit().get()).saturating_sub(current.saturating_add(*previous)),
+            false,
+        )),
+        _ => None,
+    },
     local: |state, at| {
         let window = at.now / at.period;
         if window != state.window {
