@@ -239,6 +239,7 @@ mod outcomes;
 mod policy;
 mod primitive;
 mod scripts;
+mod throttled;
 #[cfg(feature = "tonic")]
 pub mod tonic;
 #[cfg(feature = "tower")]

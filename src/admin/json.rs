@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::info::{LimiterInfo, Usage};
+use super::throttled::ThrottledName;
 use crate::limit::SubjectSettings;
 
 /// One primitive: `kind`, `name`, `subject` (its text when it is UTF-8,
@@ -77,6 +78,33 @@ pub fn override_of(settings: &SubjectSettings) -> Value {
         }),
         None => Value::Null,
     }
+}
+
+/// One limiter kind and name of the throttled view: `kind`, `name`,
+/// `processes`, `window_ms`, `allowed_per_sec`, `denied_per_sec`,
+/// `cached_per_sec`, `bypassed_per_sec`, `denials`, `floor` and
+/// `subjects`, each `{"subject", "denials", "error", "per_sec"}`, most
+/// denied first.
+#[must_use]
+pub fn throttled(name: &ThrottledName) -> Value {
+    json!({
+        "kind": name.kind,
+        "name": name.name,
+        "processes": name.processes,
+        "window_ms": millis(name.window),
+        "allowed_per_sec": name.allowed_per_sec,
+        "denied_per_sec": name.denied_per_sec,
+        "cached_per_sec": name.cached_per_sec,
+        "bypassed_per_sec": name.bypassed_per_sec,
+        "denials": name.denials,
+        "floor": name.floor,
+        "subjects": name.subjects.iter().map(|s| json!({
+            "subject": subject(&s.subject),
+            "denials": s.denials,
+            "error": s.error,
+            "per_sec": s.per_sec(name.window),
+        })).collect::<Vec<_>>(),
+    })
 }
 
 /// A subject: its text when it is UTF-8, else `{"hex": "…"}`.

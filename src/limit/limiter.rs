@@ -16,6 +16,8 @@ use crate::error::{Error, Result};
 use crate::outcomes::Outcomes;
 use crate::policy::FailurePolicy;
 use crate::primitive::Core;
+use crate::throttled::publish;
+use crate::throttled::recorder::Recorder;
 
 /// A rate limiter definition: a name, a [`Quota`], an [`Algorithm`] and a
 /// [`FailurePolicy`], built once and checked per subject. Cheap to clone.
@@ -56,6 +58,8 @@ struct Inner {
     cache: Option<Arc<DenyCache>>,
     /// The local limiters of [`FailurePolicy::Local`].
     local: Option<LocalLimits>,
+    /// Where its denials go, when it reports what it throttles.
+    throttled: Option<Arc<Recorder>>,
 }
 
 /// Builds a [`RateLimiter`]; [`build`](Self::build) validates.
@@ -69,6 +73,7 @@ pub struct RateLimiterBuilder {
     policy: FailurePolicy,
     shadow: bool,
     deny_cache: Option<u64>,
+    report_throttled: Option<Duration>,
 }
 
 impl RateLimiterBuilder {
@@ -122,6 +127,31 @@ impl RateLimiterBuilder {
         self
     }
 
+    /// Reports the subjects this limiter denies most to the "throttled now"
+    /// view ([`admin::throttled`](crate::admin::throttled()), `shardlimit
+    /// top`, the Limits page): every denial, by Redis or by the deny cache,
+    /// from [`check`](RateLimiter::check), a
+    /// [`MultiLimiter`](super::MultiLimiter),
+    /// [`check_many`](RateLimiter::check_many) or the tower layer, is
+    /// counted in a Space-Saving sketch of this process (the top 100
+    /// subjects, per kind and name) covering the last `window` (6 s to 1 h;
+    /// 60 s is a good start): six sketches of a sixth each, the oldest
+    /// dropped as a new one starts, so a subject leaves the view at most
+    /// `window` after its last denial. A background task publishes the
+    /// sketches and this name's allowed/denied/cached/bypassed counts every
+    /// 5 s to one key per process with a 15 s TTL; see
+    /// [the admin docs](crate::admin::throttled()) for what is read.
+    ///
+    /// Cost on the check path: none for an admitted request; a denial
+    /// takes a mutex and counts the subject (measured: docs/observability.md).
+    /// Limiters of one kind and name in a process share one sketch; the
+    /// first one built sets the window. Needs a tokio runtime when built.
+    /// Default: off, which costs nothing.
+    pub fn report_throttled(mut self, window: Duration) -> Self {
+        self.report_throttled = Some(window);
+        self
+    }
+
     /// Validates the name (`[A-Za-z0-9_.-]{1,64}`) and the quota for the
     /// algorithm (see [`Quota#bounds`](Quota#bounds): period whole
     /// milliseconds, 1 ms to 366 days; limit up to
@@ -144,6 +174,15 @@ impl RateLimiterBuilder {
                 vec![(spec.id.kind().to_owned(), spec.id.name().to_owned())],
             ))),
         };
+        let throttled = match self.report_throttled {
+            None => None,
+            Some(window) => Some(publish::recorder(
+                &self.cluster,
+                spec.id.kind(),
+                spec.id.name(),
+                window,
+            )?),
+        };
         let local = match self.policy {
             FailurePolicy::Local { instances } => {
                 let local = LocalLimits::new(instances);
@@ -159,6 +198,7 @@ impl RateLimiterBuilder {
                 policy: self.policy,
                 cache,
                 local,
+                throttled,
             }),
         })
     }
@@ -175,6 +215,7 @@ impl RateLimiter {
             policy: FailurePolicy::default(),
             shadow: false,
             deny_cache: None,
+            report_throttled: None,
         }
     }
 
@@ -314,6 +355,11 @@ impl RateLimiter {
     /// Its local limiters, under [`FailurePolicy::Local`].
     pub(crate) fn local(&self) -> Option<&LocalLimits> {
         self.inner.local.as_ref()
+    }
+
+    /// Where its denials are counted, if it reports what it throttles.
+    pub(crate) fn throttled(&self) -> Option<&Recorder> {
+        self.inner.throttled.as_deref()
     }
 
     /// Its deny cache, if it has one.
