@@ -11,6 +11,7 @@
 //! shardlimit override get <subject> <kind>:<name> [--json]
 //! shardlimit override clear <subject> <kind>:<name> [--json]
 //! shardlimit health
+//! shardlimit top [--name N] [--kind K] [--limit 20] [--watch] [--json]
 //! shardlimit web [--listen 127.0.0.1:8080] [--allow-writes] [--allow-host NAME]…   # feature `web`
 //! ```
 //!
@@ -38,6 +39,7 @@ mod output;
 mod overrides;
 mod reset;
 mod syntax;
+mod top;
 #[cfg(feature = "web")]
 mod web;
 
@@ -89,6 +91,7 @@ async fn run(cli: Cli) -> AnyResult<ExitCode> {
         Command::Reset(args) => reset::reset(&scanner, &mut out, args).await,
         Command::Override(command) => overrides::run(&cluster, &mut out, command).await,
         Command::Health => health::health(&cluster, &mut out).await,
+        Command::Top(args) => top::top(&cluster, &mut out, args).await,
         #[cfg(feature = "web")]
         Command::Web(args) => web::run(&cluster, cli.scan_count, args).await,
     }
