@@ -25,6 +25,19 @@ fn stdout(out: &Output) -> String {
     String::from_utf8(out.stdout.clone()).unwrap()
 }
 
+/// The JSON Lines of a command that succeeded.
+fn json_lines(out: &Output) -> Vec<Value> {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout(out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 #[tokio::test]
 async fn list_count_show_audit_and_reset() {
     let cluster = common::cluster("cli").await;
@@ -41,15 +54,7 @@ async fn list_count_show_audit_and_reset() {
     }
 
     let out = cli(&ns, &["list", "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows: Vec<Value> = stdout(&out)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let rows = json_lines(&out);
     assert_eq!(rows.len(), 12);
     let masters: Vec<String> = common::masters()
         .await
@@ -524,15 +529,7 @@ async fn top_shows_the_most_denied_subjects_once_and_watching() {
     let started = std::time::Instant::now();
     let row = loop {
         let out = cli(&ns, &["top", "--json", "--name", "api"]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let rows: Vec<Value> = stdout(&out)
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
+        let rows = json_lines(&out);
         if rows.len() == 1 && rows[0]["subjects"].as_array().unwrap().len() == 2 {
             break rows[0].clone();
         }
