@@ -11,6 +11,7 @@ mod bulk;
 mod cli;
 mod hosts;
 mod settings;
+mod throttled;
 
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::time::Duration;
