@@ -181,6 +181,10 @@ async fn two_processes_reports_merge_per_subject() {
     .await;
     let api = name(&view, "api").unwrap();
     assert_eq!(api.processes, 2);
+    assert!(
+        api.covered > Duration::ZERO && api.covered <= window,
+        "{api:?}"
+    );
     assert_eq!(denials(&view, "api", "only-one"), Some(5));
     assert_eq!(api.denials, 12);
     assert_eq!(api.subjects[0].subject, b"shared");

@@ -81,7 +81,7 @@ pub fn override_of(settings: &SubjectSettings) -> Value {
 }
 
 /// One limiter kind and name of the throttled view: `kind`, `name`,
-/// `processes`, `window_ms`, `allowed_per_sec`, `denied_per_sec`,
+/// `processes`, `window_ms`, `covered_ms`, `allowed_per_sec`, `denied_per_sec`,
 /// `cached_per_sec`, `bypassed_per_sec`, `denials`, `floor` and
 /// `subjects`, each `{"subject", "denials", "error", "per_sec"}`, most
 /// denied first.
@@ -92,6 +92,7 @@ pub fn throttled(name: &ThrottledName) -> Value {
         "name": name.name,
         "processes": name.processes,
         "window_ms": millis(name.window),
+        "covered_ms": millis(name.covered),
         "allowed_per_sec": name.allowed_per_sec,
         "denied_per_sec": name.denied_per_sec,
         "cached_per_sec": name.cached_per_sec,
@@ -102,7 +103,7 @@ pub fn throttled(name: &ThrottledName) -> Value {
             "subject": subject(&s.subject),
             "denials": s.denials,
             "error": s.error,
-            "per_sec": s.per_sec(name.window),
+            "per_sec": s.per_sec(name.covered),
         })).collect::<Vec<_>>(),
     })
 }

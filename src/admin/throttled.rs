@@ -36,6 +36,10 @@ pub struct ThrottledName {
     /// reported: each counts between five sixths of its window and all of
     /// it).
     pub window: Duration,
+    /// How long the denial counts cover: since the oldest sketch of any
+    /// process started, at most `window` (less while the processes have
+    /// reported for less than a window).
+    pub covered: Duration,
     /// Admitted requests per second, summed over the processes (each
     /// measured over its last publication interval, about 5 s).
     pub allowed_per_sec: f64,
@@ -68,10 +72,11 @@ pub struct ThrottledSubject {
 }
 
 impl ThrottledSubject {
-    /// Its denials per second over `window`.
+    /// Its denials per second over `covered` (its name's
+    /// [`covered`](ThrottledName::covered)).
     #[must_use]
-    pub fn per_sec(&self, window: Duration) -> f64 {
-        rate(self.denials, window)
+    pub fn per_sec(&self, covered: Duration) -> f64 {
+        rate(self.denials, covered)
     }
 }
 
@@ -133,6 +138,7 @@ fn merge(reports: &[Vec<NameReport>]) -> Throttled {
                 name: name.to_owned(),
                 processes: parts.len(),
                 window: parts.iter().map(|p| p.window).max().unwrap_or_default(),
+                covered: parts.iter().map(|p| p.covered).max().unwrap_or_default(),
                 allowed_per_sec: per_sec(0),
                 denied_per_sec: per_sec(1),
                 cached_per_sec: per_sec(2),
@@ -173,6 +179,7 @@ mod tests {
             kind: "gcra".into(),
             name: name.into(),
             window: Duration::from_secs(60),
+            covered: Duration::from_secs(30),
             elapsed: Duration::from_secs(5),
             counts,
             summary: Summary::exact(entries, 0),
@@ -208,7 +215,8 @@ mod tests {
             .map(|s| (s.subject.as_slice(), s.denials))
             .collect();
         assert_eq!(top, [(&b"u2"[..], 11), (b"u1", 8), (b"u3", 1)]);
-        assert!((api.subjects[0].per_sec(api.window) - 11.0 / 60.0).abs() < 1e-9);
+        assert_eq!(api.covered, Duration::from_secs(30));
+        assert!((api.subjects[0].per_sec(api.covered) - 11.0 / 30.0).abs() < 1e-9);
         assert_eq!(merged.names[1].name, "login");
         assert!(merged.names[1].subjects.is_empty());
     }

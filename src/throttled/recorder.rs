@@ -46,6 +46,9 @@ pub(crate) struct NameReport {
     pub(crate) kind: String,
     pub(crate) name: String,
     pub(crate) window: Duration,
+    /// How long the summary covers: since its oldest sketch started, at
+    /// most the window.
+    pub(crate) covered: Duration,
     /// How long the counts below cover.
     pub(crate) elapsed: Duration,
     /// Allowed, denied by Redis, denied from the deny cache, bypassed.
@@ -93,7 +96,7 @@ impl Recorder {
     /// since the last call.
     pub(crate) fn report(&self) -> NameReport {
         let now = Instant::now();
-        let summary = {
+        let (summary, covered) = {
             let mut slices = self.slices.lock().unwrap_or_else(PoisonError::into_inner);
             // Slices that started a whole window ago hold only older denials.
             while slices
@@ -103,7 +106,10 @@ impl Recorder {
                 slices.pop_front();
             }
             let parts: Vec<Summary> = slices.iter().map(|(_, s)| s.summary()).collect();
-            Summary::merge(&parts, CAPACITY)
+            let covered = slices.front().map_or(Duration::ZERO, |(start, _)| {
+                now.saturating_duration_since(*start).min(self.window)
+            });
+            (Summary::merge(&parts, CAPACITY), covered)
         };
         let counts = self.outcomes.counts();
         let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
@@ -112,6 +118,7 @@ impl Recorder {
             kind: self.kind.clone(),
             name: self.name.clone(),
             window: self.window,
+            covered,
             elapsed: now.saturating_duration_since(since),
             counts: std::array::from_fn(|i| counts[i].saturating_sub(before[i])),
             summary,
@@ -221,6 +228,7 @@ mod tests {
         let report = recorder.report();
         assert_eq!(report.summary.entries[0].subject, b"user:1");
         assert_eq!(report.summary.entries[0].count, 3);
+        assert!(report.covered > Duration::ZERO && report.covered < window);
         assert_eq!(report.counts, [1, 3, 0, 0]);
         assert_eq!(recorder.report().counts, [0, 0, 0, 0]);
         std::thread::sleep(window);

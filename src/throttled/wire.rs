@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! shardlimit-throttled 1
-//! name <kind> <name> <window ms> <elapsed ms> <allowed> <denied> <cached> <bypassed> <total> <floor>
+//! name <kind> <name> <window ms> <covered ms> <elapsed ms> <allowed> <denied> <cached> <bypassed> <total> <floor>
 //! <count> <error> <subject, %XX-escaped outside printable ASCII>
 //! ```
 
@@ -25,10 +25,11 @@ pub(crate) fn encode(names: &[NameReport]) -> Vec<u8> {
         // Writing to a String cannot fail.
         let _ = writeln!(
             out,
-            "name {} {} {} {} {allowed} {denied} {cached} {bypassed} {} {}",
+            "name {} {} {} {} {} {allowed} {denied} {cached} {bypassed} {} {}",
             n.kind,
             n.name,
             ms(n.window),
+            ms(n.covered),
             ms(n.elapsed),
             n.summary.total,
             n.summary.floor
@@ -60,6 +61,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Option<Vec<NameReport>> {
             let nums: Vec<u64> = rest.iter().map(|f| f.parse().ok()).collect::<Option<_>>()?;
             let [
                 window,
+                covered,
                 elapsed,
                 allowed,
                 denied,
@@ -75,6 +77,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Option<Vec<NameReport>> {
                 kind: (*kind).to_owned(),
                 name: (*name).to_owned(),
                 window: Duration::from_millis(window),
+                covered: Duration::from_millis(covered),
                 elapsed: Duration::from_millis(elapsed),
                 counts: [allowed, denied, cached, bypassed],
                 summary: Summary {
@@ -135,6 +138,7 @@ mod tests {
                 kind: "gcra".into(),
                 name: "api".into(),
                 window: Duration::from_secs(60),
+                covered: Duration::from_millis(42_017),
                 elapsed: Duration::from_millis(5003),
                 counts: [10, 4, 7, 1],
                 summary: Summary {
@@ -158,6 +162,7 @@ mod tests {
                 kind: "fw".into(),
                 name: "login".into(),
                 window: Duration::from_secs(6),
+                covered: Duration::ZERO,
                 elapsed: Duration::ZERO,
                 counts: [0; 4],
                 summary: Summary::default(),

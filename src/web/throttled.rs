@@ -108,7 +108,8 @@ fn name_section(base: &Base, n: &ThrottledName, writes: bool) -> Markup {
                 "Allowed " (rate(n.allowed_per_sec)) "/s, denied " (rate(n.denied_per_sec))
                 "/s, from the deny cache " (rate(n.cached_per_sec)) "/s, bypassed "
                 (rate(n.bypassed_per_sec)) "/s · " (n.denials) " denials in the last "
-                (words::duration(n.window)) " · " (processes(n.processes))
+                (words::duration(n.covered)) " (window " (words::duration(n.window)) ") · "
+                (processes(n.processes))
             }
             @if n.subjects.is_empty() {
                 p.muted { "No denials in the window." }
@@ -124,7 +125,7 @@ fn name_section(base: &Base, n: &ThrottledName, writes: bool) -> Markup {
                                 td { a.subject href=(base.to(&format!("/subject?{}", subject_query(&s.subject)))) { (subject_display(&s.subject)) } }
                                 td.num.denials { (s.denials) }
                                 td.num { (s.error) }
-                                td.num { (rate(s.per_sec(n.window))) }
+                                td.num { (rate(s.per_sec(n.covered))) }
                                 @if writes {
                                     td { a.reset href=(reset_link(base, &s.subject, Some((&n.kind, &n.name)))) { "Reset…" } }
                                 }

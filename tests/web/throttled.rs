@@ -10,7 +10,7 @@ use shardlimit::web::WebOptions;
 use shardlimit::{Quota, RateLimiter};
 
 use super::browser::Browser;
-use super::{ONE_AT_A_TIME, XSS, common, follow, limits_app, settle, texts};
+use super::{ONE_AT_A_TIME, XSS, common, follow, http, limits_app, settle, texts};
 
 /// The subjects the "Throttled now" page lists for limiter `name`.
 async fn listed(b: &Browser, base: &str, name: &str) -> Vec<String> {
@@ -76,6 +76,12 @@ async fn a_throttled_subject_appears_within_ten_seconds_and_leaves_after_its_res
     let counts = texts(&b, "section.throttled[data-name=api] td.denials").await;
     assert_eq!(counts, ["7", "2"]);
     b.screenshot("throttled").await;
+    // Its JSON twin.
+    let (status, body) = http(&base, "GET", "/api/throttled?name=api", "").await;
+    assert_eq!(status, 200);
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(json["names"][0]["subjects"][0]["subject"], "abuser");
+    assert_eq!(json["names"][0]["subjects"][0]["denials"], 7);
 
     // The row links to the subject's page.
     follow(

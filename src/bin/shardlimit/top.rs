@@ -67,7 +67,7 @@ fn print(out: &mut impl Write, view: &Throttled, args: &TopArgs) -> std::io::Res
     for name in names {
         writeln!(
             out,
-            "{} {}: allowed {:.1}/s, denied {:.1}/s, cached {:.1}/s, bypassed {:.1}/s; {} denials in the last {} ({} process{})",
+            "{} {}: allowed {:.1}/s, denied {:.1}/s, cached {:.1}/s, bypassed {:.1}/s; {} denials in the last {} (window {}; {} process{})",
             name.kind,
             name.name,
             name.allowed_per_sec,
@@ -75,6 +75,7 @@ fn print(out: &mut impl Write, view: &Throttled, args: &TopArgs) -> std::io::Res
             name.cached_per_sec,
             name.bypassed_per_sec,
             name.denials,
+            format_duration(whole_seconds(name.covered)),
             format_duration(name.window),
             name.processes,
             if name.processes == 1 { "" } else { "es" }
@@ -93,11 +94,19 @@ fn print(out: &mut impl Write, view: &Throttled, args: &TopArgs) -> std::io::Res
                 out,
                 "  {:>10} {:>8.2} {:>8}  {}",
                 s.denials,
-                s.per_sec(name.window),
+                s.per_sec(name.covered),
                 s.error,
                 String::from_utf8_lossy(&s.subject)
             )?;
         }
     }
     Ok(())
+}
+
+/// `d` to the nearest second (under half a second: as it is).
+fn whole_seconds(d: Duration) -> Duration {
+    if d < Duration::from_millis(500) {
+        return d;
+    }
+    Duration::from_secs(d.as_secs() + u64::from(d.subsec_millis() >= 500))
 }
