@@ -23,9 +23,12 @@ fn one_per_minute(cluster: &Cluster, name: &str, window: Duration) -> RateLimite
     .unwrap()
 }
 
+/// A handle under `namespace`; its calls may take 2 s (the checks here
+/// must not fail on a loaded machine).
 async fn handle(namespace: &str) -> Cluster {
     Cluster::builder(common::node_urls())
         .namespace(namespace)
+        .command_timeout(Duration::from_secs(2))
         .build()
         .await
         .unwrap()
@@ -59,7 +62,7 @@ async fn until(cluster: &Cluster, bound: Duration, done: impl Fn(&Throttled) -> 
 
 #[tokio::test]
 async fn denials_from_every_entry_point_appear_within_ten_seconds_with_a_ttl() {
-    let cluster = common::cluster("throttled").await;
+    let cluster = handle(&common::unique_namespace("throttled")).await;
     let api = one_per_minute(&cluster, "api", Duration::from_secs(60));
     let other = RateLimiter::builder(
         &cluster,
@@ -195,7 +198,7 @@ async fn two_processes_reports_merge_per_subject() {
 
 #[tokio::test]
 async fn a_subject_leaves_the_view_once_its_denials_are_older_than_the_window() {
-    let cluster = common::cluster("throttled-age").await;
+    let cluster = handle(&common::unique_namespace("throttled-age")).await;
     let api = one_per_minute(&cluster, "api", Duration::from_secs(6));
     for _ in 0..3 {
         let _ = api.check("brief").await.unwrap();
