@@ -234,3 +234,40 @@ async fn a_window_out_of_bounds_is_refused() {
         assert!(err.to_string().contains("report_throttled"), "{err}");
     }
 }
+
+/// The HTTP layer runs the same pipeline: its 429s are reported too.
+#[cfg(feature = "tower")]
+#[tokio::test]
+async fn the_http_layers_denials_are_reported() {
+    use shardlimit::tower::{HeaderKey, RateLimitLayer};
+    use tower::{Layer, ServiceExt, service_fn};
+
+    let cluster = handle(&common::unique_namespace("throttled-http")).await;
+    let api = one_per_minute(&cluster, "http", Duration::from_secs(60));
+    let service = RateLimitLayer::new(api, HeaderKey::from_static("x-key")).layer(service_fn(
+        |_: http::Request<String>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+        },
+    ));
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let request = http::Request::builder()
+            .header("x-key", "client-7")
+            .body(String::new())
+            .unwrap();
+        statuses.push(
+            service
+                .clone()
+                .oneshot(request)
+                .await
+                .unwrap()
+                .status()
+                .as_u16(),
+        );
+    }
+    assert_eq!(statuses, [200, 429, 429, 429]);
+    until(&cluster, Duration::from_secs(10), |v| {
+        denials(v, "http", "client-7") == Some(3)
+    })
+    .await;
+}

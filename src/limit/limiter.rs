@@ -142,6 +142,9 @@ impl RateLimiterBuilder {
     /// 5 s to one key per process with a 15 s TTL; see
     /// [the admin docs](crate::admin::throttled()) for what is read.
     ///
+    /// A shadow limiter denies nothing, so it reports nothing. A failed
+    /// publication is logged at `debug` and tried again 5 s later.
+    ///
     /// Cost on the check path: none for an admitted request; a denial
     /// takes a mutex and counts the subject (measured: docs/observability.md).
     /// Limiters of one kind and name in a process share one sketch; the
