@@ -111,6 +111,7 @@ async fn writes_need_credentials_and_then_every_page_does() {
     ];
     let (_basic, addr) = start(&ns, &["--allow-writes"], &basic).await;
     assert_eq!(get(&addr, "/limiters", None).await.0, 401);
+    assert_eq!(get(&addr, "/throttled", None).await.0, 401);
     // base64("ops:s3cret")
     assert_eq!(
         get(&addr, "/limiters", Some("Basic b3BzOnMzY3JldA=="))
