@@ -150,6 +150,21 @@ impl RateLimiterBuilder {
     /// Limiters of one kind and name in a process share one sketch; the
     /// first one built sets the window. Needs a tokio runtime when built.
     /// Default: off, which costs nothing.
+    ///
+    /// ```no_run
+    /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+    /// use std::{num::NonZeroU32, time::Duration};
+    /// use shardlimit::{Quota, RateLimiter};
+    ///
+    /// let api = RateLimiter::builder(&cluster, "api", Quota::per_minute(NonZeroU32::new(60).unwrap()))
+    ///     .report_throttled(Duration::from_secs(60))
+    ///     .build()?;
+    /// // Any process, a few seconds later:
+    /// for name in shardlimit::admin::throttled(&cluster).await?.names {
+    ///     println!("{} {}: {} denials", name.kind, name.name, name.denials);
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn report_throttled(mut self, window: Duration) -> Self {
         self.report_throttled = Some(window);
         self
