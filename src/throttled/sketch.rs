@@ -35,61 +35,89 @@ pub(crate) struct Entry {
 pub(crate) struct SpaceSaving {
     capacity: usize,
     total: u64,
-    /// Subject → (count, error).
-    counters: HashMap<Vec<u8>, (u64, u64)>,
+    /// The counters.
+    slots: Vec<Entry>,
+    /// Subject → its slot.
+    index: HashMap<Vec<u8>, usize>,
+    /// Slots whose count was the smallest, `min`, at the last scan: the
+    /// next to give their place (one counted since is skipped). Counts only
+    /// grow, so one still at `min` is a smallest; a scan of every counter
+    /// is needed only once these are used up — about once per `capacity`
+    /// evictions when many subjects are new.
+    smallest: Vec<usize>,
+    min: u64,
 }
 
 impl SpaceSaving {
     /// An empty sketch of `capacity` counters (at least one).
     pub(crate) fn new(capacity: usize) -> Self {
+        let capacity = capacity.max(1);
         SpaceSaving {
-            capacity: capacity.max(1),
+            capacity,
             total: 0,
-            counters: HashMap::with_capacity(capacity.max(1)),
+            slots: Vec::with_capacity(capacity),
+            index: HashMap::with_capacity(capacity),
+            smallest: Vec::new(),
+            min: 0,
         }
     }
 
     /// Counts one occurrence of `subject`. A held subject costs a hash
-    /// lookup; a new one, when the sketch is full, a scan of the `capacity`
-    /// counters for the smallest and one allocation.
+    /// lookup; a new one, when the sketch is full, takes the place of a
+    /// smallest counter (reusing its buffers: no allocation unless the new
+    /// subject is longer).
     pub(crate) fn offer(&mut self, subject: &[u8]) {
         self.total += 1;
-        if let Some((count, _)) = self.counters.get_mut(subject) {
-            *count += 1;
+        if let Some(&i) = self.index.get(subject) {
+            self.slots[i].count += 1;
             return;
         }
-        if self.counters.len() < self.capacity {
-            self.counters.insert(subject.to_vec(), (1, 0));
+        if self.slots.len() < self.capacity {
+            self.index.insert(subject.to_vec(), self.slots.len());
+            self.slots.push(Entry {
+                subject: subject.to_vec(),
+                count: 1,
+                error: 0,
+            });
             return;
         }
-        // Full: the smallest counter's subject gives its place (and count).
-        let smallest = self
-            .counters
-            .iter()
-            .min_by_key(|(_, (count, _))| *count)
-            .map(|(s, (count, _))| (s.clone(), *count));
-        if let Some((evicted, min)) = smallest {
-            self.counters.remove(&evicted);
-            self.counters.insert(subject.to_vec(), (min + 1, min));
+        // Full: a smallest counter's subject gives its place (and count).
+        let i = self.next_smallest();
+        let slot = &mut self.slots[i];
+        if let Some((mut key, _)) = self.index.remove_entry(slot.subject.as_slice()) {
+            key.clear();
+            key.extend_from_slice(subject);
+            self.index.insert(key, i);
+        }
+        slot.subject.clear();
+        slot.subject.extend_from_slice(subject);
+        slot.error = slot.count;
+        slot.count += 1;
+    }
+
+    /// The slot of a smallest counter (the sketch is full).
+    fn next_smallest(&mut self) -> usize {
+        loop {
+            while let Some(i) = self.smallest.pop() {
+                if self.slots[i].count == self.min {
+                    return i;
+                }
+            }
+            self.min = self.slots.iter().map(|e| e.count).min().unwrap_or(0);
+            let min = self.min;
+            self.smallest
+                .extend((0..self.slots.len()).filter(|&i| self.slots[i].count == min));
         }
     }
 
     /// What this sketch holds, as a summary.
     pub(crate) fn summary(&self) -> Summary {
-        let floor = if self.counters.len() < self.capacity {
+        let floor = if self.slots.len() < self.capacity {
             0
         } else {
-            self.counters.values().map(|(c, _)| *c).min().unwrap_or(0)
+            self.slots.iter().map(|e| e.count).min().unwrap_or(0)
         };
-        let mut entries: Vec<Entry> = self
-            .counters
-            .iter()
-            .map(|(subject, (count, error))| Entry {
-                subject: subject.clone(),
-                count: *count,
-                error: *error,
-            })
-            .collect();
+        let mut entries = self.slots.clone();
         sort(&mut entries);
         Summary {
             total: self.total,
@@ -244,6 +272,11 @@ mod tests {
             let mut sketch = SpaceSaving::new(100);
             for i in &items {
                 sketch.offer(i);
+            }
+            // Every counter is found by its subject, and only by it.
+            assert_eq!(sketch.index.len(), sketch.slots.len());
+            for (i, e) in sketch.slots.iter().enumerate() {
+                assert_eq!(sketch.index[&e.subject], i);
             }
             let summary = sketch.summary();
             assert_eq!(summary.entries.iter().map(|e| e.count).sum::<u64>(), 20_000);
