@@ -13,6 +13,10 @@
 //! refusing a held lock, a lease with permits or an undrained counter unless
 //! forced, with a dry run first ([`Scanner::plan_reset`], [`ResetPlan`]).
 //!
+//! [`throttled()`] merges what every process reports of the subjects its
+//! limiters deny most ("throttled now"; opt-in per limiter with
+//! [`report_throttled`](crate::RateLimiterBuilder::report_throttled)).
+//!
 //! The `shardlimit` command-line tool (feature `cli`) is built on it.
 
 mod catalog;
@@ -21,6 +25,7 @@ mod info;
 pub mod json;
 mod reset;
 mod scanner;
+mod throttled;
 
 pub use catalog::{Catalog, Headroom, PublishedSpec, QuotaSource};
 pub use info::{LimiterInfo, Progress, Usage};
@@ -29,3 +34,4 @@ pub use scanner::{
     AuditReport, CountReport, DEFAULT_SCAN_COUNT, PAGE_SCANS_PER_MASTER, Page, PageCursor,
     ScanEvent, Scanner,
 };
+pub use throttled::{Throttled, ThrottledName, ThrottledSubject, throttled};

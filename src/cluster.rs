@@ -56,6 +56,7 @@ pub use crate::outcomes::PrimitiveStats;
 use crate::outcomes::{Outcomes, Registry};
 use crate::scripts::TRANSACTION_OP;
 pub use crate::scripts::{NO_ARGS, Script};
+use crate::throttled::recorder::Reporters;
 
 /// A handle to a Redis Cluster, or to one standalone server — or the
 /// primary of a Sentinel deployment — that serves every slot (see
@@ -151,6 +152,8 @@ struct Inner {
     /// Where deny caches learn of changes made elsewhere.
     invalidations: Arc<Invalidations>,
     subscriber: SubscriberConfig,
+    /// The recorders of limiters that report what they throttle.
+    throttled: Reporters,
 }
 
 impl Cluster {
@@ -213,6 +216,12 @@ impl Cluster {
     /// The outcome counts of primitive `kind`/`name`.
     pub(crate) fn outcomes(&self, kind: &str, name: &str) -> Arc<Outcomes> {
         self.inner.registry.outcomes(kind, name)
+    }
+
+    /// The recorders of this handle's limiters that report what they
+    /// throttle: one "process" of the throttled view.
+    pub(crate) fn throttled(&self) -> &Reporters {
+        &self.inner.throttled
     }
 
     /// Runs `script` with `KEYS` = `keys` and `ARGV` = `args` on the master

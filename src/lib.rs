@@ -82,7 +82,10 @@
 //! limiters" is a walk: [`admin::Scanner`] `SCAN`s every master (never
 //! `KEYS`, never MULTI), audits for keys without a TTL, and resets one
 //! subject. The `shardlimit` command-line tool (feature `cli`) is built on
-//! it.
+//! it. "Who is throttled now" is no walk: limiters built with
+//! [`RateLimiterBuilder::report_throttled`] summarise their denials per
+//! process and publish them every 5 s; [`admin::throttled()`] merges them
+//! (two calls to one master; `shardlimit top`, the Limits page).
 //!
 //! ```no_run
 //! # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
@@ -211,14 +214,17 @@
 //!   topology, stats, environment variables.
 //! * `scripts` — the Lua scripts, one file per operation, and their loader.
 //! * `health` — [`Cluster::health`]: is the cluster fit to hold locks.
-//! * [`admin`] — the scanner: every primitive on every master, audit, reset.
+//! * [`admin`] — the scanner: every primitive on every master, audit, reset;
+//!   the merged throttled view.
+//! * `throttled` — what a process reports of its denials: the Space-Saving
+//!   sketch, its window, the publishing task and the keys it writes.
 //! * `tower` (feature `tower`) — a `tower::Layer` that rate-limits HTTP
 //!   requests with `429`, `Retry-After` and the IETF `RateLimit` headers;
 //!   feature `axum` adds axum's connection info (`PeerIp::connect_info`).
 //! * `web` (feature `web`) — the Limits page: an axum router of
 //!   server-rendered pages (and JSON) over the scanner — overview, every
-//!   limiter paged across masters, one subject, the audit, a guarded
-//!   reset — read-only by default; `shardlimit web` serves it.
+//!   limiter paged across masters, one subject, throttled now, the audit,
+//!   a guarded reset — read-only by default; `shardlimit web` serves it.
 //! * `metrics`, `outcomes`, `warn` — observability: [`Cluster::stats`]
 //!   always; with feature `metrics`, counters and histograms through the
 //!   `metrics` facade (`describe_metrics`); `debug` spans per operation
@@ -243,6 +249,7 @@ mod outcomes;
 mod policy;
 mod primitive;
 mod scripts;
+mod throttled;
 #[cfg(feature = "tonic")]
 pub mod tonic;
 #[cfg(feature = "tower")]

@@ -109,6 +109,17 @@ impl Outcomes {
         self.metrics.record(Outcome::Error);
     }
 
+    /// Allowed, denied, denied from the cache, bypassed: what the
+    /// throttled view's rates are made of.
+    pub(crate) fn counts(&self) -> [u64; 4] {
+        [
+            self.allowed.load(Ordering::Relaxed),
+            self.denied.load(Ordering::Relaxed),
+            self.denied_cached.load(Ordering::Relaxed),
+            self.bypassed.load(Ordering::Relaxed),
+        ]
+    }
+
     /// The primitive's kind and name, as its stats and metrics show them.
     pub(crate) fn kind(&self) -> &str {
         &self.kind

@@ -137,6 +137,10 @@ scripts! {
     LEASE_RELEASE => "lease_release" ["clock", "lease_release"],
     COUNTER_DRAIN => "counter_drain",
     COUNTER_GET => "counter_get",
+    // the throttled view (src/throttled/publish.rs)
+    THROTTLED_PUBLISH => "throttled_publish" ["clock", "throttled_publish"],
+    THROTTLED_INDEX => "throttled_index" ["clock", "throttled_index"],
+    THROTTLED_READ => "throttled_read",
 }
 
 /// Whether `script` is a one-limit check (`one_limit.lua` with an

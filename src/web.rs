@@ -12,6 +12,7 @@
 //! | Overview: cluster state, masters and replicas, AOF, memory, keys per master, primitives per kind and name, a banner when the cluster is not fit for locks | `/` | `/api/overview` | `INFO`s and `DBSIZE` per master; counts from a background walk |
 //! | Limiters: a page of primitives, filtered by kind, name and subject glob, state in words, each rate limiter's remaining / limit (highlighted at the limit) | `/limiters` | `/api/limiters` | at most [`PAGE_SCANS_PER_MASTER`](crate::admin::PAGE_SCANS_PER_MASTER) `SCAN`s per master, and the catalog's slot |
 //! | Subject: everything one subject has, its slot and master, with remaining / limit | `/subject?subject=…` | `/api/subject?subject=…` | its slot only, and the catalog's |
+//! | Throttled now: per limiter, the subjects denied most in the last minutes across every process, with denial counts and rates and a reset per row | `/throttled[?name=…]` | `/api/throttled` | two calls to one master ([`admin::throttled`](crate::admin::throttled())) |
 //! | Audit: keys without a TTL, keys that are not shardlimit's, per master | `/audit` | `/api/audit` | a background walk |
 //! | Reset one limiter or one subject: confirmation, then POST | `/reset?subject=…[&kind=…&name=…]` | `/api/reset` | one MULTI/EXEC on the slot |
 //!
@@ -104,6 +105,7 @@ mod params;
 mod reset;
 mod state;
 mod subject;
+mod throttled;
 mod words;
 
 use axum::Router;
@@ -146,6 +148,8 @@ pub fn router(cluster: &Cluster, options: WebOptions) -> Router {
         .route("/api/limiters", get(limiters::api))
         .route("/subject", get(subject::page))
         .route("/api/subject", get(subject::api))
+        .route("/throttled", get(throttled::page))
+        .route("/api/throttled", get(throttled::api))
         .route("/audit", get(audit::page))
         .route("/api/audit", get(audit::api))
         .route("/reset", get(reset::confirm_page).post(reset::execute_page))

@@ -1,5 +1,5 @@
 //! The `shardlimit` binary against the six-node cluster: `list --json`,
-//! `count`, `show`, `audit` (exit codes), `reset` and `override`.
+//! `count`, `show`, `audit` (exit codes), `reset`, `override` and `top`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -26,7 +26,7 @@ fn stdout(out: &Output) -> String {
 }
 
 /// The JSON Lines of a command that succeeded.
-fn json_rows(out: &Output) -> Vec<Value> {
+fn json_lines(out: &Output) -> Vec<Value> {
     assert!(
         out.status.success(),
         "{}",
@@ -53,7 +53,8 @@ async fn list_count_show_audit_and_reset() {
         }
     }
 
-    let rows = json_rows(&cli(&ns, &["list", "--json"]));
+    let out = cli(&ns, &["list", "--json"]);
+    let rows = json_lines(&out);
     assert_eq!(rows.len(), 12);
     let masters: Vec<String> = common::masters()
         .await
@@ -497,6 +498,92 @@ fn unset_nodes_is_an_error_that_says_what_to_set() {
 }
 
 #[tokio::test]
+async fn top_shows_the_most_denied_subjects_once_and_watching() {
+    let cluster = common::cluster("cli-top").await;
+    let ns = cluster.namespace().to_owned();
+    let api = RateLimiter::builder(
+        &cluster,
+        "api",
+        Quota::per_hour(NonZeroU32::new(1).unwrap()),
+    )
+    .report_throttled(std::time::Duration::from_secs(60))
+    .build()
+    .unwrap();
+    let login = RateLimiter::builder(
+        &cluster,
+        "login",
+        Quota::per_hour(NonZeroU32::new(1).unwrap()),
+    )
+    .algorithm(Algorithm::FixedWindow)
+    .report_throttled(std::time::Duration::from_secs(60))
+    .build()
+    .unwrap();
+    for (subject, n) in [("abuser", 6), ("user:7", 3)] {
+        for _ in 0..n {
+            let _ = api.check(subject).await.unwrap();
+        }
+    }
+    let _ = login.check("guesser").await.unwrap();
+    let _ = login.check("guesser").await.unwrap();
+    // Published within 5 s.
+    let started = std::time::Instant::now();
+    let row = loop {
+        let out = cli(&ns, &["top", "--json", "--name", "api"]);
+        let rows = json_lines(&out);
+        if rows.len() == 1 && rows[0]["subjects"].as_array().unwrap().len() == 2 {
+            break rows[0].clone();
+        }
+        assert!(started.elapsed().as_secs() < 10, "{rows:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    };
+    assert_eq!(row["kind"], "gcra");
+    assert_eq!(row["denials"], 7);
+    assert_eq!(row["subjects"][0]["subject"], "abuser");
+    assert_eq!(row["subjects"][0]["denials"], 5);
+    assert_eq!(row["subjects"][1]["subject"], "user:7");
+    assert_eq!(row["window_ms"], 60_000);
+
+    let out = cli(&ns, &["top", "--limit", "1"]);
+    let text = stdout(&out);
+    assert!(text.contains("gcra api: allowed"), "{text}");
+    assert!(text.contains("fw login: allowed"), "{text}");
+    assert!(text.contains("guesser"), "{text}");
+    assert!(
+        text.contains("abuser") && !text.contains("user:7"),
+        "--limit 1: {text}"
+    );
+    let out = cli(&ns, &["top", "--name", "nothing"]);
+    assert!(stdout(&out).starts_with("no throttled report for nothing"));
+
+    // --watch prints again every 5 s until stopped.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_shardlimit"))
+        .args([
+            "--nodes",
+            &common::node_urls().join(","),
+            "--namespace",
+            &ns,
+        ])
+        .args(["top", "--watch", "--name", "login"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let reader = std::io::BufReader::new(child.stdout.take().unwrap());
+    let rounds = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        reader
+            .lines()
+            .map(Result::unwrap)
+            .filter(|l| l.starts_with("fw login:"))
+            .take(2)
+            .count()
+    });
+    let rounds = tokio::time::timeout(std::time::Duration::from_secs(15), rounds).await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(rounds.unwrap().unwrap(), 2);
+}
+
+#[tokio::test]
 async fn list_and_show_say_remaining_of_the_published_or_given_limit() {
     let cluster = common::cluster("cli-headroom").await;
     let ns = cluster.namespace().to_owned();
@@ -513,7 +600,7 @@ async fn list_and_show_say_remaining_of_the_published_or_given_limit() {
     assert!(api.check("idle").await.unwrap().allowed);
     common::catalog_published(&api, 1).await;
 
-    let rows = json_rows(&cli(&ns, &["list", "--json"]));
+    let rows = json_lines(&cli(&ns, &["list", "--json"]));
     assert_eq!(rows.len(), 2, "the catalog is no row: {rows:?}");
     let busy = rows.iter().find(|r| r["subject"] == "busy").unwrap();
     assert_eq!(
@@ -554,7 +641,7 @@ async fn list_and_show_say_remaining_of_the_published_or_given_limit() {
         "{}",
         stdout(&out)
     );
-    let given = json_rows(&cli(&ns, &["list", "--json", "--quota", "api=10/1h"]));
+    let given = json_lines(&cli(&ns, &["list", "--json", "--quota", "api=10/1h"]));
     assert!(
         given
             .iter()

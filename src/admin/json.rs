@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use super::catalog::{Headroom, QuotaSource};
 use super::info::{LimiterInfo, Usage};
+use super::throttled::ThrottledName;
 use crate::limit::SubjectSettings;
 
 /// One primitive: `kind`, `name`, `subject` (its text when it is UTF-8,
@@ -114,6 +115,34 @@ pub fn override_of(settings: &SubjectSettings) -> Value {
         }),
         None => Value::Null,
     }
+}
+
+/// One limiter kind and name of the throttled view: `kind`, `name`,
+/// `processes`, `window_ms`, `covered_ms`, `allowed_per_sec`, `denied_per_sec`,
+/// `cached_per_sec`, `bypassed_per_sec`, `denials`, `floor` and
+/// `subjects`, each `{"subject", "denials", "error", "per_sec"}`, most
+/// denied first.
+#[must_use]
+pub fn throttled(name: &ThrottledName) -> Value {
+    json!({
+        "kind": name.kind,
+        "name": name.name,
+        "processes": name.processes,
+        "window_ms": millis(name.window),
+        "covered_ms": millis(name.covered),
+        "allowed_per_sec": name.allowed_per_sec,
+        "denied_per_sec": name.denied_per_sec,
+        "cached_per_sec": name.cached_per_sec,
+        "bypassed_per_sec": name.bypassed_per_sec,
+        "denials": name.denials,
+        "floor": name.floor,
+        "subjects": name.subjects.iter().map(|s| json!({
+            "subject": subject(&s.subject),
+            "denials": s.denials,
+            "error": s.error,
+            "per_sec": s.per_sec(name.covered),
+        })).collect::<Vec<_>>(),
+    })
 }
 
 /// A subject: its text when it is UTF-8, else `{"hex": "…"}`.

@@ -23,6 +23,7 @@ use crate::error::{Error, Result};
 use crate::keys::KeyBuilder;
 use crate::metrics::ClusterMetrics;
 use crate::outcomes::Registry;
+use crate::throttled::recorder::Reporters;
 
 impl Cluster {
     /// A builder for the nodes of [`seeds_from_env`](Self::seeds_from_env)
@@ -424,6 +425,7 @@ impl ClusterBuilder {
                 registry: Registry::default(),
                 metrics: ClusterMetrics::default(),
                 subscriber,
+                throttled: Reporters::default(),
             }),
         })
     }

@@ -263,6 +263,9 @@ impl<'r> Round<'r> {
             for (limiter, d) in self.pipeline.limiters.iter().zip(&cached.decisions) {
                 if !d.allowed {
                     limiter.outcomes().denied_cached();
+                    if let Some(throttled) = limiter.throttled() {
+                        throttled.denied(subject);
+                    }
                 }
             }
             return Prepared::Answered(Ok(cached));
@@ -291,6 +294,9 @@ impl<'r> Round<'r> {
                     outcomes.decided(true, d.would_deny);
                 } else if !d.allowed {
                     outcomes.denied();
+                    if let Some(throttled) = limiter.throttled() {
+                        throttled.denied(subject);
+                    }
                 } else if d.would_deny {
                     outcomes.would_deny();
                 }

@@ -5,21 +5,24 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
+mod builder;
+
+pub use self::builder::RateLimiterBuilder;
+
 use super::algorithm::Algorithm;
-use super::catalog::{
-    self, CATALOG_REFRESH, CATALOG_TTL, CatalogPublishing, Publication, Publishes,
-};
+use super::catalog::{self, CatalogPublishing, Publication, Publishes};
 use super::decision::{Decision, MultiDecision};
 use super::deny_cache::DenyCache;
 use super::local::LocalLimits;
 use super::quota::Quota;
 use super::script::{Invocation, LimitSpec};
 use crate::cluster::Cluster;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::keys::KeyId;
 use crate::outcomes::Outcomes;
 use crate::policy::FailurePolicy;
 use crate::primitive::Core;
+use crate::throttled::recorder::Recorder;
 
 /// A rate limiter definition: a name, a [`Quota`], an [`Algorithm`] and a
 /// [`FailurePolicy`], built once and checked per subject. Cheap to clone.
@@ -60,6 +63,8 @@ struct Inner {
     cache: Option<Arc<DenyCache>>,
     /// The local limiters of [`FailurePolicy::Local`].
     local: Option<LocalLimits>,
+    /// Where its denials go, when it reports what it throttles.
+    throttled: Option<Arc<Recorder>>,
     /// Its spec's publication to the catalog (see [`catalog`]).
     publication: Publication,
 }
@@ -78,153 +83,7 @@ impl Publishes for Inner {
     }
 }
 
-/// Builds a [`RateLimiter`]; [`build`](Self::build) validates.
-#[derive(Debug)]
-#[must_use]
-pub struct RateLimiterBuilder {
-    cluster: Cluster,
-    name: String,
-    quota: Quota,
-    algorithm: Algorithm,
-    policy: FailurePolicy,
-    shadow: bool,
-    deny_cache: Option<u64>,
-    catalog_refresh: Duration,
-}
-
-impl RateLimiterBuilder {
-    /// How often the limiter publishes its spec to the
-    /// [catalog](crate::limit#the-catalog) again while a handle to it
-    /// lives (less up to a tenth, at random). Default [`CATALOG_REFRESH`]
-    /// (30 s); from 100 ms to a third of [`CATALOG_TTL`] (30 s), so an entry
-    /// outlives two missed refreshes.
-    pub fn catalog_refresh(mut self, every: Duration) -> Self {
-        self.catalog_refresh = every;
-        self
-    }
-
-    /// The algorithm. Default [`Algorithm::Gcra`].
-    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
-        self.algorithm = algorithm;
-        self
-    }
-
-    /// What to do when Redis cannot answer: return the error, admit, or
-    /// decide from this process's share of the quota
-    /// ([`FailurePolicy::Local`]; its share must be a valid quota, checked
-    /// by [`build`](Self::build) and [`RateLimiter::set_quota`]). Default
-    /// [`FailurePolicy::FailClosed`].
-    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
-        self.policy = policy;
-        self
-    }
-
-    /// Shadow mode: every check is computed by Redis and counted (a denial
-    /// as [`would_deny`](crate::cluster::PrimitiveStats::would_deny), and on the
-    /// decision as [`Decision::would_deny`]), and nothing is refused:
-    /// `allowed` is always `true`. What a shadow limiter admits is counted
-    /// as usual, so its state is what the limiter would have if it were
-    /// enforced; use it to try a new limit on live traffic. Default off;
-    /// see also [`RateLimiter::set_shadow`].
-    pub fn shadow(mut self, shadow: bool) -> Self {
-        self.shadow = shadow;
-        self
-    }
-
-    /// Keeps up to `max_entries` subjects' denials in this process and
-    /// answers the same or costlier requests from them, without Redis,
-    /// until the earliest time Redis could admit them (the denial's
-    /// `retry_after`, counted from when the check was sent). Such decisions
-    /// have [`Decision::cached`] set and are counted as
-    /// [`denied_cached`](crate::cluster::PrimitiveStats::denied_cached).
-    ///
-    /// It never denies what Redis would admit: see
-    /// [the deny cache](crate::limit#deny-cache) for the argument per
-    /// algorithm, and [its scope](crate::limit#what-never-covers) (a
-    /// forward step of the server's clock; one delivery latency of a change
-    /// made elsewhere; a subscription broken and not yet noticed, at most
-    /// two seconds for a hung server). Resets, unblocks, rewards and
-    /// override changes made anywhere are published on the subject's slot
-    /// and forgotten by every process's cache; an entry also ends when the
-    /// subject's override or block expires. Peeks always ask Redis.
-    /// Default: no cache; a limit of 0 is a configuration error.
-    pub fn deny_cache(mut self, max_entries: u64) -> Self {
-        self.deny_cache = Some(max_entries);
-        self
-    }
-
-    /// Validates the name (`[A-Za-z0-9_.-]{1,64}`) and the quota for the
-    /// algorithm (see [`Quota#bounds`](Quota#bounds): period whole
-    /// milliseconds, 1 ms to 366 days; limit up to
-    /// [`Algorithm::max_limit`]; a burst only for GCRA, refilling within 366
-    /// days). A quota out of bounds is an
-    /// [`Error::Config`](crate::Error::Config) naming the field.
-    ///
-    /// Waits for nothing: the limiter's spec is published to the
-    /// [catalog](crate::limit#the-catalog) by a background task (started
-    /// here, or at the first check when built outside a tokio runtime).
-    pub fn build(self) -> Result<RateLimiter> {
-        let spec = LimitSpec::new(&self.name, self.algorithm, self.quota, self.shadow)?;
-        let most = CATALOG_TTL / 3;
-        if !(Duration::from_millis(100)..=most).contains(&self.catalog_refresh) {
-            return Err(Error::Config {
-                field: "catalog_refresh",
-                reason: format!(
-                    "{:?} is outside 100ms..={most:?} (a third of the catalog's TTL)",
-                    self.catalog_refresh
-                ),
-            });
-        }
-        let cache = match self.deny_cache {
-            None => None,
-            Some(0) => {
-                return Err(Error::Config {
-                    field: "deny_cache",
-                    reason: "a deny cache needs room for at least one entry".into(),
-                });
-            }
-            Some(max) => Some(Arc::new(DenyCache::new(
-                &self.cluster,
-                max,
-                vec![(spec.id.kind().to_owned(), spec.id.name().to_owned())],
-            ))),
-        };
-        let local = match self.policy {
-            FailurePolicy::Local { instances } => {
-                let local = LocalLimits::new(instances);
-                local.validate(&spec)?;
-                Some(local)
-            }
-            _ => None,
-        };
-        let inner = Arc::new(Inner {
-            core: Core::new(self.cluster, spec.id.clone()),
-            spec: ArcSwap::from_pointee(spec),
-            policy: self.policy,
-            cache,
-            local,
-            publication: Publication::new(self.catalog_refresh),
-        });
-        catalog::start(&inner);
-        Ok(RateLimiter { inner })
-    }
-}
-
 impl RateLimiter {
-    /// A builder for a limiter named `name` enforcing `quota`.
-    pub fn builder(cluster: &Cluster, name: impl Into<String>, quota: Quota) -> RateLimiterBuilder {
-        RateLimiterBuilder {
-            cluster: cluster.clone(),
-            name: name.into(),
-            quota,
-            algorithm: Algorithm::default(),
-            policy: FailurePolicy::default(),
-            shadow: false,
-            deny_cache: None,
-            catalog_refresh: CATALOG_REFRESH,
-        }
-    }
-
     /// The limiter's name.
     #[must_use]
     pub fn name(&self) -> &str {
@@ -383,6 +242,11 @@ impl RateLimiter {
     /// Its local limiters, under [`FailurePolicy::Local`].
     pub(crate) fn local(&self) -> Option<&LocalLimits> {
         self.inner.local.as_ref()
+    }
+
+    /// Where its denials are counted, if it reports what it throttles.
+    pub(crate) fn throttled(&self) -> Option<&Recorder> {
+        self.inner.throttled.as_deref()
     }
 
     /// Its deny cache, if it has one.

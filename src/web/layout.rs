@@ -65,6 +65,7 @@ pub(super) fn page(base: &Base, title: &str, banner: Option<Markup>, body: Marku
                     nav {
                         a href=(base.to("/")) { "Overview" }
                         a href=(base.to("/limiters")) { "Limiters" }
+                        a href=(base.to("/throttled")) { "Throttled now" }
                         a href=(base.to("/audit")) { "Audit" }
                     }
                 }

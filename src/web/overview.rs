@@ -140,6 +140,7 @@ fn html(base: &Base, o: &Overview) -> Markup {
             dt { "Masters" } dd { (o.health.masters.len()) }
             dt { "Mode" } dd { @if o.writes { "writes enabled (reset)" } @else { "read-only" } }
         }
+        p { "Who is denied most right now: " a #throttled-now href=(base.to("/throttled")) { "Throttled now" } "." }
         h2 { "Masters and replicas" }
         table #masters {
             thead { tr {

@@ -7,6 +7,7 @@
 
 use serde::Deserialize;
 
+use super::base::Base;
 use super::csrf::{hex, unhex};
 
 /// Which subject a page is about.
@@ -118,6 +119,20 @@ pub(super) fn subject_query(subject: &[u8]) -> String {
         Ok(text) => format!("subject={}", percent(text.as_bytes())),
         Err(_) => format!("subject_hex={}", hex(subject)),
     }
+}
+
+/// The link to the reset of `subject` (of one limiter `kind`/`name`, or
+/// everything of it): its confirmation page.
+pub(super) fn reset_link(base: &Base, subject: &[u8], kind_name: Option<(&str, &str)>) -> String {
+    let mut url = format!("/reset?{}", subject_query(subject));
+    if let Some((kind, name)) = kind_name {
+        url.push_str(&format!(
+            "&kind={}&name={}",
+            percent(kind.as_bytes()),
+            percent(name.as_bytes())
+        ));
+    }
+    base.to(&url)
 }
 
 /// The form fields naming `subject`, as (name, value).

@@ -15,7 +15,7 @@ use maud::{Markup, html};
 use serde_json::{Value, json};
 
 use super::http::{Base, Failure, Format, respond};
-use super::params::{SubjectQuery, percent, subject_display, subject_query};
+use super::params::{SubjectQuery, reset_link, subject_display};
 use super::state::Shared;
 use super::words::Quotas;
 use super::{json as j, layout, words};
@@ -81,18 +81,6 @@ async fn serve(
         || html(&base, &view, &quotas, catalog_error.as_deref()),
         || json(&view, &quotas),
     ))
-}
-
-fn reset_link(base: &Base, subject: &[u8], kind_name: Option<(&str, &str)>) -> String {
-    let mut url = format!("/reset?{}", subject_query(subject));
-    if let Some((kind, name)) = kind_name {
-        url.push_str(&format!(
-            "&kind={}&name={}",
-            percent(kind.as_bytes()),
-            percent(name.as_bytes())
-        ));
-    }
-    base.to(&url)
 }
 
 fn html(base: &Base, v: &SubjectView, quotas: &Quotas, catalog_error: Option<&str>) -> Markup {

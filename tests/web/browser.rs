@@ -107,6 +107,17 @@ impl Browser {
         }
     }
 
+    /// Clicks the element `css`.
+    pub async fn click(&self, css: &str) {
+        self.client
+            .find(fantoccini::Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("no {css}: {e}"))
+            .click()
+            .await
+            .unwrap();
+    }
+
     /// Saves a screenshot of the current page as `target/web/<name>.png`.
     pub async fn screenshot(&self, name: &str) {
         let png = self.client.screenshot().await.unwrap();

@@ -126,6 +126,7 @@ async fn writes_need_credentials_and_then_every_page_does() {
     ] {
         assert!(unauthorised.contains(header), "{header}: {unauthorised}");
     }
+    assert_eq!(get(&addr, "/throttled", None).await.0, 401);
     // base64("ops:s3cret")
     assert_eq!(
         get(&addr, "/limiters", Some("Basic b3BzOnMzY3JldA=="))

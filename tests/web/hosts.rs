@@ -69,6 +69,8 @@ async fn only_loopback_names_and_allowed_hosts_are_answered() {
             "/limiters",
             "/api/subject?subject=user%3A1",
             "/audit",
+            "/throttled",
+            "/api/throttled",
             "/reset?subject=user%3A1",
             "/style.css",
         ] {

@@ -12,6 +12,7 @@ mod cli;
 mod headroom;
 mod hosts;
 mod settings;
+mod throttled;
 
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::time::Duration;

@@ -132,9 +132,36 @@ pub(crate) enum Command {
     Override(crate::overrides::OverrideCommand),
     /// Cluster state, masters and replicas, AOF, memory per master.
     Health,
+    /// The subjects denied most in the last minutes, per limiter, across
+    /// every process (limiters built with report_throttled).
+    ///
+    /// Reads two keys' worth from one master: no SCAN. Rates are summed
+    /// over the processes; DENIALS never under-counts and over-counts by
+    /// at most ERROR.
+    Top(TopArgs),
     /// Serve the Limits page (read-only unless --allow-writes).
     #[cfg(feature = "web")]
     Web(crate::web::WebArgs),
+}
+
+/// The arguments of `top`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct TopArgs {
+    /// Only limiters of this name.
+    #[arg(long)]
+    pub(crate) name: Option<String>,
+    /// Only limiters of this kind (fw, slog, swc, gcra).
+    #[arg(long)]
+    pub(crate) kind: Option<String>,
+    /// Subjects shown per limiter (at most 100 are known).
+    #[arg(long, default_value_t = 20)]
+    pub(crate) limit: usize,
+    /// Read again every 5 s until interrupted.
+    #[arg(long)]
+    pub(crate) watch: bool,
+    /// JSON Lines (one object per limiter) instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// The arguments of `reset`.

@@ -11,6 +11,7 @@
 //! shardlimit override get <subject> <kind>:<name> [--json]
 //! shardlimit override clear <subject> <kind>:<name> [--json]
 //! shardlimit health
+//! shardlimit top [--name N] [--kind K] [--limit 20] [--watch] [--json]
 //! shardlimit web [--listen 127.0.0.1:8080] [--allow-writes] [--allow-host NAME]… [--quota NAME=60/1m]…   # feature `web`
 //! ```
 //!
@@ -39,6 +40,7 @@ mod overrides;
 mod quotas;
 mod reset;
 mod syntax;
+mod top;
 #[cfg(feature = "web")]
 mod web;
 
@@ -100,6 +102,7 @@ async fn run(cli: Cli) -> AnyResult<ExitCode> {
         Command::Reset(args) => reset::reset(&scanner, &mut out, args).await,
         Command::Override(command) => overrides::run(&cluster, &mut out, command).await,
         Command::Health => health::health(&cluster, &mut out).await,
+        Command::Top(args) => top::top(&cluster, &mut out, args).await,
         #[cfg(feature = "web")]
         Command::Web(args) => web::run(&cluster, cli.scan_count, args).await,
     }

@@ -1,0 +1,112 @@
+//! `top`: the subjects denied most in the last minutes, per limiter, from
+//! every process's throttled report (`admin::throttled`).
+
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use shardlimit::Cluster;
+use shardlimit::admin::{self, Throttled, ThrottledName, json};
+
+use super::args::TopArgs;
+use super::output::AnyResult;
+use super::syntax::format_duration;
+
+/// How often `--watch` reads again: the reports' publication interval.
+const WATCH_EVERY: Duration = Duration::from_secs(5);
+
+/// `top`: once, or every 5 s with `--watch` (until interrupted).
+pub(crate) async fn top(
+    cluster: &Cluster,
+    out: &mut impl Write,
+    args: TopArgs,
+) -> AnyResult<ExitCode> {
+    let clear = args.watch && !args.json && std::io::stdout().is_terminal();
+    loop {
+        let view = admin::throttled(cluster).await?;
+        if clear {
+            // Home and clear, as `watch` does.
+            write!(out, "\x1b[H\x1b[2J")?;
+        }
+        print(out, &view, &args)?;
+        out.flush()?;
+        if !args.watch {
+            return Ok(ExitCode::SUCCESS);
+        }
+        tokio::time::sleep(WATCH_EVERY).await;
+    }
+}
+
+fn print(out: &mut impl Write, view: &Throttled, args: &TopArgs) -> std::io::Result<()> {
+    let names: Vec<&ThrottledName> = view
+        .names
+        .iter()
+        .filter(|n| args.name.as_ref().is_none_or(|want| &n.name == want))
+        .filter(|n| args.kind.as_ref().is_none_or(|want| &n.kind == want))
+        .collect();
+    if args.json {
+        for name in names {
+            let mut value = json::throttled(name);
+            if let Some(subjects) = value["subjects"].as_array_mut() {
+                subjects.truncate(args.limit);
+            }
+            writeln!(out, "{value}")?;
+        }
+        return Ok(());
+    }
+    if names.is_empty() {
+        writeln!(
+            out,
+            "no throttled report{} ({} processes report; limiters report with RateLimiterBuilder::report_throttled)",
+            args.name
+                .as_ref()
+                .map_or(String::new(), |n| format!(" for {n}")),
+            view.processes
+        )?;
+    }
+    for name in names {
+        writeln!(
+            out,
+            "{} {}: allowed {:.1}/s, denied {:.1}/s, cached {:.1}/s, bypassed {:.1}/s; {} denials in the last {} (window {}; {} process{})",
+            name.kind,
+            name.name,
+            name.allowed_per_sec,
+            name.denied_per_sec,
+            name.cached_per_sec,
+            name.bypassed_per_sec,
+            name.denials,
+            format_duration(whole_seconds(name.covered)),
+            format_duration(name.window),
+            name.processes,
+            if name.processes == 1 { "" } else { "es" }
+        )?;
+        if name.subjects.is_empty() {
+            writeln!(out, "  (no denials)")?;
+            continue;
+        }
+        writeln!(
+            out,
+            "  {:>10} {:>8} {:>8}  SUBJECT",
+            "DENIALS", "PER_SEC", "ERROR"
+        )?;
+        for s in name.subjects.iter().take(args.limit) {
+            writeln!(
+                out,
+                "  {:>10} {:>8.2} {:>8}  {}",
+                s.denials,
+                s.per_sec(name.covered),
+                s.error,
+                String::from_utf8_lossy(&s.subject)
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// `d` to the nearest second (under half a second: as it is).
+fn whole_seconds(d: Duration) -> Duration {
+    if d < Duration::from_millis(500) {
+        return d;
+    }
+    Duration::from_secs(d.as_secs() + u64::from(d.subsec_millis() >= 500))
+}

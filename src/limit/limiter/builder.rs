@@ -1,0 +1,223 @@
+//! [`RateLimiterBuilder`]: a rate limiter's settings, checked by
+//! [`build`](RateLimiterBuilder::build).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+
+use super::{Inner, RateLimiter};
+use crate::cluster::Cluster;
+use crate::error::{Error, Result};
+use crate::limit::algorithm::Algorithm;
+use crate::limit::catalog::{self, CATALOG_REFRESH, CATALOG_TTL, Publication};
+use crate::limit::deny_cache::DenyCache;
+use crate::limit::local::LocalLimits;
+use crate::limit::quota::Quota;
+use crate::limit::script::LimitSpec;
+use crate::policy::FailurePolicy;
+use crate::primitive::Core;
+use crate::throttled::publish;
+
+/// Builds a [`RateLimiter`]; [`build`](Self::build) validates.
+#[derive(Debug)]
+#[must_use]
+pub struct RateLimiterBuilder {
+    cluster: Cluster,
+    name: String,
+    quota: Quota,
+    algorithm: Algorithm,
+    policy: FailurePolicy,
+    shadow: bool,
+    deny_cache: Option<u64>,
+    catalog_refresh: Duration,
+    report_throttled: Option<Duration>,
+}
+
+impl RateLimiterBuilder {
+    /// How often the limiter publishes its spec to the
+    /// [catalog](crate::limit#the-catalog) again while a handle to it
+    /// lives (less up to a tenth, at random). Default [`CATALOG_REFRESH`]
+    /// (30 s); from 100 ms to a third of [`CATALOG_TTL`] (30 s), so an entry
+    /// outlives two missed refreshes.
+    pub fn catalog_refresh(mut self, every: Duration) -> Self {
+        self.catalog_refresh = every;
+        self
+    }
+
+    /// The algorithm. Default [`Algorithm::Gcra`].
+    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
+        self.algorithm = algorithm;
+        self
+    }
+
+    /// What to do when Redis cannot answer: return the error, admit, or
+    /// decide from this process's share of the quota
+    /// ([`FailurePolicy::Local`]; its share must be a valid quota, checked
+    /// by [`build`](Self::build) and [`RateLimiter::set_quota`]). Default
+    /// [`FailurePolicy::FailClosed`].
+    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Shadow mode: every check is computed by Redis and counted (a denial
+    /// as [`would_deny`](crate::cluster::PrimitiveStats::would_deny), and on the
+    /// decision as [`Decision::would_deny`]), and nothing is refused:
+    /// `allowed` is always `true`. What a shadow limiter admits is counted
+    /// as usual, so its state is what the limiter would have if it were
+    /// enforced; use it to try a new limit on live traffic. Default off;
+    /// see also [`RateLimiter::set_shadow`].
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.shadow = shadow;
+        self
+    }
+
+    /// Keeps up to `max_entries` subjects' denials in this process and
+    /// answers the same or costlier requests from them, without Redis,
+    /// until the earliest time Redis could admit them (the denial's
+    /// `retry_after`, counted from when the check was sent). Such decisions
+    /// have [`Decision::cached`] set and are counted as
+    /// [`denied_cached`](crate::cluster::PrimitiveStats::denied_cached).
+    ///
+    /// It never denies what Redis would admit: see
+    /// [the deny cache](crate::limit#deny-cache) for the argument per
+    /// algorithm, and [its scope](crate::limit#what-never-covers) (a
+    /// forward step of the server's clock; one delivery latency of a change
+    /// made elsewhere; a subscription broken and not yet noticed, at most
+    /// two seconds for a hung server). Resets, unblocks, rewards and
+    /// override changes made anywhere are published on the subject's slot
+    /// and forgotten by every process's cache; an entry also ends when the
+    /// subject's override or block expires. Peeks always ask Redis.
+    /// Default: no cache; a limit of 0 is a configuration error.
+    pub fn deny_cache(mut self, max_entries: u64) -> Self {
+        self.deny_cache = Some(max_entries);
+        self
+    }
+
+    /// Reports the subjects this limiter denies most to the "throttled now"
+    /// view ([`admin::throttled`](crate::admin::throttled()), `shardlimit
+    /// top`, the Limits page): every denial, by Redis or by the deny cache,
+    /// from [`check`](RateLimiter::check), a
+    /// [`MultiLimiter`](crate::MultiLimiter),
+    /// [`check_many`](RateLimiter::check_many) or the tower layer, is
+    /// counted in a Space-Saving sketch of this process (the top 100
+    /// subjects, per kind and name) covering the last `window` (6 s to 1 h;
+    /// 60 s is a good start): six sketches of a sixth each, the oldest
+    /// dropped as a new one starts, so a subject leaves the view at most
+    /// `window` after its last denial. A background task publishes the
+    /// sketches and this name's allowed/denied/cached/bypassed counts every
+    /// 5 s to one key per process with a 15 s TTL; see
+    /// [the admin docs](crate::admin::throttled()) for what is read.
+    ///
+    /// A shadow limiter denies nothing, so it reports nothing. A failed
+    /// publication is logged at `debug` and tried again 5 s later.
+    ///
+    /// Cost on the check path: none for an admitted request; a denial
+    /// takes a mutex and counts the subject (measured: docs/observability.md).
+    /// Limiters of one kind and name in a process share one sketch; the
+    /// first one built sets the window. Needs a tokio runtime when built.
+    /// Default: off, which costs nothing.
+    ///
+    /// ```no_run
+    /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+    /// use std::{num::NonZeroU32, time::Duration};
+    /// use shardlimit::{Quota, RateLimiter};
+    ///
+    /// let api = RateLimiter::builder(&cluster, "api", Quota::per_minute(NonZeroU32::new(60).unwrap()))
+    ///     .report_throttled(Duration::from_secs(60))
+    ///     .build()?;
+    /// // Any process, a few seconds later:
+    /// for name in shardlimit::admin::throttled(&cluster).await?.names {
+    ///     println!("{} {}: {} denials", name.kind, name.name, name.denials);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn report_throttled(mut self, window: Duration) -> Self {
+        self.report_throttled = Some(window);
+        self
+    }
+
+    /// Validates the name (`[A-Za-z0-9_.-]{1,64}`) and the quota for the
+    /// algorithm (see [`Quota#bounds`](Quota#bounds): period whole
+    /// milliseconds, 1 ms to 366 days; limit up to
+    /// [`Algorithm::max_limit`]; a burst only for GCRA, refilling within 366
+    /// days). A quota out of bounds is an
+    /// [`Error::Config`](crate::Error::Config) naming the field.
+    ///
+    /// Waits for nothing: the limiter's spec is published to the
+    /// [catalog](crate::limit#the-catalog) by a background task (started
+    /// here, or at the first check when built outside a tokio runtime).
+    pub fn build(self) -> Result<RateLimiter> {
+        let spec = LimitSpec::new(&self.name, self.algorithm, self.quota, self.shadow)?;
+        let most = CATALOG_TTL / 3;
+        if !(Duration::from_millis(100)..=most).contains(&self.catalog_refresh) {
+            return Err(Error::Config {
+                field: "catalog_refresh",
+                reason: format!(
+                    "{:?} is outside 100ms..={most:?} (a third of the catalog's TTL)",
+                    self.catalog_refresh
+                ),
+            });
+        }
+        let cache = match self.deny_cache {
+            None => None,
+            Some(0) => {
+                return Err(Error::Config {
+                    field: "deny_cache",
+                    reason: "a deny cache needs room for at least one entry".into(),
+                });
+            }
+            Some(max) => Some(Arc::new(DenyCache::new(
+                &self.cluster,
+                max,
+                vec![(spec.id.kind().to_owned(), spec.id.name().to_owned())],
+            ))),
+        };
+        let throttled = match self.report_throttled {
+            None => None,
+            Some(window) => Some(publish::recorder(
+                &self.cluster,
+                spec.id.kind(),
+                spec.id.name(),
+                window,
+            )?),
+        };
+        let local = match self.policy {
+            FailurePolicy::Local { instances } => {
+                let local = LocalLimits::new(instances);
+                local.validate(&spec)?;
+                Some(local)
+            }
+            _ => None,
+        };
+        let inner = Arc::new(Inner {
+            core: Core::new(self.cluster, spec.id.clone()),
+            spec: ArcSwap::from_pointee(spec),
+            policy: self.policy,
+            cache,
+            local,
+            throttled,
+            publication: Publication::new(self.catalog_refresh),
+        });
+        catalog::start(&inner);
+        Ok(RateLimiter { inner })
+    }
+}
+
+impl RateLimiter {
+    /// A builder for a limiter named `name` enforcing `quota`.
+    pub fn builder(cluster: &Cluster, name: impl Into<String>, quota: Quota) -> RateLimiterBuilder {
+        RateLimiterBuilder {
+            cluster: cluster.clone(),
+            name: name.into(),
+            quota,
+            algorithm: Algorithm::default(),
+            policy: FailurePolicy::default(),
+            shadow: false,
+            deny_cache: None,
+            catalog_refresh: CATALOG_REFRESH,
+            report_throttled: None,
+        }
+    }
+}

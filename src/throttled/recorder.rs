@@ -1,0 +1,244 @@
+//! What one process knows of its denials: a [`Recorder`] per limiter kind
+//! and name (a window of Space-Saving sketches, fed by the check pipeline),
+//! and the [`Reporters`] of one [`Cluster`](crate::Cluster) handle, which
+//! the publishing task reads.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use rand::RngCore;
+
+use super::sketch::{SpaceSaving, Summary};
+use crate::outcomes::Outcomes;
+
+/// Subjects kept per sketch, and per published name: the top 100.
+pub(crate) const CAPACITY: usize = 100;
+
+/// A window is this many sketches, each covering a sixth of it; the oldest
+/// is dropped as a new one starts, so what is reported covers between five
+/// sixths of the window and all of it.
+const SLICES: u32 = 6;
+
+/// The shortest and longest window
+/// ([`RateLimiterBuilder::report_throttled`](crate::RateLimiterBuilder::report_throttled)).
+pub(crate) const MIN_WINDOW: Duration = Duration::from_secs(6);
+pub(crate) const MAX_WINDOW: Duration = Duration::from_secs(3600);
+
+/// The denials of one limiter kind and name in this process, over the last
+/// window, and its outcome counts for the rates.
+#[derive(Debug)]
+pub(crate) struct Recorder {
+    kind: String,
+    name: String,
+    window: Duration,
+    outcomes: Arc<Outcomes>,
+    /// Newest last; each starts at its `Instant`.
+    slices: Mutex<VecDeque<(Instant, SpaceSaving)>>,
+    /// The outcome counts at the last publication, and when.
+    last: Mutex<(Instant, [u64; 4])>,
+}
+
+/// One name's share of a publication: its window's summary and its
+/// outcome counts since the previous one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct NameReport {
+    pub(crate) kind: String,
+    pub(crate) name: String,
+    pub(crate) window: Duration,
+    /// How long the summary covers: since its oldest sketch started, at
+    /// most the window.
+    pub(crate) covered: Duration,
+    /// How long the counts below cover.
+    pub(crate) elapsed: Duration,
+    /// Allowed, denied by Redis, denied from the deny cache, bypassed.
+    pub(crate) counts: [u64; 4],
+    pub(crate) summary: Summary,
+}
+
+impl Recorder {
+    fn new(kind: &str, name: &str, window: Duration, outcomes: Arc<Outcomes>) -> Self {
+        Recorder {
+            kind: kind.to_owned(),
+            name: name.to_owned(),
+            window,
+            last: Mutex::new((Instant::now(), outcomes.counts())),
+            outcomes,
+            slices: Mutex::new(VecDeque::with_capacity(SLICES as usize + 1)),
+        }
+    }
+
+    fn slice(&self) -> Duration {
+        self.window / SLICES
+    }
+
+    /// Counts a denial of `subject`: on the check path, only for a denial,
+    /// and only for limiters that report. One uncontended mutex, a clock
+    /// read and [`SpaceSaving::offer`].
+    pub(crate) fn denied(&self, subject: &[u8]) {
+        let now = Instant::now();
+        let mut slices = self.slices.lock().unwrap_or_else(PoisonError::into_inner);
+        let fresh = slices
+            .back()
+            .is_some_and(|(start, _)| now.saturating_duration_since(*start) < self.slice());
+        if !fresh {
+            while slices.len() >= SLICES as usize {
+                slices.pop_front();
+            }
+            slices.push_back((now, SpaceSaving::new(CAPACITY)));
+        }
+        if let Some((_, sketch)) = slices.back_mut() {
+            sketch.offer(subject);
+        }
+    }
+
+    /// What to publish now: the window's summary, and the outcome counts
+    /// since the last call.
+    pub(crate) fn report(&self) -> NameReport {
+        let now = Instant::now();
+        let (summary, covered) = {
+            let mut slices = self.slices.lock().unwrap_or_else(PoisonError::into_inner);
+            // Slices that started a whole window ago hold only older denials.
+            while slices
+                .front()
+                .is_some_and(|(start, _)| now.saturating_duration_since(*start) >= self.window)
+            {
+                slices.pop_front();
+            }
+            let parts: Vec<Summary> = slices.iter().map(|(_, s)| s.summary()).collect();
+            let covered = slices.front().map_or(Duration::ZERO, |(start, _)| {
+                now.saturating_duration_since(*start).min(self.window)
+            });
+            (Summary::merge(&parts, CAPACITY), covered)
+        };
+        let counts = self.outcomes.counts();
+        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        let (since, before) = std::mem::replace(&mut *last, (now, counts));
+        NameReport {
+            kind: self.kind.clone(),
+            name: self.name.clone(),
+            window: self.window,
+            covered,
+            elapsed: now.saturating_duration_since(since),
+            counts: std::array::from_fn(|i| counts[i].saturating_sub(before[i])),
+            summary,
+        }
+    }
+}
+
+/// The recorders of one [`Cluster`](crate::Cluster) handle — one
+/// "process" of the view — and its identity.
+#[derive(Debug)]
+pub(crate) struct Reporters {
+    process: String,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Held weakly: a name whose limiters are all dropped stops reporting.
+    recorders: BTreeMap<(String, String), Weak<Recorder>>,
+    /// Whether the publishing task runs.
+    running: bool,
+}
+
+impl Default for Reporters {
+    fn default() -> Self {
+        Reporters {
+            process: format!("p{:016x}", rand::rng().next_u64()),
+            state: Mutex::default(),
+        }
+    }
+}
+
+impl Reporters {
+    /// This handle's process id in the view: `p` and 16 hex digits.
+    pub(crate) fn process(&self) -> &str {
+        &self.process
+    }
+
+    /// The recorder of `kind`/`name` (shared by the limiters of that kind
+    /// and name: the first one sets the window), and whether the caller
+    /// must start the publishing task.
+    pub(crate) fn recorder(
+        &self,
+        kind: &str,
+        name: &str,
+        window: Duration,
+        outcomes: Arc<Outcomes>,
+    ) -> (Arc<Recorder>, bool) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let key = (kind.to_owned(), name.to_owned());
+        let recorder = match state.recorders.get(&key).and_then(Weak::upgrade) {
+            Some(recorder) => recorder,
+            None => {
+                let recorder = Arc::new(Recorder::new(kind, name, window, outcomes));
+                state.recorders.insert(key, Arc::downgrade(&recorder));
+                recorder
+            }
+        };
+        let start = !state.running;
+        state.running = true;
+        (recorder, start)
+    }
+
+    /// The task could not start: the next recorder tries again.
+    pub(crate) fn not_running(&self) {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .running = false;
+    }
+
+    /// The live recorders, or `None` when there are none left: the task
+    /// then ends (and a new recorder starts it again).
+    pub(crate) fn live(&self) -> Option<Vec<Arc<Recorder>>> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.recorders.retain(|_, r| r.strong_count() > 0);
+        let live: Vec<Arc<Recorder>> = state.recorders.values().filter_map(Weak::upgrade).collect();
+        if live.is_empty() {
+            state.running = false;
+            None
+        } else {
+            Some(live)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcomes::Registry;
+
+    #[tokio::test]
+    async fn denials_age_out_of_the_window_and_counts_are_deltas() {
+        let registry = Registry::default();
+        let outcomes = registry.outcomes("gcra", "api");
+        let reporters = Reporters::default();
+        let window = Duration::from_millis(600);
+        let (recorder, start) = reporters.recorder("gcra", "api", window, outcomes.clone());
+        assert!(start);
+        let (same, again) = reporters.recorder("gcra", "api", window, outcomes.clone());
+        assert!(Arc::ptr_eq(&recorder, &same) && !again);
+        for _ in 0..3 {
+            recorder.denied(b"user:1");
+            outcomes.denied();
+        }
+        outcomes.allowed();
+        let report = recorder.report();
+        assert_eq!(report.summary.entries[0].subject, b"user:1");
+        assert_eq!(report.summary.entries[0].count, 3);
+        assert!(report.covered > Duration::ZERO && report.covered < window);
+        assert_eq!(report.counts, [1, 3, 0, 0]);
+        assert_eq!(recorder.report().counts, [0, 0, 0, 0]);
+        std::thread::sleep(window);
+        recorder.denied(b"user:2");
+        let report = recorder.report();
+        assert_eq!(report.summary.total, 1, "user:1's denials aged out");
+        assert_eq!(report.summary.entries[0].subject, b"user:2");
+        drop((recorder, same));
+        assert!(reporters.live().is_none(), "no limiter left: the task ends");
+        let (_again, start) = reporters.recorder("gcra", "api", window, outcomes);
+        assert!(start, "a new limiter starts it again");
+    }
+}

@@ -1,0 +1,121 @@
+//! "Throttled now" in a real browser: a throttled subject appears within
+//! 10 s of its denials, links to its subject page, is reset from its row
+//! (confirmation, CSRF-bound POST) and leaves the view once its denials
+//! are older than the limiter's window.
+
+use std::num::NonZeroU32;
+use std::time::{Duration, Instant};
+
+use shardlimit::web::WebOptions;
+use shardlimit::{Quota, RateLimiter};
+
+use super::browser::Browser;
+use super::{ONE_AT_A_TIME, XSS, common, follow, http, limits_app, settle, texts};
+
+/// The subjects the "Throttled now" page lists for limiter `name`.
+async fn listed(b: &Browser, base: &str, name: &str) -> Vec<String> {
+    b.client.goto(&format!("{base}/throttled")).await.unwrap();
+    settle(b, "h1").await;
+    texts(b, &format!("section.throttled[data-name={name}] a.subject")).await
+}
+
+/// Reloads the page until `done` holds for `name`'s subjects, for at most
+/// `bound`; returns when.
+async fn until_listed(
+    b: &Browser,
+    base: &str,
+    name: &str,
+    bound: Duration,
+    done: impl Fn(&[String]) -> bool,
+) -> Vec<String> {
+    let started = Instant::now();
+    loop {
+        let subjects = listed(b, base, name).await;
+        if done(&subjects) {
+            return subjects;
+        }
+        assert!(
+            started.elapsed() < bound,
+            "not within {bound:?}: {subjects:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttled_subject_appears_within_ten_seconds_and_leaves_after_its_reset() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let cluster = common::cluster("web-throttled").await;
+    let api = RateLimiter::builder(
+        &cluster,
+        "api",
+        Quota::per_hour(NonZeroU32::new(1).unwrap()),
+    )
+    .report_throttled(Duration::from_secs(6))
+    .build()
+    .unwrap();
+    let options = WebOptions::builder().writes(true).build().unwrap();
+    let base = limits_app(&cluster, options).await;
+    let b = Browser::start().await;
+
+    // Found from the overview.
+    b.client.goto(&base).await.unwrap();
+    follow(&b, "a#throttled-now").await;
+    settle(&b, "h1").await;
+
+    for (subject, checks) in [("abuser", 8), (XSS, 3)] {
+        for _ in 0..checks {
+            let _ = api.check(subject).await.unwrap();
+        }
+    }
+    let denied = Instant::now();
+    let subjects = until_listed(&b, &base, "api", Duration::from_secs(10), |s| s.len() == 2).await;
+    assert!(denied.elapsed() < Duration::from_secs(10));
+    // Most denied first; a hostile subject is text.
+    assert_eq!(subjects, ["abuser", XSS]);
+    let counts = texts(&b, "section.throttled[data-name=api] td.denials").await;
+    assert_eq!(counts, ["7", "2"]);
+    b.screenshot("throttled").await;
+    // Its JSON twin.
+    let (status, body) = http(&base, "GET", "/api/throttled?name=api", "").await;
+    assert_eq!(status, 200);
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(json["names"][0]["subjects"][0]["subject"], "abuser");
+    assert_eq!(json["names"][0]["subjects"][0]["denials"], 7);
+
+    // The row links to the subject's page.
+    follow(
+        &b,
+        "section.throttled[data-name=api] tr.subject:first-child a.subject",
+    )
+    .await;
+    settle(&b, "#subject").await;
+    assert_eq!(texts(&b, "#subject").await, ["abuser"]);
+
+    // Reset from its row: the existing confirmation, then the POST.
+    listed(&b, &base, "api").await;
+    follow(
+        &b,
+        "section.throttled[data-name=api] tr.subject:first-child a.reset",
+    )
+    .await;
+    settle(&b, "form#confirm").await;
+    b.click("form#confirm button").await;
+    settle(&b, "#deleted").await;
+    let reset = Instant::now();
+    assert!(
+        api.check("abuser").await.unwrap().allowed,
+        "the reset lifted the limit"
+    );
+
+    // Its denials stopped: it leaves the view within the 6 s window and a
+    // publication.
+    let subjects = until_listed(&b, &base, "api", Duration::from_secs(15), |s| {
+        !s.iter().any(|s| s == "abuser")
+    })
+    .await;
+    assert!(subjects.is_empty(), "{XSS} aged out with it: {subjects:?}");
+    assert!(reset.elapsed() < Duration::from_secs(15));
+    b.screenshot("throttled-after-reset").await;
+    b.close().await;
+}
