@@ -43,7 +43,7 @@ pub use self::env::{
 };
 use self::exec::Payload;
 pub(crate) use self::exec::Undo;
-pub(crate) use self::invalidation::{Invalidations, Listener};
+pub(crate) use self::invalidation::{Invalidations, Listener, SLICES_PART};
 pub use self::node::NodeState;
 use self::router::Router;
 pub use self::stats::Stats;

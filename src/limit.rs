@@ -148,6 +148,10 @@ mod migrating;
 mod multi;
 mod quota;
 mod script;
+mod slice_reply;
+mod slice_table;
+mod sliced;
+mod slices;
 
 pub(crate) use adjust::parse_override;
 pub use adjust::{MAX_BLOCK, MAX_OVERRIDE_TTL, SubjectSettings};
@@ -159,3 +163,4 @@ pub use local::MAX_SUBJECTS as LOCAL_MAX_SUBJECTS;
 pub use multi::MultiLimiter;
 pub use quota::Quota;
 pub use script::Invocation;
+pub use slices::Slices;

@@ -136,6 +136,8 @@ scripts! {
     LEASE_RELEASE => "lease_release" ["clock", "lease_release"],
     COUNTER_DRAIN => "counter_drain",
     COUNTER_GET => "counter_get",
+    // quota slices of a hot GCRA subject (src/limit/slices.rs)
+    SLICE => "slice" ["clock", "slice"],
 }
 
 #[cfg(test)]

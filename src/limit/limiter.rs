@@ -11,6 +11,8 @@ use super::deny_cache::DenyCache;
 use super::local::LocalLimits;
 use super::quota::Quota;
 use super::script::{Invocation, LimitSpec};
+use super::slice_table::SliceTable;
+use super::slices::Slices;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::outcomes::Outcomes;
@@ -56,6 +58,9 @@ struct Inner {
     cache: Option<Arc<DenyCache>>,
     /// The local limiters of [`FailurePolicy::Local`].
     local: Option<LocalLimits>,
+    /// The quota slices this process holds, with
+    /// [`RateLimiterBuilder::slices`].
+    slices: Option<Arc<SliceTable>>,
 }
 
 /// Builds a [`RateLimiter`]; [`build`](Self::build) validates.
@@ -69,6 +74,7 @@ pub struct RateLimiterBuilder {
     policy: FailurePolicy,
     shadow: bool,
     deny_cache: Option<u64>,
+    slices: Option<Slices>,
 }
 
 impl RateLimiterBuilder {
@@ -122,6 +128,41 @@ impl RateLimiterBuilder {
         self
     }
 
+    /// Quota slices, for a subject hotter than one master can decide (one
+    /// subject's limit lives in one slot, so one master decides all its
+    /// checks): [`check`](RateLimiter::check) and
+    /// [`check_n`](RateLimiter::check_n) take a slice of the subject's
+    /// quota from Redis in one script call — sized from this process's
+    /// recent rate for the subject, at most half the declared bound —
+    /// decide from it locally, and give back what they did not use when
+    /// the slice ends (one call, combined with the next take). The slices
+    /// of a subject held by all processes never sum past the declared
+    /// bound, `floor(limit × fraction)` units, tracked in Redis in the
+    /// subject's slot: at most what an exact check admits **plus the
+    /// bound** is admitted in any interval. When no slice can be had (the
+    /// bound is taken, the subject blocked or overridden smaller) the check
+    /// is exact; when the limit is spent the request is denied until the
+    /// earliest time Redis could admit it ([`sliced`](Decision#structfield.sliced) set).
+    ///
+    /// Only [`Algorithm::Gcra`] (the default): its state is one number, so
+    /// a slice of `n` is `n` cells consumed and giving back `n` is a
+    /// [`reward`](RateLimiter::reward), exact whenever it happens. A
+    /// window's or a log's units belong to a time: given back later they
+    /// would free what another window or time counted. [`build`](Self::build)
+    /// refuses slices for other algorithms, and in shadow mode. Resets,
+    /// blocks and override changes revoke every process's slice of the
+    /// subject through the deny caches' invalidation channel (within one
+    /// delivery latency); the failure policy applies to the take. A
+    /// process that dies holding a slice loses at most that slice, which
+    /// Redis forgets after twice its lifetime. Peeks, `check_many`,
+    /// `until_ready` and multi-limiters stay exact. The argument for the
+    /// bound and the measurements: docs/hot-subjects.md.
+    /// Default: no slices.
+    pub fn slices(mut self, slices: Slices) -> Self {
+        self.slices = Some(slices);
+        self
+    }
+
     /// Validates the name (`[A-Za-z0-9_.-]{1,64}`) and the quota for the
     /// algorithm (see [`Quota#bounds`](Quota#bounds): period whole
     /// milliseconds, 1 ms to 366 days; limit up to
@@ -152,6 +193,13 @@ impl RateLimiterBuilder {
             }
             _ => None,
         };
+        let slices = match self.slices {
+            Some(slices) => {
+                slices.validate(&spec)?;
+                Some(SliceTable::new(&self.cluster, &spec, slices)?)
+            }
+            None => None,
+        };
         Ok(RateLimiter {
             inner: Arc::new(Inner {
                 core: Core::new(self.cluster, spec.id.clone()),
@@ -159,6 +207,7 @@ impl RateLimiterBuilder {
                 policy: self.policy,
                 cache,
                 local,
+                slices,
             }),
         })
     }
@@ -175,6 +224,7 @@ impl RateLimiter {
             policy: FailurePolicy::default(),
             shadow: false,
             deny_cache: None,
+            slices: None,
         }
     }
 
@@ -230,6 +280,9 @@ impl RateLimiter {
         self.inner.spec.store(Arc::new(next));
         if let Some(cache) = &self.inner.cache {
             cache.clear();
+        }
+        if let Some(slices) = &self.inner.slices {
+            slices.revoke_all();
         }
         Ok(())
     }
@@ -307,8 +360,29 @@ impl RateLimiter {
     /// [`Error::InvalidCost`](crate::Error::InvalidCost) before sending if `cost` is 0 or above
     /// [`capacity`](Self::capacity).
     pub async fn check_n(&self, subject: impl AsRef<[u8]>, cost: u32) -> Result<Decision> {
+        if let Some(slices) = &self.inner.slices {
+            return self.check_sliced(slices, subject.as_ref(), cost).await;
+        }
         let decision = self.pipeline().run(subject.as_ref(), cost, true).await?;
         Ok(only(decision))
+    }
+
+    /// Gives back every quota slice this process holds of this limiter
+    /// (see [`RateLimiterBuilder::slices`]), one call per subject, e.g.
+    /// before shutting down; nothing to do without slices. Slices are also
+    /// given back when they end, and in the background when the last clone
+    /// of the limiter is dropped inside a tokio runtime.
+    pub async fn return_slices(&self) -> Result<()> {
+        match &self.inner.slices {
+            Some(slices) => slices.return_all().await,
+            None => Ok(()),
+        }
+    }
+
+    /// Its quota slices' settings, if it has them.
+    #[must_use]
+    pub fn slice_settings(&self) -> Option<Slices> {
+        self.inner.slices.as_ref().map(|s| s.config())
     }
 
     /// Its local limiters, under [`FailurePolicy::Local`].
