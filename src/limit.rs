@@ -14,7 +14,9 @@
 //!   [`set_override`](RateLimiter::set_override); live,
 //!   [`set_quota`](RateLimiter::set_quota) and
 //!   [`set_shadow`](RateLimiter::set_shadow); opt-in, a local
-//!   [deny cache](RateLimiterBuilder::deny_cache).
+//!   [deny cache](RateLimiterBuilder::deny_cache), and
+//!   [quota slices](RateLimiterBuilder::slices) ([`Slices`]) for a subject
+//!   past what one master decides, with a declared overshoot bound.
 //! * [`MultiLimiter`] — several limits on one subject, all or nothing, in
 //!   one script. A `RateLimiter` is a multi-limit of one: both (and
 //!   [`check_many`](RateLimiter::check_many) and the tower layer) run one
