@@ -14,48 +14,12 @@ use rand::Rng;
 use super::decision::Decision;
 use super::quota::Quota;
 use super::script::LimitSpec;
-use super::slice_reply::TakeReply;
+use super::slice_reply::{Denial, Held, Slice, TakeReply, admitted, denied, spent};
 use super::slices::Slices;
 use crate::cluster::{Cluster, Invalidations, Listener, SLICES_PART};
 use crate::error::Result;
 use crate::keys::{KeyId, KeySet, subject_slot};
 use crate::scripts;
-
-/// A slice held: `left` of its `granted` units may still be admitted here
-/// until `until` (counted from when its take was sent, so it ends no later
-/// than Redis' own count of it starts its grace), taken (its reply
-/// received) at `taken`.
-struct Slice {
-    member: String,
-    granted: u32,
-    left: u32,
-    taken: Instant,
-    until: Instant,
-    quota: Quota,
-    capacity: u32,
-    overridden: bool,
-}
-
-/// Denied without Redis until `until`: a take found fewer free units than
-/// the request's cost, and would admit it no sooner.
-struct Denial {
-    until: Instant,
-    cost: u32,
-    quota: Quota,
-    capacity: u32,
-}
-
-#[derive(Default)]
-struct Held {
-    slice: Option<Slice>,
-    denial: Option<Denial>,
-    /// No take before then: the bound or a block refused the last one.
-    exact_until: Option<Instant>,
-    /// Moved by every revocation: a take in flight across one is not used.
-    generation: u64,
-    /// Units per second this process used of its previous slice.
-    rate: f64,
-}
 
 struct Subject {
     held: Mutex<Held>,
@@ -146,14 +110,27 @@ impl SliceTable {
             _ => return Ok(Next::Exact),
         };
         let live = self.hub.is_live(subject_slot(subject));
-        if let Some(d) = local(&mut lock(&entry.held), cost, live) {
-            return Ok(Next::Decided(d));
-        }
+        let seen = {
+            let mut held = lock(&entry.held);
+            if let Some(d) = local(&mut held, cost, live) {
+                return Ok(Next::Decided(d));
+            }
+            held.takes
+        };
         let _taking = entry.take.lock().await;
         let prepared = {
             let mut held = lock(&entry.held);
             if let Some(d) = local(&mut held, cost, live) {
                 return Ok(Next::Decided(d));
+            }
+            // Another task's take, completed while this one waited for it,
+            // found the limit spent and brought too little for this
+            // request too: denied as Redis denied then, not queued for the
+            // next take (under overload, requests would queue without end).
+            if held.takes != seen
+                && let Some((quota, capacity)) = held.spent
+            {
+                return Ok(Next::Decided(spent(quota, capacity, cost)));
             }
             self.prepare(&mut held, spec.quota.limit().get(), cost)
         };
@@ -202,6 +179,9 @@ impl SliceTable {
         let lifetime = self.config.lifetime();
         let mut held = lock(&entry.held);
         let until = sent + lifetime;
+        held.takes += 1;
+        held.spent = (reply.spent && !reply.blocked && held.generation == generation)
+            .then_some((reply.quota, reply.capacity));
         if let Some(member) = reply.member {
             let mut slice = Slice {
                 member,
@@ -222,7 +202,7 @@ impl SliceTable {
             }
             if slice.left >= cost {
                 slice.left -= cost;
-                let d = admitted(&slice);
+                let d = admitted(slice.quota, slice.capacity, slice.left, slice.overridden);
                 held.slice = Some(slice);
                 return Next::Decided(d);
             }
@@ -238,7 +218,11 @@ impl SliceTable {
                     quota: reply.quota,
                     capacity: reply.capacity,
                 };
-                let d = denied(&denial, Instant::now());
+                let d = denied(
+                    denial.quota,
+                    denial.capacity,
+                    denial.until.saturating_duration_since(Instant::now()),
+                );
                 held.denial = Some(denial);
                 Next::Decided(d)
             }
@@ -390,6 +374,7 @@ fn revoke(held: &mut Held) {
     }
     held.denial = None;
     held.exact_until = None;
+    held.spent = None;
     held.generation += 1;
 }
 
@@ -460,30 +445,23 @@ fn local(held: &mut Held, cost: u32, live: bool) -> Option<Decision> {
         && slice.left >= cost
     {
         slice.left -= cost;
-        return Some(admitted(slice));
+        return Some(admitted(
+            slice.quota,
+            slice.capacity,
+            slice.left,
+            slice.overridden,
+        ));
     }
     match &held.denial {
-        Some(d) if live && now < d.until && cost >= d.cost => Some(denied(d, now)),
+        Some(d) if live && now < d.until && cost >= d.cost => Some(denied(
+            d.quota,
+            d.capacity,
+            d.until.saturating_duration_since(now),
+        )),
         Some(d) if now >= d.until => {
             held.denial = None;
             None
         }
         _ => None,
     }
-}
-
-fn admitted(slice: &Slice) -> Decision {
-    let mut d = Decision::sliced(slice.quota, slice.capacity);
-    d.remaining = slice.left;
-    d.overridden = slice.overridden;
-    d
-}
-
-fn denied(denial: &Denial, now: Instant) -> Decision {
-    let mut d = Decision::sliced(denial.quota, denial.capacity);
-    let wait = denial.until.saturating_duration_since(now);
-    d.allowed = false;
-    d.retry_after = Some(wait);
-    d.reset_after = wait;
-    d
 }

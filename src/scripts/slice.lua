@@ -25,13 +25,15 @@
 -- ARGV[13] the channel (in KEYS' slot, for SPUBLISH)
 -- ARGV[14] the message: KEYS[4]
 --
--- Reply: { granted, retry_us, limit, period_us, burst, overridden }:
+-- Reply: { granted, retry_us, limit, period_us, burst, overridden, spent }:
 --   granted   units of the new slice (0: none; always 0 for return);
 --   retry_us  when fewer than ARGV[4] cells are free: how long until a
 --             request of ARGV[4] units could be admitted (-1 otherwise: the
 --             bound or a block refused, or nothing did);
 --   limit, period_us, burst  the quota applied; overridden 1 if the
---             subject's override applied, 2 if blocked (nothing granted).
+--             subject's override applied, 2 if blocked (nothing granted);
+--   spent     1 if the GCRA had fewer free cells than wanted: after this
+--             take, none is free (for return: 0).
 --
 -- A returned slice gives back only while its member is still held (not
 -- expired, not dropped by a reset), at most its units, never past a full
@@ -95,7 +97,7 @@ if returned > 0 and (ARGV[12] == 'SPUBLISH' or ARGV[12] == 'PUBLISH') then
   redis.call(ARGV[12], ARGV[13], ARGV[14])
 end
 
-local granted, retry = 0, -1
+local granted, retry, spent = 0, -1, 0
 if ARGV[1] == 'take' then
   local wanted, cost = tonumber(ARGV[3]), tonumber(ARGV[4])
   if block and (tonumber(block) or 0) > NOW_US then
@@ -110,6 +112,9 @@ if ARGV[1] == 'take' then
     -- Cells free now: n such that tat + n * interval - burst * interval <= now.
     local free = math.floor((NOW_US + burst * interval - tat) / interval)
     granted = math.max(math.min(wanted, room, free), 0)
+    if free < wanted then
+      spent = 1
+    end
     if free < cost then
       retry = math.ceil(tat + cost * interval - burst * interval - NOW_US)
       if retry < 0 then
@@ -131,4 +136,4 @@ local last = redis.call('ZRANGE', SLICES, -1, -1, 'WITHSCORES')
 if last[2] then
   redis.call('PEXPIREAT', SLICES, int(math.ceil(tonumber(last[2]) / 1000)))
 end
-return { granted, retry, limit, period, burst, overridden }
+return { granted, retry, limit, period, burst, overridden, spent }
