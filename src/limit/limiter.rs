@@ -305,6 +305,11 @@ impl RateLimiter {
             if let Some(cache) = &self.inner.cache {
                 cache.clear();
             }
+            // Slices are for enforced limits: in shadow mode checks are
+            // exact (the next take sees it).
+            if let Some(slices) = &self.inner.slices {
+                slices.revoke_all();
+            }
         }
     }
 

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, Weak};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
@@ -40,7 +40,8 @@ pub(crate) struct SliceTable {
     cluster: Cluster,
     /// State, override, block and slices keys' ids, in the script's order.
     ids: [KeyId; 4],
-    subjects: Mutex<HashMap<Box<[u8]>, Arc<Subject>>>,
+    /// Read by every decision, written when a subject comes or goes.
+    subjects: RwLock<HashMap<Box<[u8]>, Arc<Subject>>>,
     hub: Arc<Invalidations>,
     sweeping: AtomicBool,
 }
@@ -61,7 +62,7 @@ impl SliceTable {
             config,
             cluster: cluster.clone(),
             ids,
-            subjects: Mutex::new(HashMap::new()),
+            subjects: RwLock::new(HashMap::new()),
             hub: cluster.invalidations().clone(),
             sweeping: AtomicBool::new(false),
         });
@@ -79,8 +80,34 @@ impl SliceTable {
         self.cluster.keys().key_set(subject, &self.ids)
     }
 
+    fn read(&self) -> RwLockReadGuard<'_, HashMap<Box<[u8]>, Arc<Subject>>> {
+        self.subjects.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The decision the slice held (or a denial) gives now, if any: the
+    /// path of almost every decision of a hot subject, which reads no spec
+    /// and clones nothing shared.
+    pub(crate) fn fast(&self, subject: &[u8], cost: u32) -> Option<Decision> {
+        if cost == 0 {
+            return None; // refused by the exact check
+        }
+        let subjects = self.read();
+        let entry = subjects.get(subject)?;
+        local(&mut lock(&entry.held), cost, || self.is_live(subject))
+    }
+
+    fn is_live(&self, subject: &[u8]) -> bool {
+        self.hub.is_live(subject_slot(subject))
+    }
+
     fn subject(&self, subject: &[u8]) -> Option<Arc<Subject>> {
-        let mut subjects = lock(&self.subjects);
+        if let Some(s) = self.read().get(subject) {
+            return Some(s.clone());
+        }
+        let mut subjects = self
+            .subjects
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
         if let Some(s) = subjects.get(subject) {
             return Some(s.clone());
         }
@@ -109,7 +136,7 @@ impl SliceTable {
             Some(entry) if !spec.shadow && cost >= 1 && cost <= spec.capacity => entry,
             _ => return Ok(Next::Exact),
         };
-        let live = self.hub.is_live(subject_slot(subject));
+        let live = || self.is_live(subject);
         let seen = {
             let mut held = lock(&entry.held);
             if let Some(d) = local(&mut held, cost, live) {
@@ -312,7 +339,11 @@ impl SliceTable {
     fn drain(&self, pick: impl Fn(&Slice) -> bool) -> Vec<(Box<[u8]>, Slice)> {
         let now = Instant::now();
         let mut out = Vec::new();
-        lock(&self.subjects).retain(|subject, entry| {
+        let mut subjects = self
+            .subjects
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        subjects.retain(|subject, entry| {
             let mut held = lock(&entry.held);
             if held.slice.as_ref().is_some_and(&pick)
                 && let Some(slice) = held.slice.take()
@@ -331,7 +362,8 @@ impl SliceTable {
     /// Once per table: gives back slices that ended, every half lifetime,
     /// while the table lives.
     fn start_sweeping(self: &Arc<Self>) {
-        if self.sweeping.swap(true, Ordering::SeqCst) {
+        // Read first: a swap on every decision would bounce the line.
+        if self.sweeping.load(Ordering::Relaxed) || self.sweeping.swap(true, Ordering::SeqCst) {
             return;
         }
         let weak: Weak<Self> = Arc::downgrade(self);
@@ -355,7 +387,7 @@ impl SliceTable {
     }
 
     fn each_subject(&self, f: impl Fn(&mut Held)) {
-        for entry in lock(&self.subjects).values() {
+        for entry in self.read().values() {
             f(&mut lock(&entry.held));
         }
     }
@@ -381,7 +413,7 @@ fn revoke(held: &mut Held) {
 impl Listener for SliceTable {
     fn invalidate(&self, kind: &str, name: &str, subject: &[u8]) {
         if self.matches(kind, name)
-            && let Some(entry) = lock(&self.subjects).get(subject)
+            && let Some(entry) = self.read().get(subject)
         {
             revoke(&mut lock(&entry.held));
         }
@@ -389,7 +421,7 @@ impl Listener for SliceTable {
 
     fn returned(&self, kind: &str, name: &str, subject: &[u8]) {
         if self.matches(kind, name)
-            && let Some(entry) = lock(&self.subjects).get(subject)
+            && let Some(entry) = self.read().get(subject)
         {
             lock(&entry.held).denial = None;
         }
@@ -414,7 +446,7 @@ impl Drop for SliceTable {
             config: self.config,
             cluster: self.cluster.clone(),
             ids: self.ids.clone(),
-            subjects: Mutex::new(HashMap::new()),
+            subjects: RwLock::new(HashMap::new()),
             hub: self.hub.clone(),
             sweeping: AtomicBool::new(true),
         };
@@ -430,7 +462,7 @@ impl std::fmt::Debug for SliceTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SliceTable")
             .field("config", &self.config)
-            .field("subjects", &lock(&self.subjects).len())
+            .field("subjects", &self.read().len())
             .finish_non_exhaustive()
     }
 }
@@ -438,7 +470,7 @@ impl std::fmt::Debug for SliceTable {
 /// The decision the held state gives without Redis, if any: admitted from
 /// the slice, or denied while a denial holds (and the slot's invalidations
 /// are followed: a missed give-back could lift it).
-fn local(held: &mut Held, cost: u32, live: bool) -> Option<Decision> {
+fn local(held: &mut Held, cost: u32, live: impl Fn() -> bool) -> Option<Decision> {
     let now = Instant::now();
     if let Some(slice) = &mut held.slice
         && now < slice.until
@@ -453,7 +485,7 @@ fn local(held: &mut Held, cost: u32, live: bool) -> Option<Decision> {
         ));
     }
     match &held.denial {
-        Some(d) if live && now < d.until && cost >= d.cost => Some(denied(
+        Some(d) if now < d.until && cost >= d.cost && live() => Some(denied(
             d.quota,
             d.capacity,
             d.until.saturating_duration_since(now),

@@ -17,8 +17,11 @@ impl RateLimiter {
         subject: &[u8],
         cost: u32,
     ) -> Result<Decision> {
-        let spec = self.spec();
-        match table.decide(&spec, subject, cost).await {
+        let decided = match table.fast(subject, cost) {
+            Some(d) => Ok(Next::Decided(d)),
+            None => table.decide(&self.spec(), subject, cost).await,
+        };
+        match decided {
             Ok(Next::Decided(d)) => {
                 if d.allowed {
                     self.outcomes().allowed();
