@@ -42,7 +42,7 @@ use self::call::{Op, Request};
 pub use self::deployment::Deployment;
 use self::exec::Payload;
 pub(crate) use self::exec::Undo;
-pub(crate) use self::invalidation::{Invalidations, Listener};
+pub(crate) use self::invalidation::{Invalidations, Listener, SLICES_PART};
 pub use self::node::NodeState;
 use self::router::Router;
 pub use self::stats::Stats;

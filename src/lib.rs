@@ -268,7 +268,7 @@ pub use error::{Error, Result};
 pub use health::{Health, MasterHealth, NodeHealth};
 pub use limit::{
     Algorithm, Decision, MultiDecision, MultiLimiter, Quota, RateLimiter, RateLimiterBuilder,
-    SubjectSettings,
+    Slices, SubjectSettings,
 };
 pub use lock::{Lock, LockBuilder, LockGuard};
 pub use policy::{BypassReason, FailurePolicy};

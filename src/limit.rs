@@ -14,8 +14,10 @@
 //!   [`set_override`](RateLimiter::set_override); live,
 //!   [`set_quota`](RateLimiter::set_quota) and
 //!   [`set_shadow`](RateLimiter::set_shadow); opt-in, a local
-//!   [deny cache](RateLimiterBuilder::deny_cache) and a
-//!   [report of the subjects it throttles](RateLimiterBuilder::report_throttled).
+//!   [deny cache](RateLimiterBuilder::deny_cache), a
+//!   [report of the subjects it throttles](RateLimiterBuilder::report_throttled),
+//!   and [quota slices](RateLimiterBuilder::slices) ([`Slices`]) for a
+//!   subject past what one master decides, with a declared overshoot bound.
 //! * [`MultiLimiter`] — several limits on one subject, all or nothing, in
 //!   one script. A `RateLimiter` is a multi-limit of one: both (and
 //!   [`check_many`](RateLimiter::check_many) and the tower layer) run one
@@ -169,6 +171,10 @@ mod migrating;
 mod multi;
 mod quota;
 mod script;
+mod slice_reply;
+mod slice_table;
+mod sliced;
+mod slices;
 
 pub(crate) use adjust::parse_override;
 pub use adjust::{MAX_BLOCK, MAX_OVERRIDE_TTL, SubjectSettings};
@@ -185,3 +191,4 @@ pub use local::MAX_SUBJECTS as LOCAL_MAX_SUBJECTS;
 pub use multi::MultiLimiter;
 pub use quota::Quota;
 pub use script::Invocation;
+pub use slices::Slices;

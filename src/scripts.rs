@@ -141,6 +141,8 @@ scripts! {
     THROTTLED_PUBLISH => "throttled_publish" ["clock", "throttled_publish"],
     THROTTLED_INDEX => "throttled_index" ["clock", "throttled_index"],
     THROTTLED_READ => "throttled_read",
+    // quota slices of a hot GCRA subject (src/limit/slices.rs)
+    SLICE => "slice" ["clock", "slice"],
 }
 
 /// Whether `script` is a one-limit check (`one_limit.lua` with an

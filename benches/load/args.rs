@@ -44,9 +44,22 @@ pub(crate) struct Args {
     pub(crate) baseline: Option<String>,
     /// `attack`: 1% of the subjects send `--attack-share` of the requests at
     /// `--overload` times their limit; the library with a deny cache against
-    /// the same limiter without one (see attack.rs).
+    /// the same limiter without one (see attack.rs). `hot`: one subject
+    /// past one master's rate, quota slices against exact checks (see
+    /// hot.rs).
     #[arg(long)]
     pub(crate) workload: Option<String>,
+    /// With `--workload hot`: the hot subject's limit per second.
+    #[arg(long, default_value_t = 200_000)]
+    pub(crate) hot_limit: u32,
+    /// With `--workload hot`: the declared bound of the quota slices, as a
+    /// fraction of the limit.
+    #[arg(long, default_value_t = 0.1)]
+    pub(crate) hot_bound: f64,
+    /// With `--workload hot`: separate `Cluster` handles the tasks are
+    /// spread over.
+    #[arg(long, default_value_t = 4)]
+    pub(crate) hot_handles: usize,
     /// With `--workload attack`: the attackers' share of the requests.
     #[arg(long, default_value_t = 0.9)]
     pub(crate) attack_share: f64,

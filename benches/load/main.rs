@@ -24,6 +24,9 @@
 //!   limiter with a deny cache against the same limiter without one, with
 //!   the Redis commands each costs and the normal users' latency (see
 //!   attack.rs).
+//! * `--workload hot`: one subject limited far above one master's rate
+//!   (`--hot-limit`, 200,000/s), quota slices against exact checks, over
+//!   `--hot-handles` (4) separate `Cluster` handles (see hot.rs).
 //! * `--batch 64 --baseline single` (the baseline is implied):
 //!   `check_many` of 64 subjects per call against single checks at the
 //!   same number of decisions in flight (see batch.rs).
@@ -45,6 +48,7 @@ mod batch;
 mod commandstats;
 mod compare;
 mod drive;
+mod hot;
 mod memory;
 mod raw;
 mod report;
@@ -108,7 +112,8 @@ pub(crate) async fn run(args: Args) {
     }
     match args.workload.as_deref() {
         Some("attack") => return attack::attack(&cluster, &args).await,
-        Some(other) => panic!("unknown workload {other:?} (`attack`)"),
+        Some("hot") => return hot::hot(&cluster, &args).await,
+        Some(other) => panic!("unknown workload {other:?} (`attack` or `hot`)"),
         None => {}
     }
     if args.server_cost {

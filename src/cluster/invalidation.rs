@@ -6,7 +6,11 @@
 //! channels (see [`subscriber`](super::subscriber)).
 //!
 //! The message is the state key of the limit that changed, so a listener
-//! knows the limiter (kind and name) and the subject. Each master has one
+//! knows the limiter (kind and name) and the subject; a quota slice giving
+//! units back (`slice.lua`) sends its slices key instead, which listeners
+//! hear as [`Listener::returned`]. The same messages revoke the quota
+//! slices a process holds (`limit/slice_table.rs`): a reset, block or
+//! override change ends them; units given back only lift denials. Each master has one
 //! channel per slot it serves, `<namespace>:{<tag>}:deny`, where `<tag>` is
 //! a short string hashing to that slot: a fixed 16384 subscriptions per
 //! process, however many subjects are cached.
@@ -26,10 +30,20 @@ use std::sync::{LazyLock, PoisonError, RwLock, Weak};
 
 use crate::keys::{ParsedKey, SLOT_COUNT, slot};
 
+/// The part of a limit's quota slices key (`<state key>:slices`), whose
+/// name is the message when a slice gives units back.
+pub(crate) const SLICES_PART: &str = "slices";
+
 /// Something that caches denials and must forget them.
 pub(crate) trait Listener: Send + Sync {
     /// The limit `kind`/`name` of `subject` changed.
     fn invalidate(&self, kind: &str, name: &str, subject: &[u8]);
+    /// Units of the limit `kind`/`name` of `subject` came back from a
+    /// quota slice (the message is the slices key): what was denied may
+    /// be admitted now, and nothing else changed.
+    fn returned(&self, kind: &str, name: &str, subject: &[u8]) {
+        self.invalidate(kind, name, subject);
+    }
     /// Anything may have changed (a subscription was lost).
     fn invalidate_all(&self);
 }
@@ -144,7 +158,11 @@ impl Invalidations {
         if parsed.namespace != self.namespace {
             return;
         }
-        self.each(|l| l.invalidate(parsed.kind, parsed.name, &parsed.subject));
+        if parsed.part == Some(SLICES_PART) {
+            self.each(|l| l.returned(parsed.kind, parsed.name, &parsed.subject));
+        } else {
+            self.each(|l| l.invalidate(parsed.kind, parsed.name, &parsed.subject));
+        }
     }
 
     /// The subscriptions of `slots` were lost (or are not confirmed):

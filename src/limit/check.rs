@@ -188,6 +188,15 @@ impl<'a> Pipeline<'a> {
             .collect()
     }
 
+    /// A failure of a call made on behalf of a check of `subject` for
+    /// `cost` (taking a quota slice), under the policy, exactly as the
+    /// check's own failure would be met.
+    pub(crate) fn fail(&self, err: Error, subject: &[u8], cost: u32) -> Result<MultiDecision> {
+        let owned = self.specs();
+        let specs = refs(&owned);
+        Round::new(*self, &specs, true).fail(err, subject, cost)
+    }
+
     /// Exactly what a check of `subject` for `cost` sends.
     pub(crate) fn invocation(&self, subject: &[u8], cost: u32) -> Result<Invocation> {
         let owned = self.specs();

@@ -64,6 +64,12 @@ pub struct Decision {
     /// ([`RateLimiter::set_override`](crate::RateLimiter::set_override));
     /// `limit` is then the override's capacity.
     pub overridden: bool,
+    /// Decided by this process from its quota slice of a hot subject,
+    /// without Redis (see
+    /// [`RateLimiterBuilder::slices`](crate::RateLimiterBuilder::slices)):
+    /// admitted from the slice (`remaining` is what the slice has left), or
+    /// denied because the subject's limit is spent, until `retry_after`.
+    pub sliced: bool,
     /// The quota the decision was made under: the subject's override when
     /// [`overridden`](Self::overridden), else the limiter's quota at the
     /// time of the check (it follows
@@ -116,18 +122,37 @@ impl Decision {
     /// and `limit` (its capacity).
     pub(crate) fn bypass(quota: Quota, limit: u32, reason: BypassReason) -> Self {
         Decision {
+            bypassed: Some(reason),
+            ..Decision::admitted_here(quota, limit)
+        }
+    }
+
+    /// Admitted by this process from a quota slice, under `quota` (the
+    /// subject's override, if the slice was taken under one) and `limit`
+    /// (its capacity); how long until full is not known here.
+    pub(crate) fn sliced(quota: Quota, limit: u32) -> Self {
+        Decision {
+            sliced: true,
+            ..Decision::admitted_here(quota, limit)
+        }
+    }
+
+    /// An admission decided in this process, nothing known of Redis.
+    fn admitted_here(quota: Quota, limit: u32) -> Self {
+        Decision {
             quota,
             allowed: true,
             limit,
             remaining: 0,
             retry_after: None,
             reset_after: Duration::ZERO,
-            bypassed: Some(reason),
+            bypassed: None,
             local: false,
             cached: false,
             would_deny: false,
             blocked: false,
             overridden: false,
+            sliced: false,
             settled: Settled::Unknown,
         }
     }
@@ -224,6 +249,7 @@ mod tests {
             would_deny: false,
             blocked: false,
             overridden: false,
+            sliced: false,
             settled: Settled::Unbounded,
             quota: Quota::per_second(10),
         }

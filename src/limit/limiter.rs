@@ -16,6 +16,8 @@ use super::deny_cache::DenyCache;
 use super::local::LocalLimits;
 use super::quota::Quota;
 use super::script::{Invocation, LimitSpec};
+use super::slice_table::SliceTable;
+use super::slices::Slices;
 use crate::cluster::Cluster;
 use crate::error::Result;
 use crate::keys::KeyId;
@@ -65,6 +67,9 @@ struct Inner {
     local: Option<LocalLimits>,
     /// Where its denials go, when it reports what it throttles.
     throttled: Option<Arc<Recorder>>,
+    /// The quota slices this process holds, with
+    /// [`RateLimiterBuilder::slices`].
+    slices: Option<Arc<SliceTable>>,
     /// Its spec's publication to the catalog (see [`catalog`]).
     publication: Publication,
 }
@@ -137,6 +142,9 @@ impl RateLimiter {
         if let Some(cache) = &self.inner.cache {
             cache.clear();
         }
+        if let Some(slices) = &self.inner.slices {
+            slices.revoke_all();
+        }
         self.inner.publication.changed();
         Ok(())
     }
@@ -158,6 +166,11 @@ impl RateLimiter {
             }
             if let Some(cache) = &self.inner.cache {
                 cache.clear();
+            }
+            // Slices are for enforced limits: in shadow mode checks are
+            // exact (the next take sees it).
+            if let Some(slices) = &self.inner.slices {
+                slices.revoke_all();
             }
             self.inner.publication.changed();
         }
@@ -235,8 +248,29 @@ impl RateLimiter {
     /// [`Error::InvalidCost`](crate::Error::InvalidCost) before sending if `cost` is 0 or above
     /// [`capacity`](Self::capacity).
     pub async fn check_n(&self, subject: impl AsRef<[u8]>, cost: u32) -> Result<Decision> {
+        if let Some(slices) = &self.inner.slices {
+            return self.check_sliced(slices, subject.as_ref(), cost).await;
+        }
         let decision = self.pipeline().run(subject.as_ref(), cost, true).await?;
         Ok(only(decision))
+    }
+
+    /// Gives back every quota slice this process holds of this limiter
+    /// (see [`RateLimiterBuilder::slices`]), one call per subject, e.g.
+    /// before shutting down; nothing to do without slices. Slices are also
+    /// given back when they end, and in the background when the last clone
+    /// of the limiter is dropped inside a tokio runtime.
+    pub async fn return_slices(&self) -> Result<()> {
+        match &self.inner.slices {
+            Some(slices) => slices.return_all().await,
+            None => Ok(()),
+        }
+    }
+
+    /// Its quota slices' settings, if it has them.
+    #[must_use]
+    pub fn slice_settings(&self) -> Option<Slices> {
+        self.inner.slices.as_ref().map(|s| s.config())
     }
 
     /// Its local limiters, under [`FailurePolicy::Local`].

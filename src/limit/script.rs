@@ -334,6 +334,7 @@ pub(crate) fn parse_reply(
                 would_deny: !admitted && spec.shadow,
                 blocked: f[5] & FLAG_BLOCKED != 0,
                 overridden,
+                sliced: false,
                 settled: Settled::from_reply(f[6]),
             })
         })

@@ -15,6 +15,8 @@ use crate::limit::deny_cache::DenyCache;
 use crate::limit::local::LocalLimits;
 use crate::limit::quota::Quota;
 use crate::limit::script::LimitSpec;
+use crate::limit::slice_table::SliceTable;
+use crate::limit::slices::Slices;
 use crate::policy::FailurePolicy;
 use crate::primitive::Core;
 use crate::throttled::publish;
@@ -32,6 +34,7 @@ pub struct RateLimiterBuilder {
     deny_cache: Option<u64>,
     catalog_refresh: Duration,
     report_throttled: Option<Duration>,
+    slices: Option<Slices>,
 }
 
 impl RateLimiterBuilder {
@@ -92,6 +95,41 @@ impl RateLimiterBuilder {
     /// Default: no cache; a limit of 0 is a configuration error.
     pub fn deny_cache(mut self, max_entries: u64) -> Self {
         self.deny_cache = Some(max_entries);
+        self
+    }
+
+    /// Quota slices, for a subject hotter than one master can decide (one
+    /// subject's limit lives in one slot, so one master decides all its
+    /// checks): [`check`](RateLimiter::check) and
+    /// [`check_n`](RateLimiter::check_n) take a slice of the subject's
+    /// quota from Redis in one script call — sized from this process's
+    /// recent rate for the subject, at most half the declared bound —
+    /// decide from it locally, and give back what they did not use when
+    /// the slice ends (one call, combined with the next take). The slices
+    /// of a subject held by all processes never sum past the declared
+    /// bound, `floor(limit × fraction)` units, tracked in Redis in the
+    /// subject's slot: at most what an exact check admits **plus the
+    /// bound** is admitted in any interval. When no slice can be had (the
+    /// bound is taken, the subject blocked or overridden smaller) the check
+    /// is exact; when the limit is spent the request is denied until the
+    /// earliest time Redis could admit it ([`sliced`](Decision#structfield.sliced) set).
+    ///
+    /// Only [`Algorithm::Gcra`] (the default): its state is one number, so
+    /// a slice of `n` is `n` cells consumed and giving back `n` is a
+    /// [`reward`](RateLimiter::reward), exact whenever it happens. A
+    /// window's or a log's units belong to a time: given back later they
+    /// would free what another window or time counted. [`build`](Self::build)
+    /// refuses slices for other algorithms, and in shadow mode. Resets,
+    /// blocks and override changes revoke every process's slice of the
+    /// subject through the deny caches' invalidation channel (within one
+    /// delivery latency); the failure policy applies to the take. A
+    /// process that dies holding a slice loses at most that slice, which
+    /// Redis forgets after twice its lifetime. Peeks, `check_many`,
+    /// `until_ready` and multi-limiters stay exact. The argument for the
+    /// bound and the measurements: docs/hot-subjects.md.
+    /// Default: no slices.
+    pub fn slices(mut self, slices: Slices) -> Self {
+        self.slices = Some(slices);
         self
     }
 
@@ -191,6 +229,13 @@ impl RateLimiterBuilder {
             }
             _ => None,
         };
+        let slices = match self.slices {
+            Some(slices) => {
+                slices.validate(&spec)?;
+                Some(SliceTable::new(&self.cluster, &spec, slices)?)
+            }
+            None => None,
+        };
         let inner = Arc::new(Inner {
             core: Core::new(self.cluster, spec.id.clone()),
             spec: ArcSwap::from_pointee(spec),
@@ -198,6 +243,7 @@ impl RateLimiterBuilder {
             cache,
             local,
             throttled,
+            slices,
             publication: Publication::new(self.catalog_refresh),
         });
         catalog::start(&inner);
@@ -218,6 +264,7 @@ impl RateLimiter {
             deny_cache: None,
             catalog_refresh: CATALOG_REFRESH,
             report_throttled: None,
+            slices: None,
         }
     }
 }

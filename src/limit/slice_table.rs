@@ -1,0 +1,499 @@
+//! The slices a process holds (see [`Slices`]): per subject, the
+//! slice this process decides from, a denial Redis gave when the limit
+//! was spent, and one take at a time. Taking and giving back are one call
+//! each of `slice.lua`; a reset, block or override change anywhere revokes
+//! the subject's slice through the deny caches' invalidation channel.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, Weak};
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+
+use super::decision::Decision;
+use super::quota::Quota;
+use super::script::LimitSpec;
+use super::slice_reply::{Denial, Held, Slice, TakeReply, admitted, denied, spent};
+use super::slices::Slices;
+use crate::cluster::{Cluster, Invalidations, Listener, SLICES_PART};
+use crate::error::Result;
+use crate::keys::{KeyId, KeySet, subject_slot};
+use crate::scripts;
+
+struct Subject {
+    held: Mutex<Held>,
+    /// One take at a time per subject in this process: the others wait for
+    /// it, then decide from what it brought.
+    take: tokio::sync::Mutex<()>,
+}
+
+/// What a check of a sliced limiter does after looking at its slice.
+pub(crate) enum Next {
+    Decided(Decision),
+    Exact,
+}
+
+/// The slices of one limiter in this process.
+pub(crate) struct SliceTable {
+    config: Slices,
+    cluster: Cluster,
+    /// State, override, block and slices keys' ids, in the script's order.
+    ids: [KeyId; 4],
+    /// Read by every decision, written when a subject comes or goes.
+    subjects: RwLock<HashMap<Box<[u8]>, Arc<Subject>>>,
+    hub: Arc<Invalidations>,
+    sweeping: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl SliceTable {
+    pub(crate) fn new(cluster: &Cluster, spec: &LimitSpec, config: Slices) -> Result<Arc<Self>> {
+        let ids = [
+            spec.id.clone(),
+            spec.override_id.clone(),
+            spec.block_id.clone(),
+            spec.id.with_part(SLICES_PART)?,
+        ];
+        let table = Arc::new(SliceTable {
+            config,
+            cluster: cluster.clone(),
+            ids,
+            subjects: RwLock::new(HashMap::new()),
+            hub: cluster.invalidations().clone(),
+            sweeping: AtomicBool::new(false),
+        });
+        let listener: Arc<dyn Listener> = table.clone();
+        table.hub.register(Arc::downgrade(&listener));
+        cluster.follow_invalidations();
+        Ok(table)
+    }
+
+    pub(crate) fn config(&self) -> Slices {
+        self.config
+    }
+
+    fn keys(&self, subject: &[u8]) -> Result<KeySet> {
+        self.cluster.keys().key_set(subject, &self.ids)
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, HashMap<Box<[u8]>, Arc<Subject>>> {
+        self.subjects.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The decision the slice held (or a denial) gives now, if any: the
+    /// path of almost every decision of a hot subject, which reads no spec
+    /// and clones nothing shared.
+    pub(crate) fn fast(&self, subject: &[u8], cost: u32) -> Option<Decision> {
+        if cost == 0 {
+            return None; // refused by the exact check
+        }
+        let subjects = self.read();
+        let entry = subjects.get(subject)?;
+        local(&mut lock(&entry.held), cost, || self.is_live(subject))
+    }
+
+    fn is_live(&self, subject: &[u8]) -> bool {
+        self.hub.is_live(subject_slot(subject))
+    }
+
+    fn subject(&self, subject: &[u8]) -> Option<Arc<Subject>> {
+        if let Some(s) = self.read().get(subject) {
+            return Some(s.clone());
+        }
+        let mut subjects = self
+            .subjects
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(s) = subjects.get(subject) {
+            return Some(s.clone());
+        }
+        if subjects.len() >= self.config.max_subject_count() {
+            return None;
+        }
+        let s = Arc::new(Subject {
+            held: Mutex::new(Held::default()),
+            take: tokio::sync::Mutex::new(()),
+        });
+        subjects.insert(subject.into(), s.clone());
+        Some(s)
+    }
+
+    /// What a check of `subject` for `cost` under `spec` gets from the
+    /// slices: a decision from the slice held or a new one, or `Exact`; an
+    /// error of the take, for the failure policy.
+    pub(crate) async fn decide(
+        self: &Arc<Self>,
+        spec: &LimitSpec,
+        subject: &[u8],
+        cost: u32,
+    ) -> Result<Next> {
+        self.start_sweeping();
+        let entry = match self.subject(subject) {
+            Some(entry) if !spec.shadow && cost >= 1 && cost <= spec.capacity => entry,
+            _ => return Ok(Next::Exact),
+        };
+        let live = || self.is_live(subject);
+        let seen = {
+            let mut held = lock(&entry.held);
+            if let Some(d) = local(&mut held, cost, live) {
+                return Ok(Next::Decided(d));
+            }
+            held.takes
+        };
+        let _taking = entry.take.lock().await;
+        let prepared = {
+            let mut held = lock(&entry.held);
+            if let Some(d) = local(&mut held, cost, live) {
+                return Ok(Next::Decided(d));
+            }
+            // Another task's take, completed while this one waited for it,
+            // found the limit spent and brought too little for this
+            // request too: denied as Redis denied then, not queued for the
+            // next take (under overload, requests would queue without end).
+            if held.takes != seen
+                && let Some((quota, capacity)) = held.spent
+            {
+                return Ok(Next::Decided(spent(quota, capacity, cost)));
+            }
+            self.prepare(&mut held, spec.quota.limit().get(), cost)
+        };
+        let Some((old, generation, wanted)) = prepared else {
+            return Ok(Next::Exact);
+        };
+        let sent = Instant::now();
+        let reply = self.take(spec, subject, cost, wanted, old.as_ref()).await?;
+        Ok(self.taken(&entry, reply, generation, sent, cost))
+    }
+
+    /// Before a take: the slice to give back, the generation and the units
+    /// to ask for (from the rate this process used the last slice at);
+    /// `None` while takes pause (exact checks instead).
+    fn prepare(&self, held: &mut Held, limit: u32, cost: u32) -> Option<(Option<Slice>, u64, u32)> {
+        let now = Instant::now();
+        if held.exact_until.is_some_and(|t| now < t) {
+            return None;
+        }
+        let old = held.slice.take();
+        if let Some(s) = &old {
+            let used = f64::from(s.granted - s.left);
+            let age = now.duration_since(s.taken).as_secs_f64().max(1e-4);
+            held.rate = used / age;
+        }
+        let max = self.config.max_slice(limit).max(cost);
+        let want = (held.rate * self.config.lifetime().as_secs_f64()).ceil();
+        let wanted = if want >= f64::from(max) {
+            max
+        } else {
+            // In [0, max): exact in a u32.
+            (want as u32).max(cost)
+        };
+        Some((old, held.generation, wanted))
+    }
+
+    /// What a take's reply means for the subject's state and this request.
+    fn taken(
+        &self,
+        entry: &Subject,
+        reply: TakeReply,
+        generation: u64,
+        sent: Instant,
+        cost: u32,
+    ) -> Next {
+        let lifetime = self.config.lifetime();
+        let mut held = lock(&entry.held);
+        let until = sent + lifetime;
+        held.takes += 1;
+        held.spent = (reply.spent && !reply.blocked && held.generation == generation)
+            .then_some((reply.quota, reply.capacity));
+        if let Some(member) = reply.member {
+            let mut slice = Slice {
+                member,
+                granted: reply.granted,
+                left: reply.granted,
+                // The rate is measured from when it could be used.
+                taken: Instant::now(),
+                until,
+                quota: reply.quota,
+                capacity: reply.capacity,
+                overridden: reply.overridden,
+            };
+            if held.generation != generation {
+                // Revoked while in flight: given back, never used.
+                slice.until = sent;
+                held.slice = Some(slice);
+                return Next::Exact;
+            }
+            if slice.left >= cost {
+                slice.left -= cost;
+                let d = admitted(slice.quota, slice.capacity, slice.left, slice.overridden);
+                held.slice = Some(slice);
+                return Next::Decided(d);
+            }
+            held.slice = Some(slice);
+        }
+        match reply.retry {
+            // The limit itself is spent: Redis would deny this cost until
+            // then, unless something announced changes it first.
+            Some(retry) if !reply.overridden && !reply.blocked && held.generation == generation => {
+                let denial = Denial {
+                    until: sent + retry,
+                    cost,
+                    quota: reply.quota,
+                    capacity: reply.capacity,
+                };
+                let d = denied(
+                    denial.quota,
+                    denial.capacity,
+                    denial.until.saturating_duration_since(Instant::now()),
+                );
+                held.denial = Some(denial);
+                Next::Decided(d)
+            }
+            Some(_) => Next::Exact,
+            None => {
+                // The bound (or a block) refused: exact checks for a while.
+                let pause = if reply.blocked {
+                    lifetime
+                } else {
+                    lifetime / 8
+                };
+                held.exact_until = Some(Instant::now() + pause);
+                Next::Exact
+            }
+        }
+    }
+
+    /// One `take` call: a new slice of up to `wanted` units, giving `old`
+    /// back first.
+    async fn take(
+        &self,
+        spec: &LimitSpec,
+        subject: &[u8],
+        cost: u32,
+        wanted: u32,
+        old: Option<&Slice>,
+    ) -> Result<TakeReply> {
+        let keys = self.keys(subject)?;
+        let id = format!("{:016x}", rand::rng().random::<u64>());
+        let args = self.args(&keys, "take", &id, wanted, cost, spec.quota, old);
+        let reply: Vec<i64> = self.cluster.eval(&scripts::SLICE, &keys, args).await?;
+        TakeReply::parse(&reply, &id, spec)
+    }
+
+    /// One `return` call: gives back what `slice` did not use.
+    async fn give_back(&self, subject: &[u8], slice: &Slice) -> Result<()> {
+        let keys = self.keys(subject)?;
+        let args = self.args(&keys, "return", "", 0, 0, slice.quota, Some(slice));
+        let _: Vec<i64> = self.cluster.eval(&scripts::SLICE, &keys, args).await?;
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn args(
+        &self,
+        keys: &KeySet,
+        op: &str,
+        id: &str,
+        wanted: u32,
+        cost: u32,
+        quota: Quota,
+        old: Option<&Slice>,
+    ) -> Vec<Vec<u8>> {
+        let (publish, channel) = self.cluster.invalidation_channel(keys.slot());
+        let (member, unused) = old.map_or((String::new(), 0), |s| (s.member.clone(), s.left));
+        let period = u64::try_from(quota.period().as_micros()).unwrap_or(u64::MAX);
+        let lifetime = u64::try_from(self.config.lifetime().as_micros() * 2).unwrap_or(u64::MAX);
+        vec![
+            op.into(),
+            id.into(),
+            wanted.to_string().into(),
+            cost.to_string().into(),
+            lifetime.to_string().into(),
+            quota.limit().to_string().into(),
+            period.to_string().into(),
+            quota.burst().to_string().into(),
+            self.config.ppm().to_string().into(),
+            member.into(),
+            unused.to_string().into(),
+            publish.into(),
+            channel.into(),
+            keys.keys()[3].clone(),
+        ]
+    }
+
+    /// Gives back every slice this process holds of this limiter, all at
+    /// once; the first failure is returned after all were tried.
+    pub(crate) async fn return_all(&self) -> Result<()> {
+        let held = self.drain(|_| true);
+        let results =
+            futures::future::join_all(held.iter().map(|(s, slice)| self.give_back(s, slice))).await;
+        results.into_iter().collect::<Result<Vec<()>>>().map(drop)
+    }
+
+    /// Takes out of the table the slices `pick` chooses (and forgets idle
+    /// subjects).
+    fn drain(&self, pick: impl Fn(&Slice) -> bool) -> Vec<(Box<[u8]>, Slice)> {
+        let now = Instant::now();
+        let mut out = Vec::new();
+        let mut subjects = self
+            .subjects
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        subjects.retain(|subject, entry| {
+            let mut held = lock(&entry.held);
+            if held.slice.as_ref().is_some_and(&pick)
+                && let Some(slice) = held.slice.take()
+            {
+                out.push((subject.clone(), slice));
+            }
+            let busy = held.slice.is_some()
+                || held.denial.as_ref().is_some_and(|d| now < d.until)
+                || held.exact_until.is_some_and(|t| now < t)
+                || entry.take.try_lock().is_err();
+            busy || Arc::strong_count(entry) > 1
+        });
+        out
+    }
+
+    /// Once per table: gives back slices that ended, every half lifetime,
+    /// while the table lives.
+    fn start_sweeping(self: &Arc<Self>) {
+        // Read first: a swap on every decision would bounce the line.
+        if self.sweeping.load(Ordering::Relaxed) || self.sweeping.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let weak: Weak<Self> = Arc::downgrade(self);
+        let every =
+            (self.config.lifetime() / 2).clamp(Duration::from_millis(1), Duration::from_secs(1));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(table) = weak.upgrade() else { return };
+                let now = Instant::now();
+                let ended = table.drain(|s| now >= s.until);
+                futures::future::join_all(ended.iter().map(|(s, slice)| table.give_back(s, slice)))
+                    .await;
+            }
+        });
+    }
+
+    /// Every subject's slice ends now (the quota changed).
+    pub(crate) fn revoke_all(&self) {
+        self.each_subject(revoke);
+    }
+
+    fn each_subject(&self, f: impl Fn(&mut Held)) {
+        for entry in self.read().values() {
+            f(&mut lock(&entry.held));
+        }
+    }
+
+    fn matches(&self, kind: &str, name: &str) -> bool {
+        self.ids[0].kind() == kind && self.ids[0].name() == name
+    }
+}
+
+/// A subject's slice ends now (given back by the next take or the sweep),
+/// and what it was denied or refused is asked again.
+fn revoke(held: &mut Held) {
+    let now = Instant::now();
+    if let Some(slice) = &mut held.slice {
+        slice.until = slice.until.min(now);
+    }
+    held.denial = None;
+    held.exact_until = None;
+    held.spent = None;
+    held.generation += 1;
+}
+
+impl Listener for SliceTable {
+    fn invalidate(&self, kind: &str, name: &str, subject: &[u8]) {
+        if self.matches(kind, name)
+            && let Some(entry) = self.read().get(subject)
+        {
+            revoke(&mut lock(&entry.held));
+        }
+    }
+
+    fn returned(&self, kind: &str, name: &str, subject: &[u8]) {
+        if self.matches(kind, name)
+            && let Some(entry) = self.read().get(subject)
+        {
+            lock(&entry.held).denial = None;
+        }
+    }
+
+    fn invalidate_all(&self) {
+        self.each_subject(revoke);
+    }
+}
+
+impl Drop for SliceTable {
+    /// Gives back what is held, in the background, if a runtime runs.
+    fn drop(&mut self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let held = self.drain(|_| true);
+        if held.is_empty() {
+            return;
+        }
+        let table = SliceTable {
+            config: self.config,
+            cluster: self.cluster.clone(),
+            ids: self.ids.clone(),
+            subjects: RwLock::new(HashMap::new()),
+            hub: self.hub.clone(),
+            sweeping: AtomicBool::new(true),
+        };
+        runtime.spawn(async move {
+            let table = table;
+            futures::future::join_all(held.iter().map(|(s, slice)| table.give_back(s, slice)))
+                .await;
+        });
+    }
+}
+
+impl std::fmt::Debug for SliceTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SliceTable")
+            .field("config", &self.config)
+            .field("subjects", &self.read().len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The decision the held state gives without Redis, if any: admitted from
+/// the slice, or denied while a denial holds (and the slot's invalidations
+/// are followed: a missed give-back could lift it).
+fn local(held: &mut Held, cost: u32, live: impl Fn() -> bool) -> Option<Decision> {
+    let now = Instant::now();
+    if let Some(slice) = &mut held.slice
+        && now < slice.until
+        && slice.left >= cost
+    {
+        slice.left -= cost;
+        return Some(admitted(
+            slice.quota,
+            slice.capacity,
+            slice.left,
+            slice.overridden,
+        ));
+    }
+    match &held.denial {
+        Some(d) if now < d.until && cost >= d.cost && live() => Some(denied(
+            d.quota,
+            d.capacity,
+            d.until.saturating_duration_since(now),
+        )),
+        Some(d) if now >= d.until => {
+            held.denial = None;
+            None
+        }
+        _ => None,
+    }
+}

@@ -1,0 +1,37 @@
+//! A check of a limiter with quota slices: the slice table decides, or
+//! says to check exactly; a failed take meets the failure policy as the
+//! check itself would. Outcomes are counted here, like the pipeline's.
+
+use std::sync::Arc;
+
+use super::decision::Decision;
+use super::limiter::{RateLimiter, only};
+use super::slice_table::{Next, SliceTable};
+use crate::error::Result;
+
+impl RateLimiter {
+    /// [`check_n`](RateLimiter::check_n) of a limiter with quota slices.
+    pub(crate) async fn check_sliced(
+        &self,
+        table: &Arc<SliceTable>,
+        subject: &[u8],
+        cost: u32,
+    ) -> Result<Decision> {
+        let decided = match table.fast(subject, cost) {
+            Some(d) => Ok(Next::Decided(d)),
+            None => table.decide(&self.spec(), subject, cost).await,
+        };
+        match decided {
+            Ok(Next::Decided(d)) => {
+                if d.allowed {
+                    self.outcomes().allowed();
+                } else {
+                    self.outcomes().denied();
+                }
+                Ok(d)
+            }
+            Ok(Next::Exact) => Ok(only(self.pipeline().run(subject, cost, true).await?)),
+            Err(err) => Ok(only(self.pipeline().fail(err, subject, cost)?)),
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! Quota slices for hot subjects: the declared overshoot bound and what a
+//! slice may be. The process side (the slices held, taking and returning
+//! them) is in `sliced.rs`; the script is `slice.lua`.
+
+use std::time::Duration;
+
+use super::algorithm::Algorithm;
+use super::script::LimitSpec;
+use crate::error::{Error, Result};
+
+/// Quota slices for subjects hotter than one master can decide (see
+/// [`RateLimiterBuilder::slices`](super::RateLimiterBuilder::slices)): a
+/// process takes a slice of a subject's quota from Redis in one script
+/// call, decides from it locally, and gives back what it did not use.
+///
+/// The **declared bound** is `floor(limit × fraction)` units (of the
+/// subject's quota in force: its override, if it has one): the slices of
+/// one subject held at any moment, by all processes together, never sum
+/// past it — Redis tracks them in a key in the subject's slot and shrinks
+/// or refuses a slice that would pass it. So in any interval at most what
+/// an exact check admits plus the bound is admitted: for a GCRA with a
+/// drained burst, at most `limit + bound` per period.
+///
+/// ```no_run
+/// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+/// use std::time::Duration;
+/// use shardlimit::{Quota, RateLimiter, Slices};
+///
+/// // 200,000 requests per second for one tenant: ten times what one master
+/// // decides. At most 10% (20,000 units) is ever held in slices.
+/// let tenant = RateLimiter::builder(&cluster, "tenant", Quota::per_second(200_000u32))
+///     .slices(Slices::up_to(0.1).lasting(Duration::from_millis(100)))
+///     .build()?;
+/// let decision = tenant.check("tenant:acme").await?;
+/// assert!(decision.allowed);
+/// // Before shutting down: give back what is held.
+/// tenant.return_slices().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[must_use]
+pub struct Slices {
+    fraction: f64,
+    lifetime: Duration,
+    max_subjects: usize,
+}
+
+impl Slices {
+    /// The shortest slice lifetime.
+    pub const MIN_LIFETIME: Duration = Duration::from_millis(1);
+    /// The longest slice lifetime.
+    pub const MAX_LIFETIME: Duration = Duration::from_secs(60);
+
+    /// Slices whose sum per subject is at most `fraction` of the limit
+    /// (more than 0, at most 1; checked by
+    /// [`build`](super::RateLimiterBuilder::build), which also wants the
+    /// bound to be at least one unit). Each slice is at most half the
+    /// bound, so at least two processes can hold one.
+    pub fn up_to(fraction: f64) -> Self {
+        Slices {
+            fraction,
+            lifetime: Duration::from_millis(100),
+            max_subjects: 10_000,
+        }
+    }
+
+    /// How long a process decides from a slice before it must take a new
+    /// one ([`MIN_LIFETIME`](Self::MIN_LIFETIME) to
+    /// [`MAX_LIFETIME`](Self::MAX_LIFETIME)). Redis counts a slice against
+    /// the bound until it is given back, or for twice its lifetime if it
+    /// never is (a process that died holding it loses at most that slice).
+    /// Default 100 ms.
+    pub fn lasting(mut self, lifetime: Duration) -> Self {
+        self.lifetime = lifetime;
+        self
+    }
+
+    /// The most subjects a process holds slices of at once; checks of
+    /// others are exact. Default 10,000.
+    pub fn max_subjects(mut self, max: usize) -> Self {
+        self.max_subjects = max;
+        self
+    }
+
+    /// The declared bound, as a fraction of the limit.
+    #[must_use]
+    pub fn fraction(&self) -> f64 {
+        self.fraction
+    }
+
+    /// How long a slice is decided from.
+    #[must_use]
+    pub fn lifetime(&self) -> Duration {
+        self.lifetime
+    }
+
+    /// The bound in parts per million of the limit, as the script takes
+    /// it.
+    pub(crate) fn ppm(&self) -> u32 {
+        // Validated: 0 < fraction <= 1, so the product is in [0, 10^6].
+        let ppm = (self.fraction * 1_000_000.0).floor();
+        if (1.0..=1_000_000.0).contains(&ppm) {
+            ppm as u32
+        } else {
+            0
+        }
+    }
+
+    /// The declared bound for `limit`: `floor(limit × fraction)` units.
+    #[must_use]
+    pub fn bound(&self, limit: u32) -> u32 {
+        let units = u64::from(limit) * u64::from(self.ppm()) / 1_000_000;
+        u32::try_from(units).unwrap_or(u32::MAX)
+    }
+
+    /// The most one slice may hold under `limit`: half the bound (at
+    /// least one unit).
+    pub(crate) fn max_slice(&self, limit: u32) -> u32 {
+        (self.bound(limit) / 2).max(1)
+    }
+
+    /// Refuses what quota slices cannot be sound for (see
+    /// [`RateLimiterBuilder::slices`](super::RateLimiterBuilder::slices)).
+    pub(crate) fn validate(&self, spec: &LimitSpec) -> Result<()> {
+        let refuse = |reason: String| {
+            Err(Error::Config {
+                field: "slices",
+                reason,
+            })
+        };
+        if spec.algorithm != Algorithm::Gcra {
+            return refuse(format!(
+                "quota slices need Algorithm::Gcra, not {:?}: a slice's unused units can be \
+                 given back without freeing more than was taken only where the state is one \
+                 number (a GCRA's theoretical arrival time); windows and logs would give back \
+                 units counted in another window or at another time",
+                spec.algorithm
+            ));
+        }
+        if spec.shadow {
+            return refuse(
+                "a limiter in shadow mode never denies: it has no use for slices".into(),
+            );
+        }
+        if !(self.fraction > 0.0 && self.fraction <= 1.0) {
+            return refuse(format!(
+                "the bound is a fraction of the limit in (0, 1], not {}",
+                self.fraction
+            ));
+        }
+        if self.bound(spec.quota.limit().get()) == 0 {
+            return refuse(format!(
+                "a bound of {} of a limit of {} is less than one unit",
+                self.fraction,
+                spec.quota.limit()
+            ));
+        }
+        if self.lifetime < Self::MIN_LIFETIME || self.lifetime > Self::MAX_LIFETIME {
+            return refuse(format!(
+                "a slice lasts {:?} to {:?}, not {:?}",
+                Self::MIN_LIFETIME,
+                Self::MAX_LIFETIME,
+                self.lifetime
+            ));
+        }
+        if self.max_subjects == 0 {
+            return refuse("slices need room for at least one subject".into());
+        }
+        Ok(())
+    }
+
+    pub(crate) fn max_subject_count(&self) -> usize {
+        self.max_subjects
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limit::Quota;
+
+    fn spec(algorithm: Algorithm, limit: u32) -> LimitSpec {
+        LimitSpec::new("api", algorithm, Quota::per_second(limit), false).unwrap()
+    }
+
+    #[test]
+    fn the_bound_is_a_fraction_of_the_limit() {
+        let s = Slices::up_to(0.1);
+        assert_eq!(s.bound(200_000), 20_000);
+        assert_eq!(s.max_slice(200_000), 10_000);
+        assert_eq!(s.bound(5), 0);
+        assert_eq!(Slices::up_to(1.0).bound(u32::MAX), u32::MAX);
+        assert_eq!(Slices::up_to(0.000_000_1).ppm(), 0);
+        assert!(s.validate(&spec(Algorithm::Gcra, 100)).is_ok());
+    }
+
+    #[test]
+    fn unsound_or_empty_settings_are_refused() {
+        for algorithm in [
+            Algorithm::FixedWindow,
+            Algorithm::SlidingLog,
+            Algorithm::SlidingWindow,
+        ] {
+            let err = Slices::up_to(0.1)
+                .validate(&spec(algorithm, 100))
+                .unwrap_err();
+            assert!(err.to_string().contains("Algorithm::Gcra"), "{err}");
+        }
+        let gcra = spec(Algorithm::Gcra, 100);
+        for bad in [0.0, -0.5, 1.5, f64::NAN, f64::INFINITY, 0.001] {
+            assert!(Slices::up_to(bad).validate(&gcra).is_err(), "{bad}");
+        }
+        for lifetime in [Duration::ZERO, Duration::from_secs(61)] {
+            let s = Slices::up_to(0.1).lasting(lifetime);
+            assert!(s.validate(&gcra).is_err());
+        }
+        assert!(Slices::up_to(0.1).max_subjects(0).validate(&gcra).is_err());
+        let shadow = LimitSpec::new("api", Algorithm::Gcra, Quota::per_second(100), true).unwrap();
+        assert!(Slices::up_to(0.1).validate(&shadow).is_err());
+    }
+}
