@@ -150,14 +150,18 @@ async fn overview_filter_follow_reset_and_escape_in_a_browser() {
     let cluster = common::cluster("web").await;
     let ns = cluster.namespace().to_owned();
     let hour = Duration::from_secs(3600);
-    let api = RateLimiter::builder(
-        &cluster,
-        "api",
-        Quota::per_hour(NonZeroU32::new(10).unwrap()),
-    )
-    .algorithm(Algorithm::FixedWindow)
-    .build()
-    .unwrap();
+    // Fixed windows line up on multiples of the period since the epoch: an
+    // hourly window ends at every full hour, and a run across one lost its
+    // counts mid-test. A window of the longest period (366 days) ends
+    // during a run about once in a million.
+    let api_quota = Quota::with_period(
+        NonZeroU32::new(10).unwrap(),
+        Duration::from_secs(366 * 86_400),
+    );
+    let api = RateLimiter::builder(&cluster, "api", api_quota)
+        .algorithm(Algorithm::FixedWindow)
+        .build()
+        .unwrap();
     for i in 1..=5 {
         assert!(api.check(format!("user:{i}")).await.unwrap().allowed);
     }
@@ -191,7 +195,7 @@ async fn overview_filter_follow_reset_and_escape_in_a_browser() {
 
     let options = WebOptions::builder()
         .writes(true)
-        .quota("api", Quota::per_hour(NonZeroU32::new(10).unwrap()))
+        .quota("api", api_quota)
         .first_wait(Duration::from_secs(30))
         .build()
         .unwrap();
