@@ -97,9 +97,9 @@ fn html(base: &Base, s: &Snapshot<AuditReport>, limit: usize) -> Markup {
                 Err(e) => { p.error { "The last audit failed: " (e) } }
                 Ok(report) => {
                     @if report.is_clean() {
-                        div.banner.ok #clean { "Clean: all " (report.scanned) " keys have a TTL and are shardlimit's." }
+                        div.banner.ok #clean { "Clean: all " (words::count(report.scanned, "key")) " have a TTL and are shardlimit's." }
                     } @else {
-                        div.banner.warn { (report.immortal.len()) " keys without a TTL, " (report.unrecognized.len()) " keys that are not shardlimit's, of " (report.scanned) " scanned." }
+                        div.banner.warn { (words::count(report.immortal.len(), "key")) " without a TTL, " (words::count(report.unrecognized.len(), "key")) " that are not shardlimit's, of " (words::thousands(report.scanned)) " scanned." }
                     }
                     @for node in &report.incomplete { p.error { (node) ": not fully walked." } }
                     @let per = per_master(report);

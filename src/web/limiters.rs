@@ -51,7 +51,12 @@ async fn serve(
     };
     let mut scanner = state.scanner.clone();
     if let Some(kind) = filters.kind() {
-        scanner = scanner.kind(kind);
+        // An unknown kind matches nothing: say so at once rather than walk
+        // the whole namespace to show an empty page.
+        let kind: Kind = kind.parse().map_err(|err: crate::keys::UnknownKind| {
+            Failure::bad_request(err.to_string(), format, &base)
+        })?;
+        scanner = scanner.kind(kind.as_str());
     }
     if let Some(name) = filters.name() {
         scanner = scanner.name(name);

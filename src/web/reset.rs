@@ -155,7 +155,7 @@ fn confirm_html(
         @if plan.keys().is_empty() {
             p #nothing { "Nothing to delete: the subject has no such keys (they may have expired)." }
         } @else {
-            h2 { "Would delete " (plan.keys().len()) " keys" }
+            h2 { "Would delete " (words::count(plan.keys().len(), "key")) }
             ul.mono #keys { @for key in plan.keys() { li { (String::from_utf8_lossy(key)) } } }
             h2 { "Their state now" }
             ul { @for info in plan.primitives() { li { (info.kind) " " (info.name) ": " (words::state(info, quotas)) } } }
@@ -178,7 +178,7 @@ fn confirm_html(
                     @if let Some(name) = q.name() { input type="hidden" name="name" value=(name); }
                     @if q.force() { input type="hidden" name="force" value="1"; }
                     input type="hidden" name="token" value=(token);
-                    button.danger type="submit" { "Delete " (plan.keys().len()) " keys" }
+                    button.danger type="submit" { "Delete " (words::count(plan.keys().len(), "key")) }
                     " "
                     a href=(base.to(&format!("/subject?{}", subject_query(subject)))) { "Cancel" }
                 }
@@ -227,7 +227,7 @@ async fn execute(
     }
     let body = html! {
         h1 { "Reset done" }
-        p #deleted { "Deleted " (deleted) " keys: " (what(&subject, &q)) "." }
+        p #deleted { "Deleted " (words::count(deleted, "key")) ": " (what(&subject, &q)) "." }
         p {
             a href=(base.to(&format!("/subject?{}", subject_query(&subject)))) { "Back to the subject" }
             " · "

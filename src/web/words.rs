@@ -135,6 +135,27 @@ pub(super) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// A whole number with thousands separators: `1,234,567`.
+pub(super) fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+/// `n` of `noun`, as a person writes it: `1 key`, `2 keys`, `12,345 keys`
+/// (the plural adds an `s`).
+pub(super) fn count(n: impl TryInto<u64>, noun: &str) -> String {
+    let n = n.try_into().unwrap_or(u64::MAX);
+    let s = if n == 1 { "" } else { "s" };
+    format!("{} {noun}{s}", thousands(n))
+}
+
 /// Bytes in binary units: `512 B`, `1.5 MiB`.
 pub(super) fn bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -155,6 +176,17 @@ pub(super) fn bytes(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_read_as_written() {
+        assert_eq!(count(0, "key"), "0 keys");
+        assert_eq!(count(1, "key"), "1 key");
+        assert_eq!(count(2, "key"), "2 keys");
+        assert_eq!(count(1_234_567, "key"), "1,234,567 keys");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_000), "1,000");
+        assert_eq!(thousands(100_000), "100,000");
+    }
 
     fn info(usage: Usage, ttl: Option<u64>) -> LimiterInfo {
         LimiterInfo {

@@ -174,7 +174,17 @@ async fn a_form_on_another_sites_page_cannot_post_a_reset() {
         .click()
         .await
         .unwrap();
-    let text = texts(&b, "body").await.concat();
+    // The refusal is plain text, which the browser shows in a <pre>: wait
+    // for the navigation the click started.
+    let text = b
+        .client
+        .wait()
+        .for_element(fantoccini::Locator::Css("pre"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(text.contains("another site"), "{text}");
     b.screenshot("cross-site-post").await;
     // The same form served by the Limits page's own origin gets past the

@@ -370,7 +370,7 @@ async fn overview_filter_follow_reset_and_escape_in_a_browser() {
             .text()
             .await
             .unwrap(),
-        "Deleted 1 keys: fw api of subject user:1."
+        "Deleted 1 key: fw api of subject user:1."
     );
     assert_eq!(
         common::pttl(&key).await,
@@ -608,6 +608,14 @@ async fn overview_filter_follow_reset_and_escape_in_a_browser() {
     );
     assert_eq!(http(&read_only, "POST", "/reset", &plain).await.0, 403);
     assert_eq!(http(&read_only, "GET", "/limiters", "").await.0, 200);
+    // An unknown kind is refused at once, naming the kinds there are,
+    // instead of a walk of the whole namespace for an empty page.
+    let (status, body) = http(&read_only, "GET", "/api/limiters?kind=gcrq", "").await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("unknown kind") && body.contains("gcrq") && body.contains("gcra"),
+        "{body}"
+    );
 
     let _: () = common::on_owner(stranger.as_bytes(), redis::cmd("DEL").arg(&stranger)).await;
     common::assert_every_key_has_ttl(&ns).await;
