@@ -18,6 +18,8 @@ header{background:#16202b;color:#fff;padding:.6rem 1.5rem;display:flex;gap:1.5re
 header .brand{font-weight:700;letter-spacing:.02em}
 header nav a{color:#c9d6e3;text-decoration:none;margin-right:1rem}
 header nav a:hover{color:#fff}
+header form.find{margin-left:auto;display:flex;gap:.4rem}
+header form.find input{padding:.2rem .5rem;border-radius:4px;border:1px solid #3a4a5c;min-width:14rem}
 main{padding:1rem 1.5rem 3rem;max-width:1400px}
 h1{font-size:1.4rem;margin:.6rem 0 1rem}
 h2{font-size:1.1rem;margin:1.6rem 0 .5rem}
@@ -67,6 +69,12 @@ pub(super) fn page(base: &Base, title: &str, banner: Option<Markup>, body: Marku
                         a href=(base.to("/limiters")) { "Limiters" }
                         a href=(base.to("/throttled")) { "Throttled now" }
                         a href=(base.to("/audit")) { "Audit" }
+                    }
+                    // On every page: straight to one subject's page, which
+                    // reads only that subject's slot.
+                    form.find method="get" action=(base.to("/subject")) {
+                        input type="search" name="subject" placeholder="Find subject" aria-label="Find subject" required;
+                        button type="submit" { "Find" }
                     }
                 }
                 main {

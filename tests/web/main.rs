@@ -338,6 +338,35 @@ async fn overview_filter_follow_reset_and_escape_in_a_browser() {
     );
     b.screenshot("subject").await;
 
+    // The find box on every page: straight to a subject's page.
+    b.client
+        .find(Locator::Css("form.find input[name=subject]"))
+        .await
+        .unwrap()
+        .send_keys("user:2")
+        .await
+        .unwrap();
+    b.client
+        .find(Locator::Css("form.find button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    settle(&b, "#slot").await;
+    let url = b.client.current_url().await.unwrap();
+    assert!(url.as_str().ends_with("/subject?subject=user%3A2"), "{url}");
+    let rows = texts(&b, "table#primitives tbody tr").await;
+    assert!(
+        rows.len() == 2 && rows.iter().any(|r| r.contains("billing")),
+        "user:2's window and counter: {rows:?}"
+    );
+    b.client
+        .goto(&format!("{base}/subject?subject=user%3A1"))
+        .await
+        .unwrap();
+    settle(&b, "#slot").await;
+
     // Reset the fixed window, through its confirmation.
     let reset_fw = b
         .client
