@@ -66,7 +66,7 @@ impl RateLimiterBuilder {
 
     /// Shadow mode: every check is computed by Redis and counted (a denial
     /// as [`would_deny`](crate::cluster::PrimitiveStats::would_deny), and on the
-    /// decision as [`Decision::would_deny`]), and nothing is refused:
+    /// decision as [`Decision::would_deny`](crate::Decision::would_deny)), and nothing is refused:
     /// `allowed` is always `true`. What a shadow limiter admits is counted
     /// as usual, so its state is what the limiter would have if it were
     /// enforced; use it to try a new limit on live traffic. Default off;
@@ -80,7 +80,7 @@ impl RateLimiterBuilder {
     /// answers the same or costlier requests from them, without Redis,
     /// until the earliest time Redis could admit them (the denial's
     /// `retry_after`, counted from when the check was sent). Such decisions
-    /// have [`Decision::cached`] set and are counted as
+    /// have [`Decision::cached`](crate::Decision::cached) set and are counted as
     /// [`denied_cached`](crate::cluster::PrimitiveStats::denied_cached).
     ///
     /// It never denies what Redis would admit: see
@@ -112,7 +112,7 @@ impl RateLimiterBuilder {
     /// bound** is admitted in any interval. When no slice can be had (the
     /// bound is taken, the subject blocked or overridden smaller) the check
     /// is exact; when the limit is spent the request is denied until the
-    /// earliest time Redis could admit it ([`sliced`](Decision#structfield.sliced) set).
+    /// earliest time Redis could admit it ([`sliced`](crate::Decision#structfield.sliced) set).
     ///
     /// Only [`Algorithm::Gcra`] (the default): its state is one number, so
     /// a slice of `n` is `n` cells consumed and giving back `n` is a
