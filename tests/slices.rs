@@ -13,17 +13,6 @@ use rand::Rng;
 use shardlimit::limit::Slices;
 use shardlimit::{Algorithm, Cluster, Error, Quota, RateLimiter};
 
-/// A handle of its own (as another process would have) on `namespace`,
-/// patient: the machine running the tests may be busy.
-async fn handle(namespace: &str) -> Cluster {
-    Cluster::builder(common::node_urls())
-        .namespace(namespace)
-        .command_timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .unwrap()
-}
-
 fn sliced(cluster: &Cluster, name: &str, quota: Quota, slices: Slices) -> RateLimiter {
     RateLimiter::builder(cluster, name, quota)
         .slices(slices)
@@ -105,7 +94,12 @@ async fn the_declared_bound_holds_across_handles_at_random_rates() {
     let bound = slices.bound(limit);
     let mut limiters = Vec::new();
     for _ in 0..4 {
-        limiters.push(sliced(&handle(&namespace).await, "hot", quota, slices));
+        limiters.push(sliced(
+            &common::handle(&namespace).await,
+            "hot",
+            quota,
+            slices,
+        ));
     }
     let admitted: Arc<Mutex<Vec<(Instant, u32)>>> = Arc::default();
     let run_for = Duration::from_secs(3);
@@ -226,8 +220,8 @@ async fn resets_and_blocks_revoke_slices_in_every_process() {
     // Slices that would last a minute: only a revocation ends one sooner.
     let slices = Slices::up_to(0.5).lasting(Duration::from_secs(60));
     let quota = Quota::per_hour(100_000);
-    let holder = sliced(&handle(&namespace).await, "api", quota, slices);
-    let other = RateLimiter::builder(&handle(&namespace).await, "api", quota)
+    let holder = sliced(&common::handle(&namespace).await, "api", quota, slices);
+    let other = RateLimiter::builder(&common::handle(&namespace).await, "api", quota)
         .build()
         .unwrap();
 
@@ -305,8 +299,8 @@ async fn a_spent_limit_denies_until_units_come_back() {
     let namespace = first.namespace().to_owned();
     let quota = Quota::per_hour(1000);
     let slices = Slices::up_to(0.5).lasting(Duration::from_secs(60));
-    let a = sliced(&handle(&namespace).await, "api", quota, slices);
-    let b = sliced(&handle(&namespace).await, "api", quota, slices);
+    let a = sliced(&common::handle(&namespace).await, "api", quota, slices);
+    let b = sliced(&common::handle(&namespace).await, "api", quota, slices);
     let mut admitted = 0;
     for _ in 0..2000 {
         if a.check("s").await.unwrap().allowed {

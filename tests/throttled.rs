@@ -23,17 +23,6 @@ fn one_per_minute(cluster: &Cluster, name: &str, window: Duration) -> RateLimite
     .unwrap()
 }
 
-/// A handle under `namespace`; its calls may take 2 s (the checks here
-/// must not fail on a loaded machine).
-async fn handle(namespace: &str) -> Cluster {
-    Cluster::builder(common::node_urls())
-        .namespace(namespace)
-        .command_timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .unwrap()
-}
-
 fn name<'a>(view: &'a Throttled, name: &str) -> Option<&'a ThrottledName> {
     view.names.iter().find(|n| n.name == name)
 }
@@ -62,7 +51,7 @@ async fn until(cluster: &Cluster, bound: Duration, done: impl Fn(&Throttled) -> 
 
 #[tokio::test]
 async fn denials_from_every_entry_point_appear_within_ten_seconds_with_a_ttl() {
-    let cluster = handle(&common::unique_namespace("throttled")).await;
+    let cluster = common::handle(&common::unique_namespace("throttled")).await;
     let api = one_per_minute(&cluster, "api", Duration::from_secs(60));
     let other = RateLimiter::builder(
         &cluster,
@@ -162,7 +151,10 @@ fn denied_cached(cluster: &Cluster, name: &str) -> u64 {
 #[tokio::test]
 async fn two_processes_reports_merge_per_subject() {
     let namespace = common::unique_namespace("throttled-two");
-    let (one, two) = (handle(&namespace).await, handle(&namespace).await);
+    let (one, two) = (
+        common::handle(&namespace).await,
+        common::handle(&namespace).await,
+    );
     let window = Duration::from_secs(60);
     let (api_one, api_two) = (
         one_per_minute(&one, "api", window),
@@ -198,7 +190,7 @@ async fn two_processes_reports_merge_per_subject() {
 
 #[tokio::test]
 async fn a_subject_leaves_the_view_once_its_denials_are_older_than_the_window() {
-    let cluster = handle(&common::unique_namespace("throttled-age")).await;
+    let cluster = common::handle(&common::unique_namespace("throttled-age")).await;
     let api = one_per_minute(&cluster, "api", Duration::from_secs(6));
     for _ in 0..3 {
         let _ = api.check("brief").await.unwrap();
@@ -242,7 +234,7 @@ async fn the_http_layers_denials_are_reported() {
     use shardlimit::tower::{HeaderKey, RateLimitLayer};
     use tower::{Layer, ServiceExt, service_fn};
 
-    let cluster = handle(&common::unique_namespace("throttled-http")).await;
+    let cluster = common::handle(&common::unique_namespace("throttled-http")).await;
     let api = one_per_minute(&cluster, "http", Duration::from_secs(60));
     let service = RateLimitLayer::new(api, HeaderKey::from_static("x-key")).layer(service_fn(
         |_: http::Request<String>| async {

@@ -57,6 +57,18 @@ pub async fn cluster(prefix: &str) -> Cluster {
         .expect("the test cluster is not reachable; start it with cluster-compose/up.sh")
 }
 
+/// A handle of its own on `namespace` (as another process would have),
+/// patient: its calls may take 2 s, so checks that must not fail do not
+/// fail on a loaded machine.
+pub async fn handle(namespace: &str) -> Cluster {
+    Cluster::builder(node_urls())
+        .namespace(namespace)
+        .command_timeout(std::time::Duration::from_secs(2))
+        .build()
+        .await
+        .expect("the test cluster is not reachable; start it with cluster-compose/up.sh")
+}
+
 /// A direct (non-cluster) connection to one node, e.g. `"127.0.0.1:7000"`.
 ///
 /// Its replies may take up to 10 s: the fault tests send admin commands
