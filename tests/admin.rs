@@ -463,6 +463,42 @@ async fn show_and_reset_page_through_a_slot_with_many_keys() {
     assert_eq!(scanner.subject(&neighbours[0]).await.unwrap().len(), 4);
 }
 
+/// A slot of more than the 1,000 keys read at first is counted, then read
+/// whole: the subject's primitives are found among 1,500 strangers.
+#[tokio::test]
+async fn show_reads_a_slot_of_over_a_thousand_keys_whole() {
+    let _walks = WALKS.read().await;
+    let cluster = admin_cluster("bigslot").await;
+    let all = limiters(&cluster);
+    let target = "bigslot-subject";
+    for l in &all {
+        let _ = l.check(target).await.unwrap();
+    }
+    // Strangers of the same slot (the subject's hash tag), in one pipeline.
+    let strangers: Vec<String> = (0..1500)
+        .map(|i| format!("stranger:{{{target}}}:{i}"))
+        .collect();
+    let mut conn = common::owner_conn(strangers[0].as_bytes()).await;
+    let mut pipe = redis::pipe();
+    for key in &strangers {
+        pipe.cmd("SET")
+            .arg(key)
+            .arg(1)
+            .arg("PX")
+            .arg(120_000)
+            .ignore();
+    }
+    let _: () = pipe.query_async(&mut conn).await.unwrap();
+    let shown = Scanner::new(&cluster).subject(target).await.unwrap();
+    assert_eq!(shown.len(), all.len(), "{shown:?}");
+    assert!(shown.iter().all(|i| i.subject == target.as_bytes()));
+    let mut pipe = redis::pipe();
+    for key in &strangers {
+        pipe.cmd("DEL").arg(key).ignore();
+    }
+    let _: () = pipe.query_async(&mut conn).await.unwrap();
+}
+
 #[tokio::test]
 async fn reset_refuses_what_is_in_use_unless_forced_and_plans_exactly_its_keys() {
     let _walks = WALKS.read().await;

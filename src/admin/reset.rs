@@ -203,8 +203,9 @@ impl Scanner {
         kind: Option<&str>,
         name: Option<&str>,
     ) -> Result<ResetPlan> {
+        let topology = self.cluster().topology().await?;
         let (keys, primitives) = self
-            .subject_primitives(subject.as_ref(), kind, name)
+            .subject_primitives(&topology, subject.as_ref(), kind, name)
             .await?;
         let in_use = primitives.iter().filter_map(in_use).collect();
         Ok(ResetPlan {

@@ -19,7 +19,7 @@ use futures::{Stream, StreamExt};
 use self::plan::{Found, Mode};
 use self::walk::Event;
 use super::info::{LimiterInfo, Progress};
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Topology};
 use crate::error::{Error, Result};
 
 use self::filter::Filter;
@@ -269,13 +269,25 @@ impl Scanner {
 
     /// Every primitive of one subject (all kinds and names; the filters do
     /// not apply), read from the subject's slot on its master — no walk:
-    /// `CLUSTER COUNTKEYSINSLOT`, then `CLUSTER GETKEYSINSLOT` for the
-    /// whole slot in one call (a `SCAN` for the subject's key prefix only
-    /// when the slot holds more than 50,000 keys, which `GETKEYSINSLOT`,
-    /// having no cursor, would return at once).
+    /// `CLUSTER SLOTS`, `CLUSTER GETKEYSINSLOT` for the whole slot in one
+    /// call (a slot holds about `keys / 16384`; one of over 1,000 keys is
+    /// counted first, and one of over 50,000, which `GETKEYSINSLOT`, having
+    /// no cursor, would return at once, is searched with a `SCAN` for the
+    /// subject's key prefix), and one pipeline reading its primitives (two
+    /// when a rate limiter has an override or a block).
     pub async fn subject(&self, subject: impl AsRef<[u8]>) -> Result<Vec<LimiterInfo>> {
+        let topology = self.cluster.topology().await?;
+        self.subject_at(&topology, subject.as_ref()).await
+    }
+
+    /// [`subject`](Self::subject) with the topology the caller read.
+    pub(crate) async fn subject_at(
+        &self,
+        topology: &Topology,
+        subject: &[u8],
+    ) -> Result<Vec<LimiterInfo>> {
         let (_, primitives) = self
-            .subject_primitives(subject.as_ref(), None, None)
+            .subject_primitives(topology, subject, None, None)
             .await?;
         Ok(primitives)
     }

@@ -7,6 +7,7 @@ use super::jobs::Job;
 use super::options::WebOptions;
 use crate::Cluster;
 use crate::admin::{AuditReport, Catalog, CountReport, Scanner};
+use crate::cluster::Topology;
 
 /// The router's state: one per [`router`](super::router) call.
 pub(super) struct AppState {
@@ -36,12 +37,21 @@ impl AppState {
 
 impl AppState {
     /// What rows are judged against: the catalog the limiters published,
-    /// read now (its one slot: `CLUSTER SLOTS`, `COUNTKEYSINSLOT`,
-    /// `GETKEYSINSLOT` and one pipeline on its master), with the quotas the
-    /// router was given, which win. A catalog that cannot be read leaves
-    /// the given quotas, and the error to show.
+    /// read now (its one slot: `CLUSTER SLOTS`, `GETKEYSINSLOT` and one
+    /// pipeline on its master), with the quotas the router was given,
+    /// which win. A catalog that cannot be read leaves the given quotas,
+    /// and the error to show.
     pub(super) async fn quotas(&self) -> (Catalog, Option<String>) {
-        let (mut catalog, error) = match self.scanner.catalog().await {
+        self.with_given(self.scanner.catalog().await)
+    }
+
+    /// [`quotas`](Self::quotas) with the topology the page read.
+    pub(super) async fn quotas_at(&self, topology: &Topology) -> (Catalog, Option<String>) {
+        self.with_given(self.scanner.catalog_at(topology).await)
+    }
+
+    fn with_given(&self, read: crate::Result<Catalog>) -> (Catalog, Option<String>) {
+        let (mut catalog, error) = match read {
             Ok(catalog) => (catalog, None),
             Err(err) => (Catalog::new(), Some(err.to_string())),
         };

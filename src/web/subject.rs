@@ -1,11 +1,11 @@
 //! One subject: everything it has in its slot, the slot and the master
 //! serving it.
 //!
-//! Cost: `CLUSTER SLOTS`, `CLUSTER COUNTKEYSINSLOT` and `GETKEYSINSLOT` on
-//! the subject's slot (or a `SCAN` for its key prefix when the slot holds
-//! more than 50,000 keys; see [`Scanner::subject`](crate::admin::Scanner::subject)) and
-//! one state pipeline (two when the subject has a rate limiter's override
-//! or block). A rate limiter's override and block for the subject
+//! Cost: one `CLUSTER SLOTS`, `GETKEYSINSLOT` on the subject's slot (see
+//! [`Scanner::subject`](crate::admin::Scanner::subject) for a slot of over
+//! 1,000 keys) and one state pipeline (two when the subject has a rate
+//! limiter's override or block), and the catalog's slot read the same way:
+//! 6 commands for a subject with one limiter, at any cluster size. A rate limiter's override and block for the subject
 //! are shown with it (its `quota` and `block` part keys are listed among
 //! its keys), also when the subject has no state yet.
 
@@ -61,9 +61,13 @@ async fn serve(
         .and_then(|id| state.cluster.keys().key(&subject, &id))
         .map_err(|err| Failure::bad_request(err.to_string(), format, &base))?;
     let the_slot = slot(&probe);
-    let (topology, primitives) =
-        futures::join!(state.cluster.topology(), state.scanner.subject(&subject));
-    let (topology, primitives) = (topology.map_err(fail)?, primitives.map_err(fail)?);
+    // One topology for the page: the subject's master, and the catalog's.
+    let topology = state.cluster.topology().await.map_err(fail)?;
+    let (primitives, (quotas, catalog_error)) = futures::join!(
+        state.scanner.subject_at(&topology, &subject),
+        state.quotas_at(&topology)
+    );
+    let primitives = primitives.map_err(fail)?;
     let node = topology.owner(the_slot).map_or_else(
         || "(no master serves it)".to_owned(),
         |s| s.master.to_string(),
@@ -75,7 +79,6 @@ async fn serve(
         primitives,
         writes: state.options.writes,
     };
-    let (quotas, catalog_error) = state.quotas().await;
     Ok(respond(
         format,
         || html(&base, &view, &quotas, catalog_error.as_deref()),

@@ -9,12 +9,14 @@ mod common;
 mod browser;
 mod bulk;
 mod cli;
+mod cost;
 mod headroom;
 mod hosts;
+mod scale;
 mod settings;
 mod throttled;
 
-use std::num::{NonZeroU32, NonZeroUsize};
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 use fantoccini::Locator;
@@ -648,34 +650,4 @@ async fn overview_filter_follow_reset_and_escape_in_a_browser() {
 
     let _: () = common::on_owner(stranger.as_bytes(), redis::cmd("DEL").arg(&stranger)).await;
     common::assert_every_key_has_ttl(&ns).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hundred_thousand_limiters_page_through_exactly_once() {
-    let _turn = ONE_AT_A_TIME.lock().await;
-    let cluster = common::cluster("web100k").await;
-    let subjects = bulk::populate(&cluster, 100_000).await;
-    let options = WebOptions::builder()
-        .page_size(NonZeroUsize::new(1000).unwrap())
-        .build()
-        .unwrap();
-    let base = limits_app(&cluster, options).await;
-    let b = Browser::start().await;
-    let report = bulk::page_through(&b, &base).await;
-    bulk::assert_exactly_once(&report.seen, &subjects);
-    let server = report.median_server();
-    eprintln!(
-        "100,000 limiters: {} pages of about 1000 rows, median page {server:?} on the server, {:?} in the browser (request to rendered table), {} SCAN calls per page at most",
-        report.pages,
-        report.median_page(),
-        report.max_scan_calls
-    );
-    assert!(
-        server < Duration::from_millis(500),
-        "median page {server:?} on the server"
-    );
-    b.screenshot("limiters-100k").await;
-    bulk::assert_scan_bound(&b, &base).await;
-    b.close().await;
-    bulk::delete(&cluster, &subjects).await;
 }

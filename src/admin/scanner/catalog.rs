@@ -6,6 +6,7 @@ use redis::{FromRedisValue, Value};
 
 use super::Scanner;
 use crate::admin::catalog::{Catalog, PublishedSpec};
+use crate::cluster::Topology;
 use crate::error::{Error, Result};
 use crate::keys::{Kind, ParsedKey};
 use crate::limit::{Algorithm, CATALOG_SUBJECT, CATALOG_TTL, catalog_entry, decode_catalog};
@@ -14,7 +15,7 @@ impl Scanner {
     /// The rate limiter specs published to the
     /// [catalog](crate::limit#the-catalog) under this namespace, fresher
     /// than [`CATALOG_TTL`](crate::limit::CATALOG_TTL) — one slot on one
-    /// master, whatever the namespace holds: `CLUSTER COUNTKEYSINSLOT`,
+    /// master, whatever the namespace holds: `CLUSTER SLOTS`,
     /// `GETKEYSINSLOT`, and `TIME` with one `GET` per limiter name in one
     /// pipeline. The filters do not apply. Give it quotas of your own with
     /// [`Catalog::give`], then ask it each row's
@@ -30,8 +31,14 @@ impl Scanner {
     /// # Ok(()) }
     /// ```
     pub async fn catalog(&self) -> Result<Catalog> {
+        let topology = self.cluster.topology().await?;
+        self.catalog_at(&topology).await
+    }
+
+    /// [`catalog`](Self::catalog) with the topology the caller read.
+    pub(crate) async fn catalog_at(&self, topology: &Topology) -> Result<Catalog> {
         let (owner, keys) = self
-            .subject_keys(CATALOG_SUBJECT.as_bytes(), None, None, true)
+            .subject_keys(topology, CATALOG_SUBJECT.as_bytes(), None, None, true)
             .await?;
         let mut catalog = Catalog::new();
         if keys.is_empty() {

@@ -5,7 +5,7 @@ use super::filter::{Filter, glob_escape};
 use super::plan::{Found, Mode};
 use super::read::read_page;
 use crate::admin::info::LimiterInfo;
-use crate::cluster::NodeAddr;
+use crate::cluster::{NodeAddr, Topology};
 use crate::error::{Error, Result};
 use crate::keys::{KeyId, ParsedKey, slot};
 use crate::limit::catalog_entry;
@@ -17,16 +17,24 @@ use crate::limit::catalog_entry;
 /// of a `SCAN` of its whole master (thousands of calls at a million keys).
 const MAX_SLOT_READ: u64 = 50_000;
 
+/// Keys of a slot asked for first, without counting them: a slot holds
+/// about `keys / 16384` (61 at a million keys), so one call answers; a
+/// fuller reply means a big slot, counted before it is read whole.
+const FIRST_SLOT_READ: u64 = 1_000;
+
 impl Scanner {
     /// One subject's keys (of `kind` and `name`, if given), sorted, and the
     /// primitives they hold.
     pub(crate) async fn subject_primitives(
         &self,
+        topology: &Topology,
         subject: &[u8],
         kind: Option<&str>,
         name: Option<&str>,
     ) -> Result<(Vec<Vec<u8>>, Vec<LimiterInfo>)> {
-        let (owner, mut keys) = self.subject_keys(subject, kind, name, false).await?;
+        let (owner, mut keys) = self
+            .subject_keys(topology, subject, kind, name, false)
+            .await?;
         keys.sort();
         let found = read_page(
             &self.cluster,
@@ -51,6 +59,7 @@ impl Scanner {
     /// `catalog` the catalog's keys (whose tag is a subject of its own).
     pub(super) async fn subject_keys(
         &self,
+        topology: &Topology,
         subject: &[u8],
         kind: Option<&str>,
         name: Option<&str>,
@@ -61,7 +70,6 @@ impl Scanner {
             .keys()
             .key(subject, &KeyId::new("probe", "probe")?)?;
         let the_slot = slot(&probe);
-        let topology = self.cluster.topology().await?;
         let owner = topology
             .owner(the_slot)
             .ok_or_else(|| Error::UnexpectedReply {
@@ -82,31 +90,40 @@ impl Scanner {
                 self.subjects_own(keys, subject, (kind, name), catalog),
             ));
         }
-        let mut count_cmd = redis::cmd("CLUSTER");
-        count_cmd.arg("COUNTKEYSINSLOT").arg(the_slot);
-        let in_slot: u64 = self
-            .cluster
-            .node_command("cluster countkeysinslot", &owner, count_cmd)
-            .await?;
-        let keys = if in_slot == 0 {
-            return Ok((owner, Vec::new()));
-        } else if in_slot <= MAX_SLOT_READ {
-            let mut list = redis::cmd("CLUSTER");
-            list.arg("GETKEYSINSLOT").arg(the_slot).arg(in_slot);
-            self.cluster
-                .node_command("cluster getkeysinslot", &owner, list)
-                .await?
+        let keys = self.slot_keys(&owner, the_slot, FIRST_SLOT_READ).await?;
+        let keys = if (keys.len() as u64) < FIRST_SLOT_READ {
+            keys
         } else {
-            // GETKEYSINSLOT has no cursor: asking for a slot of millions of
-            // keys at once would block the node for the whole slot. SCAN for
-            // exactly this subject's keys instead, `count` per call.
-            self.scan_matching(&owner, &glob_escape(&probe[..tag_end]))
-                .await?
+            let mut count_cmd = redis::cmd("CLUSTER");
+            count_cmd.arg("COUNTKEYSINSLOT").arg(the_slot);
+            let in_slot: u64 = self
+                .cluster
+                .node_command("cluster countkeysinslot", &owner, count_cmd)
+                .await?;
+            if in_slot <= MAX_SLOT_READ {
+                self.slot_keys(&owner, the_slot, in_slot).await?
+            } else {
+                // GETKEYSINSLOT has no cursor: asking for a slot of millions
+                // of keys at once would block the node for the whole slot.
+                // SCAN for exactly this subject's keys instead, `count` per
+                // call.
+                self.scan_matching(&owner, &glob_escape(&probe[..tag_end]))
+                    .await?
+            }
         };
         Ok((
             owner,
             self.subjects_own(keys, subject, (kind, name), catalog),
         ))
+    }
+
+    /// Up to `n` keys of `the_slot` on `owner`: one `CLUSTER GETKEYSINSLOT`.
+    async fn slot_keys(&self, owner: &NodeAddr, the_slot: u16, n: u64) -> Result<Vec<Vec<u8>>> {
+        let mut list = redis::cmd("CLUSTER");
+        list.arg("GETKEYSINSLOT").arg(the_slot).arg(n);
+        self.cluster
+            .node_command("cluster getkeysinslot", owner, list)
+            .await
     }
 
     /// The keys of `subject` (of `kind` and `name`, if given) among `keys`:
