@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use shardlimit::admin::{self, Throttled, ThrottledName};
 use shardlimit::keys::KeyId;
-use shardlimit::{Cluster, MultiLimiter, Quota, RateLimiter};
+use shardlimit::{Cluster, MultiLimiter, Quota, RateLimiter, Slices};
 
 fn one_per_minute(cluster: &Cluster, name: &str, window: Duration) -> RateLimiter {
     RateLimiter::builder(
@@ -146,6 +146,35 @@ fn denied_cached(cluster: &Cluster, name: &str) -> u64 {
         .iter()
         .find(|p| p.name == name)
         .map_or(0, |p| p.denied_cached)
+}
+
+/// A limiter with quota slices denies from its slices, in the process,
+/// once its limit is spent: those denials reach the view too (they were
+/// counted in the stats but never reported).
+#[tokio::test]
+async fn denials_decided_from_quota_slices_are_reported() {
+    let cluster = common::handle(&common::unique_namespace("throttled-sliced")).await;
+    let hot = RateLimiter::builder(&cluster, "hot", Quota::per_hour(100))
+        .slices(Slices::up_to(0.5).lasting(Duration::from_secs(60)))
+        .report_throttled(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let (mut denied, mut sliced_denials) = (0, 0);
+    for _ in 0..300 {
+        let d = hot.check("tenant").await.unwrap();
+        if !d.allowed {
+            denied += 1;
+            sliced_denials += u64::from(d.sliced);
+        }
+    }
+    assert!(sliced_denials > 0, "no denial came from a slice");
+    let view = until(&cluster, Duration::from_secs(10), |v| {
+        denials(v, "hot", "tenant") == Some(denied)
+    })
+    .await;
+    assert_eq!(name(&view, "hot").unwrap().denials, denied);
+    hot.return_slices().await.unwrap();
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
 }
 
 #[tokio::test]

@@ -271,10 +271,7 @@ impl<'r> Round<'r> {
         {
             for (limiter, d) in self.pipeline.limiters.iter().zip(&cached.decisions) {
                 if !d.allowed {
-                    limiter.outcomes().denied_cached();
-                    if let Some(throttled) = limiter.throttled() {
-                        throttled.denied(subject);
-                    }
+                    limiter.denied(subject, true);
                 }
             }
             return Prepared::Answered(Ok(cached));
@@ -302,10 +299,7 @@ impl<'r> Round<'r> {
                 if allowed {
                     outcomes.decided(true, d.would_deny);
                 } else if !d.allowed {
-                    outcomes.denied();
-                    if let Some(throttled) = limiter.throttled() {
-                        throttled.denied(subject);
-                    }
+                    limiter.denied(subject, false);
                 } else if d.would_deny {
                     outcomes.would_deny();
                 }

@@ -278,9 +278,19 @@ impl RateLimiter {
         self.inner.local.as_ref()
     }
 
-    /// Where its denials are counted, if it reports what it throttles.
-    pub(crate) fn throttled(&self) -> Option<&Recorder> {
-        self.inner.throttled.as_deref()
+    /// Counts a denial of `subject` (`cached`: answered by the deny cache)
+    /// and reports it to the "throttled now" view if this limiter reports
+    /// there — every path that denies (Redis' reply, the deny cache, a
+    /// quota slice) comes through here.
+    pub(crate) fn denied(&self, subject: &[u8], cached: bool) {
+        if cached {
+            self.outcomes().denied_cached();
+        } else {
+            self.outcomes().denied();
+        }
+        if let Some(throttled) = self.inner.throttled.as_deref() {
+            throttled.denied(subject);
+        }
     }
 
     /// Its deny cache, if it has one.

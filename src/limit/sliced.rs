@@ -26,7 +26,7 @@ impl RateLimiter {
                 if d.allowed {
                     self.outcomes().allowed();
                 } else {
-                    self.outcomes().denied();
+                    self.denied(subject, false);
                 }
                 Ok(d)
             }
