@@ -19,6 +19,14 @@ use shardlimit::tower::{HeaderKey, RateLimitLayer};
 use shardlimit::{Cluster, FailurePolicy, Quota, RateLimiter};
 use tower::{Layer, ServiceExt, service_fn};
 
+/// A request carrying the bench's API key.
+fn keyed_request() -> http::Request<String> {
+    http::Request::builder()
+        .header("x-key", "api-key:7f3a")
+        .body(String::new())
+        .unwrap()
+}
+
 fn layer(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -61,10 +69,7 @@ fn layer(c: &mut Criterion) {
     group.bench_function("request through RateLimitLayer", |b| {
         b.iter(|| {
             runtime.block_on(async {
-                let request = http::Request::builder()
-                    .header("x-key", "api-key:7f3a")
-                    .body(String::new())
-                    .unwrap();
+                let request = keyed_request();
                 black_box(service.clone().oneshot(request).await.unwrap())
             })
         })
@@ -72,10 +77,7 @@ fn layer(c: &mut Criterion) {
     group.bench_function("request to the bare service (request building only)", |b| {
         b.iter(|| {
             runtime.block_on(async {
-                let request = http::Request::builder()
-                    .header("x-key", "api-key:7f3a")
-                    .body(String::new())
-                    .unwrap();
+                let request = keyed_request();
                 black_box(bare.oneshot(request).await.unwrap())
             })
         })

@@ -225,6 +225,16 @@ async fn transaction_key_index_is_refused_before_sending() {
     assert!(common::keys_with_pttl(cluster.namespace()).await.is_empty());
 }
 
+/// `SCRIPT EXISTS` of `script` on `conn`'s node.
+async fn script_exists(conn: &mut redis::aio::MultiplexedConnection, script: &Script) -> Vec<bool> {
+    redis::cmd("SCRIPT")
+        .arg("EXISTS")
+        .arg(script.sha1())
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn scripts_not_cached_on_the_node_are_sent_with_their_body() {
     let cluster = common::cluster("noscript").await;
@@ -235,21 +245,11 @@ async fn scripts_not_cached_on_the_node_are_sent_with_their_body() {
     let keys = cluster.keys().key_set("s", [&id]).unwrap();
     let owner = common::owner(keys.slot()).await;
     let mut conn = common::node(&owner.addr).await;
-    let cached: Vec<bool> = redis::cmd("SCRIPT")
-        .arg("EXISTS")
-        .arg(script.sha1())
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let cached = script_exists(&mut conn, &script).await;
     assert_eq!(cached, [false]);
     let echoed: String = cluster.eval(&script, &keys, "hello").await.unwrap();
     assert_eq!(echoed, "hello");
-    let cached: Vec<bool> = redis::cmd("SCRIPT")
-        .arg("EXISTS")
-        .arg(script.sha1())
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let cached = script_exists(&mut conn, &script).await;
     assert_eq!(
         cached,
         [true],

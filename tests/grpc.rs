@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use shardlimit::tonic::Grpc;
 use shardlimit::tower::{Authority, HeaderKey, KeyExtractor, PeerIp, RateLimitLayer};
-use shardlimit::{Cluster, FailurePolicy, MultiLimiter, Quota, RateLimiter};
+use shardlimit::{Cluster, MultiLimiter, Quota, RateLimiter};
 use tonic::body::Body;
 use tonic::transport::server::{TcpConnectInfo, TcpIncoming};
 use tonic::transport::{Channel, Server};
@@ -140,13 +140,7 @@ async fn a_denied_call_is_resource_exhausted_with_retry_info_and_quota_failure()
 async fn without_redis_fail_closed_is_unavailable_and_a_missing_key_is_invalid_argument() {
     let cluster = common::unreachable_cluster().await;
     let quota = Quota::per_second(1);
-    let closed = RateLimiter::builder(&cluster, "closed", quota)
-        .build()
-        .unwrap();
-    let open = RateLimiter::builder(&cluster, "open", quota)
-        .failure_policy(FailurePolicy::FailOpen)
-        .build()
-        .unwrap();
+    let (open, closed) = common::open_and_closed(&cluster, quota);
     let layer = |limiter| {
         RateLimitLayer::builder(limiter, HeaderKey::from_static("x-api-key"))
             .grpc()

@@ -453,21 +453,9 @@ async fn multi_limit_is_all_or_nothing() {
 #[tokio::test]
 async fn unreachable_cluster_fails_open_or_closed_as_configured() {
     // Nothing listens on port 1; the lazily built handle never connects.
-    let cluster = Cluster::builder(["redis://127.0.0.1:1"])
-        .lazy_connect(true)
-        .command_timeout(Duration::from_millis(100))
-        .connect_timeout(Duration::from_millis(200))
-        .build()
-        .await
-        .unwrap();
+    let cluster = common::unreachable_cluster().await;
     let quota = Quota::per_second(nz(1));
-    let open = RateLimiter::builder(&cluster, "open", quota)
-        .failure_policy(FailurePolicy::FailOpen)
-        .build()
-        .unwrap();
-    let closed = RateLimiter::builder(&cluster, "closed", quota)
-        .build()
-        .unwrap();
+    let (open, closed) = common::open_and_closed(&cluster, quota);
     for _ in 0..5 {
         let d = open.check("s").await.unwrap();
         assert!(d.allowed);

@@ -26,6 +26,11 @@ fn lock_keys(cluster: &Cluster, name: &str, resource: &str) -> (Vec<u8>, Vec<u8>
     )
 }
 
+/// Lock `job` with a TTL of `ttl`.
+fn job_lock(cluster: &Cluster, ttl: Duration) -> Lock {
+    Lock::builder(cluster, "job").ttl(ttl).build().unwrap()
+}
+
 /// The owning master's clock in microseconds (`TIME`).
 async fn server_time_us(key: &[u8]) -> u64 {
     let mut conn = common::owner_conn(key).await;
@@ -130,10 +135,7 @@ async fn race_of_64_tasks_has_one_holder_at_a_time_and_increasing_tokens() {
 #[tokio::test]
 async fn try_acquire_is_exclusive_and_release_frees_at_once() {
     let cluster = common::cluster("lock-basic").await;
-    let lock = Lock::builder(&cluster, "job")
-        .ttl(Duration::from_secs(3600))
-        .build()
-        .unwrap();
+    let lock = job_lock(&cluster, Duration::from_secs(3600));
     let (key, fence) = lock_keys(&cluster, "job", "nightly-export");
     let guard = lock.try_acquire("nightly-export").await.unwrap().unwrap();
     assert!(guard.is_held());
@@ -232,14 +234,8 @@ async fn fence_key_outlives_the_lock_and_extend_raises_it() {
 #[tokio::test]
 async fn stale_release_and_extend_report_not_held_and_leave_the_new_holder_alone() {
     let cluster = common::cluster("lock-stale").await;
-    let lock = Lock::builder(&cluster, "job")
-        .ttl(Duration::from_millis(300))
-        .build()
-        .unwrap();
-    let long = Lock::builder(&cluster, "job")
-        .ttl(Duration::from_secs(60))
-        .build()
-        .unwrap();
+    let lock = job_lock(&cluster, Duration::from_millis(300));
+    let long = job_lock(&cluster, Duration::from_secs(60));
     let (key, _) = lock_keys(&cluster, "job", "r");
     let a = lock.try_acquire("r").await.unwrap().unwrap();
     wait_until_gone(&key, Duration::from_secs(10)).await;
@@ -355,10 +351,7 @@ async fn dropping_a_guard_stops_its_watchdog_and_the_lock_expires() {
 #[tokio::test]
 async fn lost_resolves_when_the_ttl_runs_out_without_a_watchdog() {
     let cluster = common::cluster("lock-lost").await;
-    let lock = Lock::builder(&cluster, "job")
-        .ttl(Duration::from_millis(400))
-        .build()
-        .unwrap();
+    let lock = job_lock(&cluster, Duration::from_millis(400));
     let before = Instant::now();
     let guard = lock.try_acquire("r").await.unwrap().unwrap();
     assert!(guard.is_held());
@@ -376,14 +369,8 @@ async fn lost_resolves_when_the_ttl_runs_out_without_a_watchdog() {
 #[tokio::test]
 async fn acquire_waits_for_a_release_and_for_an_expiry() {
     let cluster = common::cluster("lock-wait").await;
-    let lock = Lock::builder(&cluster, "job")
-        .ttl(Duration::from_secs(30))
-        .build()
-        .unwrap();
-    let short = Lock::builder(&cluster, "job")
-        .ttl(Duration::from_millis(500))
-        .build()
-        .unwrap();
+    let lock = job_lock(&cluster, Duration::from_secs(30));
+    let short = job_lock(&cluster, Duration::from_millis(500));
 
     let a = lock.try_acquire("r").await.unwrap().unwrap();
     let start = Instant::now();
@@ -415,10 +402,7 @@ async fn acquire_waits_for_a_release_and_for_an_expiry() {
 #[tokio::test]
 async fn acquire_gives_up_at_the_deadline() {
     let cluster = common::cluster("lock-deadline").await;
-    let lock = Lock::builder(&cluster, "job")
-        .ttl(Duration::from_secs(30))
-        .build()
-        .unwrap();
+    let lock = job_lock(&cluster, Duration::from_secs(30));
     let holder = lock.try_acquire("r").await.unwrap().unwrap();
     let start = Instant::now();
     let got = lock.acquire("r", Duration::from_millis(400)).await.unwrap();
@@ -666,13 +650,7 @@ async fn builder_and_guard_refuse_bad_settings_before_sending() {
 #[tokio::test]
 async fn never_connected_cluster_fails_closed() {
     // Nothing listens on port 1; the lazily built handle never connects.
-    let cluster = Cluster::builder(["redis://127.0.0.1:1"])
-        .lazy_connect(true)
-        .command_timeout(Duration::from_millis(100))
-        .connect_timeout(Duration::from_millis(200))
-        .build()
-        .await
-        .unwrap();
+    let cluster = common::unreachable_cluster().await;
     let lock = Lock::builder(&cluster, "job").build().unwrap();
     for _ in 0..3 {
         let err = lock.try_acquire("r").await.unwrap_err();

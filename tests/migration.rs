@@ -305,18 +305,8 @@ async fn every_check_decides_while_its_slot_migrates() {
         // Keys moved one at a time, a round after every few.
         let keys = common::keys_in_slot(&source.addr, slot).await;
         assert!(keys.len() > 10, "{} keys in the slot", keys.len());
-        let (host, port) = target.addr.rsplit_once(':').unwrap();
         for (n, key) in keys.iter().enumerate() {
-            let mut conn = common::node(&source.addr).await;
-            let _: Value = redis::cmd("MIGRATE")
-                .arg(host)
-                .arg(port)
-                .arg(key)
-                .arg(0)
-                .arg(5000)
-                .query_async(&mut conn)
-                .await
-                .unwrap();
+            common::migrate(&source.addr, &target.addr, std::slice::from_ref(key)).await;
             if n % 6 == 5 {
                 round(&mut model, "half moved").await;
             }

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use fake_node::FakeNode;
 use shardlimit::tower::{HeaderKey, RateLimitLayer};
-use shardlimit::{Cluster, Error, FailurePolicy, Quota, RateLimiter};
+use shardlimit::{Cluster, Error, Quota, RateLimiter};
 use tower::{Layer, ServiceExt};
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
@@ -209,13 +209,7 @@ async fn logs_of_a_failing_reconnect_bypasses_and_503s_hide_the_password() {
         .await
         .unwrap();
     let quota = Quota::per_second(NonZeroU32::new(5).unwrap());
-    let open = RateLimiter::builder(&cluster, "open", quota)
-        .failure_policy(FailurePolicy::FailOpen)
-        .build()
-        .unwrap();
-    let closed = RateLimiter::builder(&cluster, "closed", quota)
-        .build()
-        .unwrap();
+    let (open, closed) = common::open_and_closed(&cluster, quota);
     let service = RateLimitLayer::new(closed, HeaderKey::from_static("x-key")).layer(
         tower::service_fn(|_req: http::Request<String>| async {
             Ok::<_, std::convert::Infallible>(http::Response::new(String::from("ok")))

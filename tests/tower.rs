@@ -385,13 +385,7 @@ async fn admitted_responses_can_go_without_headers_and_costs_apply() {
 async fn with_the_cluster_unreachable_fail_open_passes_and_counts_fail_closed_is_503() {
     let cluster = common::unreachable_cluster().await;
     let quota = Quota::per_second(nz(1));
-    let open = RateLimiter::builder(&cluster, "open", quota)
-        .failure_policy(FailurePolicy::FailOpen)
-        .build()
-        .unwrap();
-    let closed = RateLimiter::builder(&cluster, "closed", quota)
-        .build()
-        .unwrap();
+    let (open, closed) = common::open_and_closed(&cluster, quota);
     let calls = Arc::new(AtomicU32::new(0));
     let open = RateLimitLayer::new(open, HeaderKey::from_static("x-api-key"))
         .layer(counting_inner(calls.clone()));

@@ -239,19 +239,10 @@ mod tests {
     fn d(allowed: bool, remaining: u32, retry_ms: Option<u64>) -> Decision {
         Decision {
             allowed,
-            limit: 10,
             remaining,
             retry_after: retry_ms.map(Duration::from_millis),
-            reset_after: Duration::ZERO,
-            bypassed: None,
-            local: false,
-            cached: false,
-            would_deny: false,
-            blocked: false,
-            overridden: false,
-            sliced: false,
             settled: Settled::Unbounded,
-            quota: Quota::per_second(10),
+            ..Decision::admitted_here(Quota::per_second(10), 10)
         }
     }
 

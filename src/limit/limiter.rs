@@ -138,14 +138,7 @@ impl RateLimiter {
         if let Some(local) = &self.inner.local {
             local.validate(&next)?;
         }
-        self.inner.spec.store(Arc::new(next));
-        if let Some(cache) = &self.inner.cache {
-            cache.clear();
-        }
-        if let Some(slices) = &self.inner.slices {
-            slices.revoke_all();
-        }
-        self.inner.publication.changed();
+        self.replace_spec(next);
         Ok(())
     }
 
@@ -161,19 +154,25 @@ impl RateLimiter {
             // The same quota, already validated once. Its fingerprint
             // differs: a denial cached under the other mode, even by a
             // check still in flight, never answers a check under this one.
-            if let Ok(next) = spec.with(spec.quota, shadow) {
-                self.inner.spec.store(Arc::new(next));
-            }
-            if let Some(cache) = &self.inner.cache {
-                cache.clear();
-            }
             // Slices are for enforced limits: in shadow mode checks are
             // exact (the next take sees it).
-            if let Some(slices) = &self.inner.slices {
-                slices.revoke_all();
+            if let Ok(next) = spec.with(spec.quota, shadow) {
+                self.replace_spec(next);
             }
-            self.inner.publication.changed();
         }
+    }
+
+    /// Puts `next` in force: no denial cached or slice taken under the
+    /// spec it replaces answers a check, and the catalog hears of it.
+    fn replace_spec(&self, next: LimitSpec) {
+        self.inner.spec.store(Arc::new(next));
+        if let Some(cache) = &self.inner.cache {
+            cache.clear();
+        }
+        if let Some(slices) = &self.inner.slices {
+            slices.revoke_all();
+        }
+        self.inner.publication.changed();
     }
 
     /// How this limiter's publications to the

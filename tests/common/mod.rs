@@ -49,6 +49,22 @@ pub async fn unreachable_cluster() -> Cluster {
         .unwrap()
 }
 
+/// Limiters `open` (fail-open) and `closed` (fail-closed, the default)
+/// with the same quota.
+pub fn open_and_closed(
+    cluster: &Cluster,
+    quota: shardlimit::Quota,
+) -> (shardlimit::RateLimiter, shardlimit::RateLimiter) {
+    let open = shardlimit::RateLimiter::builder(cluster, "open", quota)
+        .failure_policy(shardlimit::FailurePolicy::FailOpen)
+        .build()
+        .unwrap();
+    let closed = shardlimit::RateLimiter::builder(cluster, "closed", quota)
+        .build()
+        .unwrap();
+    (open, closed)
+}
+
 /// A connected handle under a fresh namespace.
 pub async fn cluster(prefix: &str) -> Cluster {
     builder(prefix)
@@ -469,13 +485,19 @@ pub async fn start_move(slot: u16, from: &Master, to: &Master) {
     cmd(&from.addr, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &to.id]).await;
 }
 
+/// Moves every key of `slot` from `from` to `to` in one `MIGRATE`.
 pub async fn migrate_keys(slot: u16, from: &Master, to: &Master) {
     let keys = keys_in_slot(&from.addr, slot).await;
+    migrate(&from.addr, &to.addr, &keys).await;
+}
+
+/// Moves `keys` from node `from` to node `to` in one `MIGRATE ... KEYS`.
+pub async fn migrate(from: &str, to: &str, keys: &[Vec<u8>]) {
     if keys.is_empty() {
         return;
     }
-    let (host, port) = to.addr.rsplit_once(':').unwrap();
-    let mut conn = node(&from.addr).await;
+    let (host, port) = to.rsplit_once(':').unwrap();
+    let mut conn = node(from).await;
     let mut migrate = redis::cmd("MIGRATE");
     migrate
         .arg(host)
@@ -484,7 +506,7 @@ pub async fn migrate_keys(slot: u16, from: &Master, to: &Master) {
         .arg(0)
         .arg(5000)
         .arg("KEYS");
-    for key in &keys {
+    for key in keys {
         migrate.arg(key);
     }
     let _: Value = migrate.query_async(&mut conn).await.unwrap();

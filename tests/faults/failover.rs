@@ -1,6 +1,6 @@
 //! A master killed or hung under load, and the whole cluster down and back.
 
-use shardlimit::{FailurePolicy, RateLimiter};
+use shardlimit::RateLimiter;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -139,13 +139,7 @@ async fn hung_master() {
     restore_cluster();
     let _restore = RestoreOnDrop;
     let cluster = cluster_builder("hung").build().await.unwrap();
-    let open = RateLimiter::builder(&cluster, "open", big_quota())
-        .failure_policy(FailurePolicy::FailOpen)
-        .build()
-        .unwrap();
-    let closed = RateLimiter::builder(&cluster, "closed", big_quota())
-        .build()
-        .unwrap();
+    let (open, closed) = common::open_and_closed(&cluster, big_quota());
     let subjects = Arc::new(subjects_on(port(0), 16).await);
     let t0 = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
@@ -282,13 +276,7 @@ async fn whole_cluster_down_and_back() {
     restore_cluster();
     let _restore = RestoreOnDrop;
     let cluster = cluster_builder("down").build().await.unwrap();
-    let open = RateLimiter::builder(&cluster, "open", big_quota())
-        .failure_policy(FailurePolicy::FailOpen)
-        .build()
-        .unwrap();
-    let closed = RateLimiter::builder(&cluster, "closed", big_quota())
-        .build()
-        .unwrap();
+    let (open, closed) = common::open_and_closed(&cluster, big_quota());
     let t0 = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
     let open_load = {

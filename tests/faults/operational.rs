@@ -481,21 +481,14 @@ async fn client_kill(control: &Control) -> Affected {
 /// Moves `slot` key by key from `from` to `to`, a few keys at a time.
 async fn migrate_slowly(slot: u16, from: &Master, to: &Master, all: &[Master]) -> usize {
     common::start_move(slot, from, to).await;
-    let (host, port) = to.addr.rsplit_once(':').unwrap();
     let mut moved = 0;
     for _ in 0..40 {
-        let keys = common::keys_in_slot(&from.addr, slot).await;
-        let Some(key) = keys.first() else { break };
-        let mut conn = common::node(&from.addr).await;
-        let _: redis::Value = redis::cmd("MIGRATE")
-            .arg(host)
-            .arg(port)
-            .arg(key)
-            .arg(0)
-            .arg(5000)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        let mut keys = common::keys_in_slot(&from.addr, slot).await;
+        if keys.is_empty() {
+            break;
+        }
+        keys.truncate(1);
+        common::migrate(&from.addr, &to.addr, &keys).await;
         moved += 1;
         tokio::time::sleep(Duration::from_millis(60)).await;
     }
