@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -319,14 +320,100 @@ async fn a_spent_limit_denies_until_units_come_back() {
     // a's last slice is spent; nothing comes back, still denied.
     a.return_slices().await.unwrap();
     assert!(!b.check("s").await.unwrap().allowed);
-    b.reward("s", std::num::NonZeroU32::new(5).unwrap())
-        .await
-        .unwrap();
+    b.reward("s", NonZeroU32::new(5).unwrap()).await.unwrap();
     // a hears of it (one delivery latency) and asks Redis again.
     let deadline = Instant::now() + Duration::from_secs(10);
     while !a.check("s").await.unwrap().allowed {
         assert!(Instant::now() < deadline, "the reward never reached a");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    common::assert_every_key_has_ttl(&namespace).await;
+}
+
+/// Script calls (`EVALSHA`, `EVAL`) the node at `addr` has run so far.
+async fn script_calls(addr: &str) -> u64 {
+    let info = common::cmd(addr, &["INFO", "commandstats"]).await;
+    let info: String = redis::from_redis_value(info).unwrap();
+    info.lines()
+        .filter_map(|l| {
+            let rest = l
+                .strip_prefix("cmdstat_evalsha:calls=")
+                .or_else(|| l.strip_prefix("cmdstat_eval:calls="))?;
+            rest.split(',').next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+/// A take that finds the limit spent is followed by local denials for a
+/// while (a sixteenth of the lifetime here), not by a take per request once
+/// a unit has come back: under overload a hot subject costs Redis a take
+/// per pause, not one per request. The units that came back meanwhile
+/// are the next take's.
+#[tokio::test]
+async fn a_spent_limit_is_not_asked_again_per_request() {
+    let cluster = common::cluster("slices-pause").await;
+    let namespace = cluster.namespace().to_owned();
+    let lifetime = Duration::from_millis(1600);
+    let limiter = sliced(
+        &cluster,
+        "api",
+        Quota::per_second(100),
+        Slices::up_to(0.1).lasting(lifetime),
+    );
+    let owner = common::owner(shardlimit::keys::slot(&limiter.key("s").unwrap())).await;
+    // A denial is decided locally only while the slot's invalidations are
+    // followed (subscribing takes a round trip or two after the first check).
+    assert!(limiter.check("s").await.unwrap().allowed);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Other tests' scripts on this master only add to its count: the least
+    // over a few tries bounds this limiter's own.
+    let mut least = u64::MAX;
+    for _ in 0..4 {
+        limiter.reset("s").await.unwrap();
+        limiter
+            .penalize("s", NonZeroU32::new(100).unwrap())
+            .await
+            .unwrap();
+        // The reset's and the penalty's invalidations would lift a pause.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Spent, but one unit comes back every 10 ms: taken until none is.
+        let (first, started) = loop {
+            let started = Instant::now();
+            let d = limiter.check("s").await.unwrap();
+            if !d.allowed {
+                break (d, started);
+            }
+        };
+        assert!(first.sliced, "{first:?}");
+        let paused = first.retry_after.unwrap();
+        assert!(
+            paused > Duration::from_millis(20) && paused <= lifetime / 16,
+            "denied for {paused:?}: a sixteenth of the lifetime, not the 10 ms until one unit"
+        );
+        let before = script_calls(&owner.addr).await;
+        // A request a millisecond for 80 ms: eight units come back.
+        let mut admitted = 0;
+        while started.elapsed() < Duration::from_millis(80) {
+            let d = limiter.check("s").await.unwrap();
+            assert!(d.sliced, "{d:?}");
+            admitted += u32::from(d.allowed);
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let calls = script_calls(&owner.addr).await - before;
+        // An invalidation delivered late (the reset's, the penalty's) lifts
+        // a pause, as it should: such a try does not count.
+        if admitted == 0 {
+            least = least.min(calls);
+        }
+    }
+    assert!(
+        least < 4,
+        "a spent limit's denials over 80 ms ran {least} scripts (a take per unit or two \
+         before; u64::MAX: every try saw an admission)"
+    );
+    // After the pause, what came back is taken and admitted.
+    tokio::time::sleep(lifetime / 16).await;
+    assert!(limiter.check("s").await.unwrap().allowed);
+    limiter.return_slices().await.unwrap();
     common::assert_every_key_has_ttl(&namespace).await;
 }

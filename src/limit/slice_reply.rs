@@ -26,7 +26,8 @@ pub(crate) struct Slice {
 }
 
 /// Denied without Redis until `until`: a take found fewer free units than
-/// the request's cost, and would admit it no sooner.
+/// the request's cost, and would admit it no sooner, or found the limit
+/// spent (a pause, for any cost once the slice is used).
 pub(crate) struct Denial {
     pub(crate) until: Instant,
     pub(crate) cost: u32,
@@ -123,6 +124,50 @@ pub(crate) fn denied(quota: Quota, capacity: u32, wait: Duration) -> Decision {
 /// admissible again in about the time `cost` units take to refill.
 pub(crate) fn spent(quota: Quota, capacity: u32, cost: u32) -> Decision {
     denied(quota, capacity, quota.period() / quota.limit().get() * cost)
+}
+
+/// A subject's slice ends now (given back by the next take or the sweep),
+/// and what it was denied or refused is asked again.
+pub(crate) fn revoke(held: &mut Held) {
+    let now = Instant::now();
+    if let Some(slice) = &mut held.slice {
+        slice.until = slice.until.min(now);
+    }
+    held.denial = None;
+    held.exact_until = None;
+    held.spent = None;
+    held.generation += 1;
+}
+
+/// The decision the held state gives without Redis, if any: admitted from
+/// the slice, or denied while a denial holds (and the slot's invalidations
+/// are followed: a missed give-back could lift it).
+pub(crate) fn local(held: &mut Held, cost: u32, live: impl Fn() -> bool) -> Option<Decision> {
+    let now = Instant::now();
+    if let Some(slice) = &mut held.slice
+        && now < slice.until
+        && slice.left >= cost
+    {
+        slice.left -= cost;
+        return Some(admitted(
+            slice.quota,
+            slice.capacity,
+            slice.left,
+            slice.overridden,
+        ));
+    }
+    match &held.denial {
+        Some(d) if now < d.until && cost >= d.cost && live() => Some(denied(
+            d.quota,
+            d.capacity,
+            d.until.saturating_duration_since(now),
+        )),
+        Some(d) if now >= d.until => {
+            held.denial = None;
+            None
+        }
+        _ => None,
+    }
 }
 
 #[cfg(test)]
