@@ -128,22 +128,11 @@ impl Cluster {
         self.eval_many_with(script, calls, false).await
     }
 
-    /// [`eval_many`](Self::eval_many), where a call refused with `TRYAGAIN`
-    /// (its key set is split by a slot migration) gets that error at once,
-    /// as with [`eval_unless_migrating`](Self::eval_unless_migrating).
-    pub(crate) async fn eval_many_unless_migrating<'k, T, A>(
-        &self,
-        script: &Script,
-        calls: impl IntoIterator<Item = (&'k KeySet, A)>,
-    ) -> Vec<Result<T>>
-    where
-        T: FromRedisValue,
-        A: ToRedisArgs,
-    {
-        self.eval_many_with(script, calls, true).await
-    }
-
-    async fn eval_many_with<'k, T, A>(
+    /// [`eval_many`](Self::eval_many); with `split_when_migrating`, a call
+    /// refused with `TRYAGAIN` (its key set is split by a slot migration)
+    /// gets that error at once, as with
+    /// [`eval_unless_migrating`](Self::eval_unless_migrating).
+    pub(crate) async fn eval_many_with<'k, T, A>(
         &self,
         script: &Script,
         calls: impl IntoIterator<Item = (&'k KeySet, A)>,

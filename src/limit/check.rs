@@ -152,9 +152,10 @@ impl<'a> Pipeline<'a> {
         }
         let cluster = self.cluster();
         let mut replies = cluster
-            .eval_many_unless_migrating::<Vec<i64>, _>(
+            .eval_many_with::<Vec<i64>, _>(
                 round.script,
                 sent.iter().map(|(_, inv)| (&inv.keys, &inv.args)),
+                true,
             )
             .await;
         // Checks whose slot is migrating: again, one key at a time.
@@ -202,7 +203,14 @@ impl<'a> Pipeline<'a> {
         let owned = self.specs();
         let specs = refs(&owned);
         let round = Round::new(*self, &specs, true);
-        Invocation::new(self.cluster(), round.script, &specs, subject, cost, true)
+        Invocation::new(
+            self.cluster().keys(),
+            round.script,
+            &specs,
+            subject,
+            cost,
+            true,
+        )
     }
 }
 
@@ -254,7 +262,7 @@ impl<'r> Round<'r> {
     fn prepare(&self, subject: &[u8], cost: u32) -> Prepared {
         let cluster = self.pipeline.cluster();
         let invocation = Invocation::new(
-            cluster,
+            cluster.keys(),
             self.script,
             self.specs,
             subject,

@@ -227,7 +227,7 @@ mod tests {
 
     fn invocation(specs: &[&LimitSpec], consume: bool) -> Invocation {
         let keys = crate::keys::KeyBuilder::new("t").unwrap();
-        Invocation::from_parts(
+        Invocation::new(
             &keys,
             &crate::scripts::MULTI_LIMIT,
             specs,
@@ -288,7 +288,7 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         let one = |cost: u32, consume: bool| {
-            Invocation::from_parts(&keys, &scripts::GCRA, &[&a], b"user", cost, consume).unwrap()
+            Invocation::new(&keys, &scripts::GCRA, &[&a], b"user", cost, consume).unwrap()
         };
         assert_eq!(text(one(1, true).args), ["10", "1000000", "10"]);
         assert_eq!(
@@ -300,8 +300,7 @@ mod tests {
             ["10", "1000000", "10", "1", "0", "0"]
         );
         let shadow = a.with(a.quota, true).unwrap();
-        let call =
-            Invocation::from_parts(&keys, &scripts::GCRA, &[&shadow], b"user", 1, true).unwrap();
+        let call = Invocation::new(&keys, &scripts::GCRA, &[&shadow], b"user", 1, true).unwrap();
         assert_eq!(text(call.args), ["10", "1000000", "10", "1", "1", "1"]);
         // Inline mode: all six, then the override's and block's values.
         let optional: Vec<Optional> = vec![b"5 1000000 5".to_vec(), vec![]];

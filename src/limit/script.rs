@@ -158,21 +158,9 @@ pub struct Invocation {
 
 impl Invocation {
     /// The check of `specs` on `subject` for `cost` (`consume` false: a
-    /// peek). Refuses a cost the limits can never admit and a bad subject
+    /// peek), with the keys of `keys`' namespace. Refuses a cost the limits can never admit and a bad subject
     /// before anything is sent.
     pub(crate) fn new(
-        cluster: &Cluster,
-        script: &Script,
-        specs: &[&LimitSpec],
-        subject: &[u8],
-        cost: u32,
-        consume: bool,
-    ) -> Result<Self> {
-        Self::from_parts(cluster.keys(), script, specs, subject, cost, consume)
-    }
-
-    /// [`new`](Self::new) with the keys of `keys`' namespace.
-    pub(crate) fn from_parts(
         keys: &KeyBuilder,
         script: &Script,
         specs: &[&LimitSpec],
