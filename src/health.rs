@@ -107,6 +107,49 @@ pub struct NodeHealth {
     pub used_memory: u64,
     /// `DBSIZE`: keys on the node, every namespace.
     pub keys: u64,
+    /// The replicas streaming from it now, as it lists them (`slaveN:` in
+    /// `INFO replication`): a replica the topology still lists but that is
+    /// not here is not connected.
+    pub replicas: Vec<ReplicaLink>,
+}
+
+/// One replica connected to a master, as the master lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReplicaLink {
+    /// `host:port` the replica announced.
+    pub addr: String,
+    /// `online` when streaming; `wait_bgsave` or `send_bulk` while it
+    /// resynchronises.
+    pub state: String,
+    /// Seconds since its last acknowledgement.
+    pub lag: Option<u64>,
+}
+
+/// The `slaveN:ip=…,port=…,state=…,offset=…,lag=…` lines of `INFO
+/// replication`.
+fn replica_links(replication: &str) -> Vec<ReplicaLink> {
+    replication
+        .lines()
+        .filter_map(|line| line.trim_end().split_once(':'))
+        .filter(|(key, _)| {
+            key.strip_prefix("slave")
+                .is_some_and(|n| n.parse::<u32>().is_ok())
+        })
+        .map(|(_, value)| {
+            let part = |name: &str| {
+                value
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+                    .unwrap_or_default()
+            };
+            ReplicaLink {
+                addr: format!("{}:{}", part("ip"), part("port")),
+                state: part("state").to_owned(),
+                lag: part("lag").parse().ok(),
+            }
+        })
+        .collect()
 }
 
 impl Health {
@@ -311,6 +354,7 @@ fn parse(probe: &Probe) -> NodeHealth {
         slots_fail: cluster("cluster_slots_fail"),
         used_memory: number(&probe.memory, "used_memory").unwrap_or(0),
         keys: probe.keys,
+        replicas: replica_links(&probe.replication),
     }
 }
 
@@ -347,6 +391,29 @@ mod tests {
         assert_eq!(field(REPLICATION, "connected"), None);
     }
 
+    #[test]
+    fn replica_links_are_read_from_the_slave_lines() {
+        let two = format!(
+            "{REPLICATION}slave1:ip=10.0.0.9,port=6380,state=wait_bgsave,offset=0,lag=3\r\nslaves_extra:x\r\n"
+        );
+        assert_eq!(
+            replica_links(&two),
+            [
+                ReplicaLink {
+                    addr: "127.0.0.1:7003".into(),
+                    state: "online".into(),
+                    lag: Some(0),
+                },
+                ReplicaLink {
+                    addr: "10.0.0.9:6380".into(),
+                    state: "wait_bgsave".into(),
+                    lag: Some(3),
+                },
+            ]
+        );
+        assert!(replica_links("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n").is_empty());
+    }
+
     fn node(aof: bool, replicas: u32) -> MasterHealth {
         MasterHealth {
             master: NodeAddr {
@@ -368,6 +435,7 @@ mod tests {
                 slots_fail: Some(0),
                 used_memory: 1 << 20,
                 keys: 0,
+                replicas: Vec::new(),
             }),
         }
     }

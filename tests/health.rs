@@ -52,6 +52,13 @@ async fn health_reports_every_master_with_its_aof_and_replicas() {
         assert_eq!(status.slots_assigned, Some(16384));
         assert_eq!(status.slots_ok, Some(16384));
         assert_eq!((status.slots_pfail, status.slots_fail), (Some(0), Some(0)));
+        // Its replicas' links, as it lists them: one per connected replica,
+        // streaming, and each one the topology lists.
+        assert_eq!(status.replicas.len(), status.connected_replicas as usize);
+        for link in &status.replicas {
+            assert_eq!(link.state, "online", "{link:?}");
+            assert!(link.addr.starts_with("127.0.0.1:"), "{link:?}");
+        }
         // The handle's own view of the node: known, up. The report asked
         // the node on a connection of its own, which leaves that view as it
         // was (no connection counted, never marked down by a probe).

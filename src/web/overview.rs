@@ -93,6 +93,39 @@ async fn serve(
     ))
 }
 
+/// The replicas of master `m` as the topology lists them, each with its
+/// link as the master reports it (`online, lag 0 s`, or `not connected`),
+/// then those connected that the topology does not list.
+fn replicas_of(o: &Overview, m: &crate::MasterHealth) -> Vec<String> {
+    let listed: Vec<String> = o
+        .topology
+        .shards
+        .iter()
+        .find(|s| s.master.id == m.master.id)
+        .map(|s| s.replicas.iter().map(ToString::to_string).collect())
+        .unwrap_or_default();
+    let Ok(status) = &m.status else {
+        return listed;
+    };
+    let link = |addr: &str| status.replicas.iter().find(|r| r.addr == addr);
+    let describe = |r: &crate::ReplicaLink| match r.lag {
+        Some(lag) => format!("{} ({}, lag {lag} s)", r.addr, r.state),
+        None => format!("{} ({})", r.addr, r.state),
+    };
+    let mut shown: Vec<String> = listed
+        .iter()
+        .map(|addr| link(addr).map_or_else(|| format!("{addr} (not connected)"), describe))
+        .collect();
+    shown.extend(
+        status
+            .replicas
+            .iter()
+            .filter(|r| !listed.contains(&r.addr))
+            .map(describe),
+    );
+    shown
+}
+
 /// Primitives per (kind, name) over every master.
 fn by_kind(report: &CountReport) -> BTreeMap<(&str, &str), u64> {
     let mut by_kind = BTreeMap::new();
@@ -162,7 +195,7 @@ fn html(base: &Base, o: &Overview) -> Markup {
             tbody {
                 @for m in &o.health.masters {
                     @let addr = m.master.to_string();
-                    @let replicas = o.topology.shards.iter().find(|s| s.master.id == m.master.id).map(|s| s.replicas.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")).unwrap_or_default();
+                    @let replicas = replicas_of(o, m).join(", ");
                     tr {
                         td.mono { (addr) }
                         td.mono { @if replicas.is_empty() { span.error { "none" } } @else { (replicas) } }
@@ -251,19 +284,14 @@ fn json(o: &Overview) -> Value {
         .iter()
         .map(|m| {
             let addr = m.master.to_string();
-            let replicas: Vec<String> = o
-                .topology
-                .shards
-                .iter()
-                .find(|s| s.master.id == m.master.id)
-                .map(|s| s.replicas.iter().map(ToString::to_string).collect())
-                .unwrap_or_default();
+            let replicas = replicas_of(o, m);
             let status = match &m.status {
                 Ok(s) => json!({
                     "role": s.role, "aof_enabled": s.aof_enabled, "aof_last_write_ok": s.aof_last_write_ok,
                     "connected_replicas": s.connected_replicas, "cluster_state_ok": s.cluster_state_ok,
                     "slots_assigned": s.slots_assigned, "slots_ok": s.slots_ok, "slots_pfail": s.slots_pfail,
                     "slots_fail": s.slots_fail, "used_memory": s.used_memory,
+                    "replica_links": s.replicas.iter().map(|r| json!({ "replica": r.addr, "state": r.state, "lag_s": r.lag })).collect::<Vec<_>>(),
                 }),
                 Err(err) => json!({ "error": err.to_string() }),
             };
