@@ -151,7 +151,7 @@ fn html(base: &Base, o: &Overview) -> Markup {
     let served = o.health.served_slots();
     let banner = html! {
         @if o.health.cluster_down() {
-            div.banner.warn #cluster-down role="alert" {
+            div.banner.bad #cluster-down role="alert" {
                 strong { "Cluster down: " (16384 - served) " of 16384 slots are not served." }
                 " A master reports cluster_state:fail, so checks, locks and leases fail now \
                 (fail-open limiters bypass, local ones decide locally) until a replica takes \

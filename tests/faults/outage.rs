@@ -214,9 +214,10 @@ async fn an_outage_shows_cluster_down_and_keeps_the_last_complete_walks() {
             element.text().await.unwrap()
         }
     };
-    let banner = text("#cluster-down").await;
+    let banner = text("#cluster-down.banner.bad").await;
     let served = text("#slots-served").await;
     let status = text("#counts-status").await;
+    browser.screenshot("overview-cluster-down").await;
     browser.close().await;
     report(
         "an_outage_shows_cluster_down_and_keeps_the_last_complete_walks",
