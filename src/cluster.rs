@@ -18,6 +18,7 @@ mod deployment;
 mod exec;
 mod invalidation;
 mod node;
+mod probe;
 mod ready;
 mod router;
 mod socket;
@@ -44,6 +45,7 @@ use self::exec::Payload;
 pub(crate) use self::exec::Undo;
 pub(crate) use self::invalidation::{Invalidations, Listener, SLICES_PART};
 pub use self::node::NodeState;
+pub(crate) use self::probe::Probe;
 use self::router::Router;
 pub use self::stats::Stats;
 use self::subscriber::SubscriberConfig;
@@ -385,6 +387,12 @@ impl Cluster {
     /// Bounded by the command timeout per node asked.
     pub async fn topology(&self) -> Result<Topology> {
         self.inner.router.fetch().await
+    }
+
+    /// [`topology`](Self::topology), bounded by `per_node` per node asked
+    /// instead of the command timeout.
+    pub(crate) async fn topology_within(&self, per_node: Duration) -> Result<Topology> {
+        self.inner.router.fetch_within(per_node).await
     }
 
     /// Sends `cmd` to one node, by the address the cluster announces for it.

@@ -8,11 +8,15 @@
 //! master: a Redis restart without AOF loses every lock at once, and the
 //! jobs holding them do not find out.
 
+use std::time::Duration;
+
 use futures::future::join_all;
 
-use crate::cluster::{Cluster, NodeAddr, NodeState};
+use crate::cluster::{Cluster, NodeAddr, NodeState, Topology};
 use crate::error::Result;
 use crate::keys::SLOT_COUNT;
+
+mod parse;
 
 /// What [`Cluster::health`] found: every master with its persistence and
 /// replication state.
@@ -30,7 +34,10 @@ use crate::keys::SLOT_COUNT;
 pub struct Health {
     /// One entry per master, sorted by address.
     pub masters: Vec<MasterHealth>,
-    /// Slots with an owner; 16384 on a complete cluster.
+    /// Slots with an owner in the topology (`CLUSTER SLOTS`); 16384 on a
+    /// complete cluster. The topology keeps listing a dead master's slots
+    /// until a replica takes them over: what is served is
+    /// [`served_slots`](Self::served_slots).
     pub covered_slots: usize,
 }
 
@@ -52,9 +59,10 @@ pub struct MasterHealth {
     pub known_replicas: usize,
     /// Its `INFO` and `CLUSTER INFO`, or why it could not be asked.
     pub status: Result<NodeHealth>,
-    /// This handle's own view of the node after asking: connections opened,
-    /// failed attempts, and whether it is believed down (its calls then fail
-    /// at once).
+    /// This handle's own view of the node: connections opened, failed
+    /// attempts, and whether it is believed down (its calls then fail at
+    /// once). The [`status`](Self::status) does not come from it: each
+    /// report asks the node afresh.
     pub client_view: Option<NodeState>,
 }
 
@@ -84,11 +92,40 @@ pub struct NodeHealth {
     /// `cluster_state:ok` as this node sees the cluster; always true for a
     /// standalone server (which is not asked `CLUSTER INFO`).
     pub cluster_state_ok: bool,
+    /// `cluster_slots_assigned`: slots this node sees assigned to a master;
+    /// `None` for a standalone server.
+    pub slots_assigned: Option<usize>,
     /// `cluster_slots_ok`: slots this node sees served by a master in no
     /// failure state; `None` for a standalone server.
     pub slots_ok: Option<usize>,
+    /// `cluster_slots_pfail`: slots whose master this node cannot reach
+    /// (not yet agreed failed by the others); `None` for a standalone server.
+    pub slots_pfail: Option<usize>,
+    /// `cluster_slots_fail`: slots whose master the cluster agreed has
+    /// failed, and that no replica has taken over; `None` for a standalone
+    /// server.
+    pub slots_fail: Option<usize>,
     /// `used_memory`: bytes the node's data and overhead take.
     pub used_memory: u64,
+    /// `DBSIZE`: keys on the node, every namespace.
+    pub keys: u64,
+    /// The replicas streaming from it now, as it lists them (`slaveN:` in
+    /// `INFO replication`): a replica the topology still lists but that is
+    /// not here is not connected.
+    pub replicas: Vec<ReplicaLink>,
+}
+
+/// One replica connected to a master, as the master lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReplicaLink {
+    /// `host:port` the replica announced.
+    pub addr: String,
+    /// `online` when streaming; `wait_bgsave` or `send_bulk` while it
+    /// resynchronises.
+    pub state: String,
+    /// Seconds since its last acknowledgement.
+    pub lag: Option<u64>,
 }
 
 impl Health {
@@ -141,11 +178,13 @@ impl Health {
         problems
     }
 
-    /// Slots served now: the fewest any answering master reports as
-    /// served by a master in no failure state (`cluster_slots_ok`), and no
-    /// more than the topology assigns ([`covered_slots`](Self::covered_slots)).
-    /// The topology still lists a dead master's slots until a replica
-    /// takes them over; the masters' own view does not.
+    /// Slots served now, from the masters' `CLUSTER INFO`: the fewest any
+    /// answering master reports as served by a master in no failure state
+    /// (`cluster_slots_ok`), and no more than the topology assigns
+    /// ([`covered_slots`](Self::covered_slots)). The topology still lists a
+    /// dead master's slots until a replica takes them over; the masters'
+    /// own view does not. A standalone server serves what the topology
+    /// says; with no master answering, nothing is known to be served: 0.
     ///
     /// ```no_run
     /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
@@ -157,11 +196,34 @@ impl Health {
     /// ```
     #[must_use]
     pub fn served_slots(&self) -> usize {
-        self.masters
-            .iter()
-            .filter_map(|m| m.status.as_ref().ok()?.slots_ok)
-            .min()
-            .map_or(self.covered_slots, |ok| ok.min(self.covered_slots))
+        let answered = || self.masters.iter().filter_map(|m| m.status.as_ref().ok());
+        match answered().filter_map(|s| s.slots_ok).min() {
+            Some(ok) => ok.min(self.covered_slots),
+            None if answered().next().is_some() => self.covered_slots,
+            None => 0,
+        }
+    }
+
+    /// Whether the cluster is down, even in part: a master reports
+    /// `cluster_state:fail` (it then refuses every command, on every slot),
+    /// fewer than 16384 slots are [served](Self::served_slots), or no
+    /// master answered.
+    ///
+    /// ```no_run
+    /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+    /// let health = cluster.health().await?;
+    /// if health.cluster_down() {
+    ///     eprintln!("cluster down: {} slots unserved", 16384 - health.served_slots());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn cluster_down(&self) -> bool {
+        self.served_slots() < usize::from(SLOT_COUNT)
+            || self
+                .masters
+                .iter()
+                .any(|m| matches!(&m.status, Ok(s) if !s.cluster_state_ok))
     }
 
     /// Whether [`lock_problems`](Self::lock_problems) is empty.
@@ -180,13 +242,7 @@ impl Health {
 }
 
 impl Cluster {
-    /// Asks every master (as `CLUSTER SLOTS` lists them) for its persistence
-    /// and replication state: `INFO persistence`, `INFO replication` and
-    /// `CLUSTER INFO`, all masters at once, each call bounded by the command
-    /// timeout.
-    ///
-    /// Errors only when the topology cannot be read; a master that does not
-    /// answer is reported in its [`MasterHealth::status`]. Writes nothing.
+    /// [`health_within`](Self::health_within) the command timeout per node.
     ///
     /// Why it matters for locks: see [`Lock`](crate::Lock#why-persistence-and-replication-matter).
     ///
@@ -201,9 +257,41 @@ impl Cluster {
     /// # Ok(()) }
     /// ```
     pub async fn health(&self) -> Result<Health> {
-        let topology = self.topology().await?;
+        self.health_within(self.command_timeout()).await
+    }
+
+    /// Asks every master (as `CLUSTER SLOTS` lists them, asked within
+    /// `per_node` too), all at once, for
+    /// its persistence, replication, memory, key count and `CLUSTER INFO`,
+    /// each afresh — on a connection of its own, whether or not this handle
+    /// believes it down — and within `per_node` (connecting included): a
+    /// master back from an outage reads healthy at once, and a hung one
+    /// costs the report `per_node`, reported as a timeout.
+    ///
+    /// Errors only when the topology cannot be read; a master that does not
+    /// answer is reported in its [`MasterHealth::status`]. Writes nothing,
+    /// and leaves this handle's own view of the nodes as it was.
+    ///
+    /// ```no_run
+    /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+    /// use std::time::Duration;
+    /// let health = cluster.health_within(Duration::from_millis(500)).await?;
+    /// println!("{} of 16384 slots served", health.served_slots());
+    /// # Ok(()) }
+    /// ```
+    pub async fn health_within(&self, per_node: Duration) -> Result<Health> {
+        let topology = self.topology_within(per_node).await?;
+        Ok(self.health_at(&topology, per_node).await)
+    }
+
+    /// [`health_within`](Self::health_within) for the masters of a topology
+    /// the caller read.
+    pub(crate) async fn health_at(&self, topology: &Topology, per_node: Duration) -> Health {
         let masters = join_all(topology.shards.iter().map(|shard| async move {
-            let status = self.probe(&shard.master).await;
+            let status = self
+                .probe_fresh(&shard.master, per_node)
+                .await
+                .map(|probe| parse::parse(&probe));
             let addr = shard.master.to_string();
             MasterHealth {
                 master: shard.master.clone(),
@@ -213,80 +301,16 @@ impl Cluster {
             }
         }))
         .await;
-        Ok(Health {
+        Health {
             masters,
             covered_slots: topology.covered_slots(),
-        })
+        }
     }
-
-    async fn probe(&self, node: &NodeAddr) -> Result<NodeHealth> {
-        let mut persistence = redis::cmd("INFO");
-        persistence.arg("persistence");
-        let mut replication = redis::cmd("INFO");
-        replication.arg("replication");
-        let mut cluster_info = redis::cmd("CLUSTER");
-        cluster_info.arg("INFO");
-        let mut memory = redis::cmd("INFO");
-        memory.arg("memory");
-        let standalone = self.is_standalone();
-        let cluster_state = async {
-            // A standalone server has no cluster to be in: its state is its
-            // own, which answering the other three shows.
-            if standalone {
-                Ok("cluster_state:ok".to_owned())
-            } else {
-                self.node_command("cluster info", node, cluster_info).await
-            }
-        };
-        let (persistence, replication, cluster_info, memory): (String, String, String, String) = futures::try_join!(
-            self.node_command("info persistence", node, persistence),
-            self.node_command("info replication", node, replication),
-            cluster_state,
-            self.node_command("info memory", node, memory),
-        )?;
-        Ok(NodeHealth {
-            aof_enabled: field(&persistence, "aof_enabled") == Some("1"),
-            aof_last_write_ok: field(&persistence, "aof_last_write_status") == Some("ok"),
-            role: field(&replication, "role").unwrap_or_default().to_owned(),
-            connected_replicas: field(&replication, "connected_slaves")
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(0),
-            cluster_state_ok: field(&cluster_info, "cluster_state") == Some("ok"),
-            slots_ok: field(&cluster_info, "cluster_slots_ok").and_then(|n| n.parse().ok()),
-            used_memory: field(&memory, "used_memory")
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(0),
-        })
-    }
-}
-
-/// The value of `key:value` in an `INFO`-style reply.
-fn field<'a>(info: &'a str, key: &str) -> Option<&'a str> {
-    info.lines()
-        .filter_map(|line| line.trim_end().split_once(':'))
-        .find_map(|(k, v)| (k == key).then_some(v))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const PERSISTENCE: &str = "# Persistence\r\nloading:0\r\naof_enabled:1\r\naof_rewrite_in_progress:0\r\naof_last_write_status:ok\r\n";
-    const REPLICATION: &str = "# Replication\r\nrole:master\r\nconnected_slaves:1\r\nslave0:ip=127.0.0.1,port=7003,state=online,offset=1,lag=0\r\n";
-
-    #[test]
-    fn info_fields_are_found_by_exact_key() {
-        assert_eq!(field(PERSISTENCE, "aof_enabled"), Some("1"));
-        assert_eq!(field(PERSISTENCE, "aof_last_write_status"), Some("ok"));
-        assert_eq!(field(REPLICATION, "connected_slaves"), Some("1"));
-        assert_eq!(field(REPLICATION, "role"), Some("master"));
-        // "slave0" holds colons in its value; the key is still exact.
-        assert_eq!(
-            field(REPLICATION, "slave0"),
-            Some("ip=127.0.0.1,port=7003,state=online,offset=1,lag=0")
-        );
-        assert_eq!(field(REPLICATION, "connected"), None);
-    }
 
     fn node(aof: bool, replicas: u32) -> MasterHealth {
         MasterHealth {
@@ -303,8 +327,13 @@ mod tests {
                 role: "master".into(),
                 connected_replicas: replicas,
                 cluster_state_ok: true,
+                slots_assigned: Some(16384),
                 slots_ok: Some(16384),
+                slots_pfail: Some(0),
+                slots_fail: Some(0),
                 used_memory: 1 << 20,
+                keys: 0,
+                replicas: Vec::new(),
             }),
         }
     }
@@ -326,5 +355,40 @@ mod tests {
         assert!(problems[1].contains("127.0.0.1:7000: AOF is off"));
         assert!(problems[2].contains("no connected replica"));
         assert!(!bad.fit_for_locks());
+    }
+
+    #[test]
+    fn served_slots_and_cluster_down_come_from_cluster_info() {
+        let failing = |ok: usize| {
+            let mut m = node(true, 1);
+            if let Ok(s) = &mut m.status {
+                s.cluster_state_ok = false;
+                s.slots_ok = Some(ok);
+                s.slots_fail = Some(16384 - ok);
+            }
+            m
+        };
+        let down = Health {
+            masters: vec![failing(10923), node(true, 1)],
+            covered_slots: 16384,
+        };
+        assert_eq!(down.served_slots(), 10923, "the fewest any master serves");
+        assert!(down.cluster_down());
+        let up = Health {
+            masters: vec![node(true, 1)],
+            covered_slots: 16384,
+        };
+        assert!(!up.cluster_down());
+        let mut silent = node(true, 1);
+        silent.status = Err(crate::Error::UnexpectedReply {
+            op: "health probe".into(),
+            detail: "no answer".into(),
+        });
+        let unknown = Health {
+            masters: vec![silent],
+            covered_slots: 16384,
+        };
+        assert_eq!(unknown.served_slots(), 0, "not the topology's 16384");
+        assert!(unknown.cluster_down());
     }
 }

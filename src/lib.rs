@@ -265,7 +265,7 @@ pub use concurrency::{ConcurrencyLimiter, ConcurrencyLimiterBuilder, Permit};
 pub use count::Count;
 pub use counter::{Counter, CounterBuilder};
 pub use error::{Error, Result};
-pub use health::{Health, MasterHealth, NodeHealth};
+pub use health::{Health, MasterHealth, NodeHealth, ReplicaLink};
 pub use limit::{
     Algorithm, Decision, MultiDecision, MultiLimiter, Quota, RateLimiter, RateLimiterBuilder,
     Slices, SubjectSettings,

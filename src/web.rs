@@ -9,11 +9,11 @@
 //!
 //! | Page | HTML | JSON | Cost |
 //! |---|---|---|---|
-//! | Overview: cluster state, masters and replicas, AOF, memory, keys per master, primitives per kind and name, a banner when the cluster is not fit for locks | `/` | `/api/overview` | `INFO`s and `DBSIZE` per master; counts from a background walk |
+//! | Overview: cluster state and served slots from `CLUSTER INFO` (a "cluster down" banner with the unserved slots), masters and replicas, AOF, memory, keys per master, primitives per kind and name and per master (by node id), a banner when the cluster is not fit for locks | `/` | `/api/overview` | `CLUSTER SLOTS`, and per master `INFO`s, `CLUSTER INFO` and `DBSIZE` in one pipeline on a connection of its own, each within [`node_timeout`](WebOptionsBuilder::node_timeout); counts from a background walk, the last complete one shown |
 //! | Limiters: a page of primitives, filtered by kind, name and subject glob, state in words, each rate limiter's remaining / limit (highlighted at the limit) | `/limiters` | `/api/limiters` | at most [`PAGE_SCANS_PER_MASTER`](crate::admin::PAGE_SCANS_PER_MASTER) `SCAN`s per master, and the catalog's slot |
 //! | Subject: everything one subject has, its slot and master, with remaining / limit | `/subject?subject=…` | `/api/subject?subject=…` | its slot only, and the catalog's |
 //! | Throttled now: per limiter, the subjects denied most in the last minutes across every process, with denial counts and rates and a reset per row | `/throttled[?name=…]` | `/api/throttled` | two calls to one master ([`admin::throttled`](crate::admin::throttled())) |
-//! | Audit: keys without a TTL, keys that are not shardlimit's, per master | `/audit` | `/api/audit` | a background walk |
+//! | Audit: keys without a TTL, keys that are not shardlimit's, per master | `/audit` | `/api/audit` | a background walk, the last complete one shown |
 //! | Reset one limiter or one subject: confirmation, then POST | `/reset?subject=…[&kind=…&name=…]` | `/api/reset` | one MULTI/EXEC on the slot |
 //!
 //! Subjects that are not UTF-8 travel as `subject_hex=…`.

@@ -86,6 +86,27 @@ async fn list_count_show_audit_and_reset() {
         stdout(&out)
     );
 
+    // Per master by node id, then its address: a promoted replica's rows
+    // are its own.
+    let by_id: Vec<(String, String)> = common::masters()
+        .await
+        .into_iter()
+        .map(|m| (m.id, m.addr))
+        .collect();
+    let rows = json_lines(&cli(&ns, &["count", "--json"]));
+    let (total, per_master) = rows.split_last().unwrap();
+    assert_eq!(total["total"], 12, "{total}");
+    assert_eq!(total["approximate"], serde_json::json!([]), "{total}");
+    for row in per_master {
+        let (id, addr) = (row["node_id"].as_str().unwrap(), row["node"].as_str());
+        assert!(
+            by_id
+                .iter()
+                .any(|(i, a)| i == id && Some(a.as_str()) == addr),
+            "{row}"
+        );
+    }
+
     let out = cli(&ns, &["show", "user:1", "--json"]);
     assert_eq!(stdout(&out).lines().count(), 4);
 

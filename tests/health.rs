@@ -49,11 +49,23 @@ async fn health_reports_every_master_with_its_aof_and_replicas() {
         );
         assert_eq!(status.role, "master");
         assert!(status.cluster_state_ok);
-        // The handle's own view of the node it just asked: connected, up.
+        assert_eq!(status.slots_assigned, Some(16384));
+        assert_eq!(status.slots_ok, Some(16384));
+        assert_eq!((status.slots_pfail, status.slots_fail), (Some(0), Some(0)));
+        // Its replicas' links, as it lists them: one per connected replica,
+        // streaming, and each one the topology lists.
+        assert_eq!(status.replicas.len(), status.connected_replicas as usize);
+        for link in &status.replicas {
+            assert_eq!(link.state, "online", "{link:?}");
+            assert!(link.addr.starts_with("127.0.0.1:"), "{link:?}");
+        }
+        // The handle's own view of the node: known, up. The report asked
+        // the node on a connection of its own, which leaves that view as it
+        // was (no connection counted, never marked down by a probe).
         let view = m.client_view.as_ref().expect("the handle knows the node");
         assert_eq!(view.addr, addr);
-        assert!(view.connects >= 1, "{view:?}");
         assert_eq!(view.down_for, None, "{view:?}");
+        assert_eq!(view.marked_down, 0, "{view:?}");
         eprintln!(
             "{addr}: aof_enabled={} connected_replicas={} known_replicas={}",
             status.aof_enabled, status.connected_replicas, m.known_replicas
@@ -62,6 +74,8 @@ async fn health_reports_every_master_with_its_aof_and_replicas() {
     // cluster-compose/ runs AOF on and one replica per master: fit for locks.
     assert_eq!(health.lock_problems(), Vec::<String>::new());
     assert!(health.fit_for_locks());
+    assert_eq!(health.served_slots(), 16384);
+    assert!(!health.cluster_down());
     common::assert_every_key_has_ttl(cluster.namespace()).await;
 }
 

@@ -8,6 +8,7 @@ mod read;
 mod reply;
 mod settings;
 mod subject;
+mod tally;
 mod walk;
 
 use std::collections::BTreeMap;
@@ -17,6 +18,7 @@ use std::sync::Arc;
 use futures::{Stream, StreamExt};
 
 use self::plan::{Found, Mode};
+use self::tally::tally;
 use self::walk::Event;
 use super::info::{LimiterInfo, Progress};
 use crate::cluster::{Cluster, Topology};
@@ -44,7 +46,9 @@ pub const DEFAULT_SCAN_COUNT: u32 = 100;
 ///   between nodes), so primitives already reported may be reported again.
 ///   With no failover, each primitive is reported exactly once. A master
 ///   that cannot be walked after several attempts is reported with
-///   [`ScanEvent::Incomplete`].
+///   [`ScanEvent::Incomplete`]. [`count_limiters`](Self::count_limiters)
+///   and [`audit`](Self::audit) instead count such a master once (its last
+///   walk) and say the result is approximate.
 /// * **A snapshot in motion**: keys created or expiring during the walk may
 ///   or may not be seen (SCAN's own guarantee: keys present for the whole
 ///   walk are returned).
@@ -107,16 +111,29 @@ pub enum ScanEvent {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CountReport {
-    /// `(node, kind, name)` → number of primitives: keys without a part,
+    /// `(node id, kind, name)` → number of primitives: keys without a part,
     /// and a part key only when it stands for a primitive whose main key
     /// is gone (a free lock's fence; a rate limiter's override for a
     /// subject with no state, or its block with neither). A rate limiter's
     /// override and block are never counted beside its state.
+    ///
+    /// Keyed by the master's node id, not its address: a replica promoted
+    /// after a failover is a master with an id of its own, and its counts
+    /// are its own. [`masters`](Self::masters) gives each id's address.
     pub counts: BTreeMap<(String, String, String), u64>,
+    /// The masters walked: node id → address (`host:port`).
+    pub masters: BTreeMap<String, String>,
     /// Keys the parser does not recognise.
     pub unrecognized: u64,
-    /// Masters that could not be fully walked.
-    pub incomplete: Vec<String>,
+    /// Masters that could not be fully walked (address), with the last
+    /// error: their counts may be low.
+    pub incomplete: Vec<(String, String)>,
+    /// Why the counts may be off though every master was walked — a master
+    /// failed mid-walk and its slots were walked again on its successor, or
+    /// the masters or their slots changed during the walk — one sentence
+    /// each; empty when nothing moved. A master walked again is counted
+    /// once (its last walk), never twice.
+    pub approximate: Vec<String>,
 }
 
 impl CountReport {
@@ -125,21 +142,39 @@ impl CountReport {
     pub fn total(&self) -> u64 {
         self.counts.values().sum()
     }
+
+    /// Primitives per master, by node id.
+    #[must_use]
+    pub fn per_master(&self) -> BTreeMap<&str, u64> {
+        let mut per = BTreeMap::new();
+        for id in self.masters.keys() {
+            per.insert(id.as_str(), 0);
+        }
+        for ((id, _, _), n) in &self.counts {
+            *per.entry(id.as_str()).or_default() += n;
+        }
+        per
+    }
 }
 
 /// Keys that break the namespace's promises.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct AuditReport {
-    /// Keys scanned (a master walked twice after a failover counts twice).
+    /// Keys scanned (a master walked again after a failover counts once:
+    /// its last walk).
     pub scanned: u64,
     /// Keys with **no TTL** (a counter written with GETSET, say: they never go away), with
     /// their master.
     pub immortal: Vec<(Vec<u8>, String)>,
     /// Keys the parser does not recognise, with their master.
     pub unrecognized: Vec<(Vec<u8>, String)>,
-    /// Masters that could not be fully walked.
-    pub incomplete: Vec<String>,
+    /// Masters that could not be fully walked (address), with the last
+    /// error.
+    pub incomplete: Vec<(String, String)>,
+    /// Why the result may be off though every master was walked (see
+    /// [`CountReport::approximate`]).
+    pub approximate: Vec<String>,
 }
 
 impl AuditReport {
@@ -148,6 +183,20 @@ impl AuditReport {
     pub fn is_clean(&self) -> bool {
         self.immortal.is_empty() && self.unrecognized.is_empty() && self.incomplete.is_empty()
     }
+}
+
+/// One shard's finds while counting.
+#[derive(Default)]
+struct ShardCount {
+    counts: BTreeMap<(String, String), u64>,
+    unrecognized: u64,
+}
+
+/// One shard's finds while auditing.
+#[derive(Default)]
+struct ShardAudit {
+    immortal: Vec<Vec<u8>>,
+    unrecognized: Vec<Vec<u8>>,
 }
 
 impl Scanner {
@@ -208,13 +257,17 @@ impl Scanner {
         let rx = self.walk(Mode::List);
         futures::stream::unfold(rx, |mut rx| async move {
             let event = match rx.recv().await? {
-                Event::NodeFound { node, found } => match found {
+                Event::NodeFound { node, found, .. } => match found {
                     Found::Limiter(info) => Some(ScanEvent::Limiter(info)),
-                    Found::Unrecognized(key) => Some(ScanEvent::Unrecognized { key, node }),
+                    Found::Unrecognized(key) => Some(ScanEvent::Unrecognized {
+                        key,
+                        node: node.to_string(),
+                    }),
                     Found::Counted { .. } | Found::Immortal(_) => None,
                 },
                 Event::Incomplete { node, error } => Some(ScanEvent::Incomplete { node, error }),
-                Event::NodeDone { .. } => None,
+                // At least once: what a failed walk gave stays given.
+                Event::NodeDone { .. } | Event::Restart { .. } | Event::Approximate(_) => None,
             };
             Some((event, rx))
         })
@@ -223,23 +276,29 @@ impl Scanner {
 
     /// Primitives per master, kind and name (keys are parsed, not read;
     /// a part key costs one `EXISTS` of the keys that stand before it).
+    /// A master that fails mid-walk is walked again on its successor and
+    /// counted once; see [`CountReport::approximate`].
     pub async fn count_limiters(&self) -> Result<CountReport> {
-        let mut rx = self.walk(Mode::Count);
-        let mut report = CountReport::default();
-        while let Some(event) = rx.recv().await {
-            match event {
-                Event::NodeFound {
-                    node,
-                    found: Found::Counted { kind, name },
-                } => {
-                    *report.counts.entry((node, kind, name)).or_default() += 1;
-                }
-                Event::NodeFound {
-                    found: Found::Unrecognized(_),
-                    ..
-                } => report.unrecognized += 1,
-                Event::Incomplete { node, .. } => report.incomplete.push(node),
-                Event::NodeFound { .. } | Event::NodeDone { .. } => {}
+        let walked = tally(
+            self.walk(Mode::Count),
+            |c: &mut ShardCount, found| match found {
+                Found::Counted { kind, name } => *c.counts.entry((kind, name)).or_default() += 1,
+                Found::Unrecognized(_) => c.unrecognized += 1,
+                Found::Limiter(_) | Found::Immortal(_) => {}
+            },
+        )
+        .await;
+        let mut report = CountReport {
+            incomplete: walked.incomplete,
+            approximate: walked.approximate,
+            ..CountReport::default()
+        };
+        for shard in walked.shards.into_values() {
+            let id = &shard.node.id;
+            report.masters.insert(id.clone(), shard.node.to_string());
+            report.unrecognized += shard.found.unrecognized;
+            for ((kind, name), n) in shard.found.counts {
+                *report.counts.entry((id.clone(), kind, name)).or_default() += n;
             }
         }
         Ok(report)
@@ -249,18 +308,26 @@ impl Scanner {
     /// parser recognises. The kind/name/subject filters do not apply: an
     /// audit looks at every key.
     pub async fn audit(&self) -> Result<AuditReport> {
-        let mut rx = self.unfiltered().walk(Mode::Audit);
-        let mut report = AuditReport::default();
-        while let Some(event) = rx.recv().await {
-            match event {
-                Event::NodeFound { node, found } => match found {
-                    Found::Immortal(key) => report.immortal.push((key, node)),
-                    Found::Unrecognized(key) => report.unrecognized.push((key, node)),
-                    Found::Limiter(_) | Found::Counted { .. } => {}
-                },
-                Event::NodeDone { scanned } => report.scanned += scanned,
-                Event::Incomplete { node, .. } => report.incomplete.push(node),
-            }
+        let rx = self.unfiltered().walk(Mode::Audit);
+        let walked = tally(rx, |a: &mut ShardAudit, found| match found {
+            Found::Immortal(key) => a.immortal.push(key),
+            Found::Unrecognized(key) => a.unrecognized.push(key),
+            Found::Limiter(_) | Found::Counted { .. } => {}
+        })
+        .await;
+        let mut report = AuditReport {
+            incomplete: walked.incomplete,
+            approximate: walked.approximate,
+            ..AuditReport::default()
+        };
+        for shard in walked.shards.into_values() {
+            let node = shard.node.to_string();
+            report.scanned += shard.scanned;
+            let with_node = |keys: Vec<Vec<u8>>| keys.into_iter().map(|k| (k, node.clone()));
+            report.immortal.extend(with_node(shard.found.immortal));
+            report
+                .unrecognized
+                .extend(with_node(shard.found.unrecognized));
         }
         report.immortal.sort();
         report.unrecognized.sort();

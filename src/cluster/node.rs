@@ -330,17 +330,39 @@ impl Node {
             .set_connection_timeout(Some(self.config.connect_timeout))
             .set_response_timeout(None)
             .set_push_sender(push);
-        tokio::time::timeout(
-            self.config.connect_timeout,
-            self.config.connector.open(&info, config),
-        )
-        .await
-        .map_err(|_| {
-            RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("no connection within {:?}", self.config.connect_timeout),
-            ))
-        })?
+        self.connect_detached(&info, config, self.config.connect_timeout)
+            .await
+    }
+
+    /// A connection of its own for one fresh look at the node (a health
+    /// probe), opened within `within`: not one of the lanes, so it neither
+    /// waits for nor is refused by the node's believed-down state, and its
+    /// failures never mark the node down. Dropping the [`Socket`] closes
+    /// it.
+    pub(crate) async fn open_probe(
+        &self,
+        within: Duration,
+    ) -> Result<(MultiplexedConnection, Socket), RedisError> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(within))
+            .set_response_timeout(None);
+        self.connect_detached(&self.info, config, within).await
+    }
+
+    async fn connect_detached(
+        &self,
+        info: &ConnectionInfo,
+        config: AsyncConnectionConfig,
+        within: Duration,
+    ) -> Result<(MultiplexedConnection, Socket), RedisError> {
+        tokio::time::timeout(within, self.config.connector.open(info, config))
+            .await
+            .map_err(|_| {
+                RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no connection within {within:?}"),
+                ))
+            })?
     }
 
     /// Opens a connection and installs it. The caller holds `connecting`.

@@ -315,6 +315,12 @@ impl Router {
     /// [`Deployment::Detect`], the only seed answering that cluster support
     /// is disabled makes the deployment standalone.
     pub(crate) async fn fetch(&self) -> Result<Topology> {
+        self.fetch_within(self.config.command_timeout).await
+    }
+
+    /// [`fetch`](Self::fetch), each `CLUSTER SLOTS` bounded by `per_node`
+    /// instead of the command timeout.
+    pub(crate) async fn fetch_within(&self, per_node: Duration) -> Result<Topology> {
         if self.deployment() == Deployment::Sentinel {
             return self.sentinel_topology().await;
         }
@@ -345,7 +351,7 @@ impl Router {
         }
         let mut last: Option<Error> = None;
         for node in candidates {
-            match self.cluster_slots(&node).await {
+            match self.cluster_slots(&node, per_node).await {
                 Ok(topology) if topology.covered_slots() > 0 => {
                     self.settle_deployment(Deployment::Cluster);
                     return Ok(topology);
@@ -372,17 +378,11 @@ impl Router {
         })
     }
 
-    async fn cluster_slots(&self, node: &Arc<Node>) -> Result<Topology> {
+    async fn cluster_slots(&self, node: &Arc<Node>, timeout: Duration) -> Result<Topology> {
         let mut cmd = redis::cmd("CLUSTER");
         cmd.arg("SLOTS");
-        let reply: Value = node_request(
-            node,
-            "cluster slots",
-            Request::Cmd(&cmd),
-            self.config.command_timeout,
-            self,
-        )
-        .await?;
+        let reply: Value =
+            node_request(node, "cluster slots", Request::Cmd(&cmd), timeout, self).await?;
         Topology::from_cluster_slots(reply)
     }
 

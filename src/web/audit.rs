@@ -2,8 +2,9 @@
 //! not shardlimit's, counted per master.
 //!
 //! The audit walks the whole namespace, so it runs in the background like
-//! the overview's count (see `jobs`): the page shows the last finished
-//! audit and its age, and starts a new one when that is stale.
+//! the overview's count (see `jobs`): the page shows the last complete
+//! audit and its age — with why the newest fell short when it could not
+//! walk every master — and starts a new one when that is stale.
 
 use std::collections::BTreeMap;
 
@@ -73,7 +74,7 @@ fn per_master(report: &AuditReport) -> BTreeMap<&str, (u64, u64)> {
 }
 
 fn html(base: &Base, s: &Snapshot<AuditReport>, limit: usize) -> Markup {
-    let status = match (&s.last, s.running_for) {
+    let status = match (s.shown().map(|(l, _)| l), s.running_for) {
         (Some(l), running) => format!(
             "Audited {} ago (the walk took {}).{}",
             words::duration(l.age()),
@@ -87,21 +88,24 @@ fn html(base: &Base, s: &Snapshot<AuditReport>, limit: usize) -> Markup {
             "Auditing now ({} so far); reload to see the result.",
             words::duration(t)
         ),
-        (None, None) => "Not audited yet.".to_owned(),
+        (None, None) => "No complete audit yet.".to_owned(),
     };
+    let newest_failed = s.newest_failed();
     let body = html! {
         h1 { "Audit" }
         p.muted { (status) " " a href=(base.to("/audit?refresh=1")) { "Audit again" } }
-        @if let Some(last) = &s.last {
-            @match &last.result {
-                Err(e) => { p.error { "The last audit failed: " (e) } }
-                Ok(report) => {
+        @if let Some((newest, why)) = &newest_failed {
+            p.error #newest-failed { "The newest audit, " (words::duration(newest.age())) " ago, fell short: " (why) "." @if s.shown().is_some() { " The last complete one is shown." } }
+        }
+        @if let Some((_, report)) = s.shown() {
+            {
+                {
                     @if report.is_clean() {
                         div.banner.ok #clean { "Clean: all " (words::count(report.scanned, "key")) " have a TTL and are shardlimit's." }
                     } @else {
                         div.banner.warn { (words::count(report.immortal.len(), "key")) " without a TTL, " (words::count(report.unrecognized.len(), "key")) " that are not shardlimit's, of " (words::thousands(report.scanned)) " scanned." }
                     }
-                    @for node in &report.incomplete { p.error { (node) ": not fully walked." } }
+                    @for why in &report.approximate { p.error { "Approximate: " (why) "." } }
                     @let per = per_master(report);
                     @if !per.is_empty() {
                         table #per-master {
@@ -158,8 +162,7 @@ fn json(s: &Snapshot<AuditReport>, limit: usize) -> Value {
             .map(|(key, node)| json!({ "key": j::key(key), "node": node }))
             .collect::<Vec<_>>()
     };
-    let audit = s.last.as_ref().map(|last| match &last.result {
-        Ok(report) => json!({
+    let audit = s.shown().map(|(last, report)| json!({
             "scanned": report.scanned,
             "clean": report.is_clean(),
             "without_ttl": report.immortal.len(),
@@ -167,11 +170,12 @@ fn json(s: &Snapshot<AuditReport>, limit: usize) -> Value {
             "per_master": per_master(report).into_iter().map(|(node, (i, u))| json!({ "node": node, "without_ttl": i, "unrecognized": u })).collect::<Vec<_>>(),
             "without_ttl_keys": keys(&report.immortal),
             "unrecognized_keys": keys(&report.unrecognized),
-            "incomplete": report.incomplete,
+            "approximate": report.approximate,
             "age_ms": words::millis(last.age()),
             "took_ms": words::millis(last.took),
-        }),
-        Err(e) => json!({ "error": e, "age_ms": words::millis(last.age()) }),
-    });
-    json!({ "audit": audit, "auditing_for_ms": s.running_for.map(words::millis) })
+    }));
+    let newest_failed = s
+        .newest_failed()
+        .map(|(newest, why)| json!({ "why": why, "age_ms": words::millis(newest.age()) }));
+    json!({ "audit": audit, "newest_audit_failed": newest_failed, "auditing_for_ms": s.running_for.map(words::millis) })
 }

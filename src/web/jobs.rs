@@ -6,6 +6,11 @@
 //! it — enough for a small namespace — and otherwise renders what it has,
 //! with its age. The walk is a task holding the job, so it finishes even if
 //! the page that started it is gone, and nothing runs once no one asks.
+//!
+//! The last *complete* walk is kept beside the newest: when the newest
+//! failed or could not walk every master (an outage), the page shows the
+//! last complete one, with its age and why the newest fell short — never a
+//! partial count as if it were the whole, nor "0 of 0 scanned".
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -21,7 +26,39 @@ pub(super) struct Job<T> {
 
 struct State<T> {
     last: Option<Arc<Finished<T>>>,
+    last_complete: Option<Arc<Finished<T>>>,
     running_since: Option<Instant>,
+}
+
+/// A walk's result that may have missed part of the namespace.
+pub(super) trait Whole {
+    /// Why it is not whole (masters not fully walked, with their errors);
+    /// `None` when it is.
+    fn shortfall(&self) -> Option<String>;
+}
+
+/// `127.0.0.1:7000: scan timed out after 250ms; …` for masters not fully
+/// walked.
+fn not_walked(incomplete: &[(String, String)]) -> Option<String> {
+    (!incomplete.is_empty()).then(|| {
+        let each: Vec<String> = incomplete
+            .iter()
+            .map(|(node, error)| format!("{node}: {error}"))
+            .collect();
+        format!("not every master was walked: {}", each.join("; "))
+    })
+}
+
+impl Whole for crate::admin::CountReport {
+    fn shortfall(&self) -> Option<String> {
+        not_walked(&self.incomplete)
+    }
+}
+
+impl Whole for crate::admin::AuditReport {
+    fn shortfall(&self) -> Option<String> {
+        not_walked(&self.incomplete)
+    }
 }
 
 /// A walk's outcome.
@@ -40,17 +77,44 @@ impl<T> Finished<T> {
     }
 }
 
-/// What a page shows: the last result, and whether a newer one is coming.
+impl<T: Whole> Finished<T> {
+    /// Why it is not a complete result; `None` when it is.
+    fn failure(&self) -> Option<String> {
+        match &self.result {
+            Ok(report) => report.shortfall(),
+            Err(err) => Some(err.clone()),
+        }
+    }
+}
+
+/// What a page shows: the last complete result, the newest when it fell
+/// short, and whether a newer one is coming.
 pub(super) struct Snapshot<T> {
     pub(super) last: Option<Arc<Finished<T>>>,
+    pub(super) last_complete: Option<Arc<Finished<T>>>,
     pub(super) running_for: Option<Duration>,
 }
 
-impl<T: Send + Sync + 'static> Job<T> {
+impl<T: Whole> Snapshot<T> {
+    /// The result to show: the last complete one, and its walk.
+    pub(super) fn shown(&self) -> Option<(&Finished<T>, &T)> {
+        let last = self.last_complete.as_deref()?;
+        Some((last, last.result.as_ref().ok()?))
+    }
+
+    /// The newest walk when it failed or fell short, and why.
+    pub(super) fn newest_failed(&self) -> Option<(&Finished<T>, String)> {
+        let newest = self.last.as_deref()?;
+        Some((newest, newest.failure()?))
+    }
+}
+
+impl<T: Whole + Send + Sync + 'static> Job<T> {
     pub(super) fn new() -> Arc<Self> {
         Arc::new(Job {
             state: Mutex::new(State {
                 last: None,
+                last_complete: None,
                 running_since: None,
             }),
             finished: watch::channel(0).0,
@@ -92,8 +156,12 @@ impl<T: Send + Sync + 'static> Job<T> {
                     took: start.elapsed(),
                 };
                 {
+                    let done = Arc::new(done);
                     let mut state = job.state.lock().unwrap_or_else(PoisonError::into_inner);
-                    state.last = Some(Arc::new(done));
+                    if done.failure().is_none() {
+                        state.last_complete = Some(done.clone());
+                    }
+                    state.last = Some(done);
                     state.running_since = None;
                 }
                 job.finished.send_modify(|n| *n += 1);
@@ -105,6 +173,7 @@ impl<T: Send + Sync + 'static> Job<T> {
         let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         Snapshot {
             last: state.last.clone(),
+            last_complete: state.last_complete.clone(),
             running_for: state.running_since.map(|s| s.elapsed()),
         }
     }
@@ -114,6 +183,13 @@ impl<T: Send + Sync + 'static> Job<T> {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// Odd numbers stand for walks that missed a master.
+    impl Whole for u32 {
+        fn shortfall(&self) -> Option<String> {
+            (self % 2 == 1).then(|| format!("walk {self} missed a master"))
+        }
+    }
 
     #[tokio::test]
     async fn one_walk_at_a_time_and_results_are_reused_until_stale() {
@@ -157,5 +233,38 @@ mod tests {
             .await;
         assert_eq!(after.last.unwrap().result, Ok(2));
         assert_eq!(runs.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_walk_that_falls_short_leaves_the_last_complete_one_shown() {
+        let job: Arc<Job<u32>> = Job::new();
+        let wait = Duration::from_secs(5);
+        let walk = |result: crate::Result<u32>| move || async move { result };
+        let first = job.get(Duration::ZERO, true, wait, walk(Ok(2))).await;
+        assert_eq!(first.shown().map(|(_, n)| *n), Some(2));
+        assert!(first.newest_failed().is_none());
+        let short = job.get(Duration::ZERO, true, wait, walk(Ok(3))).await;
+        assert_eq!(short.shown().map(|(_, n)| *n), Some(2), "not the partial 3");
+        let (newest, why) = short.newest_failed().unwrap();
+        assert_eq!(newest.result, Ok(3));
+        assert_eq!(why, "walk 3 missed a master");
+        let timeout = crate::Error::Timeout {
+            op: "cluster slots".into(),
+            slot: None,
+            timeout: Duration::from_millis(250),
+        };
+        let failed = job
+            .get(Duration::ZERO, true, wait, walk(Err(timeout)))
+            .await;
+        assert_eq!(failed.shown().map(|(_, n)| *n), Some(2));
+        let (_, why) = failed.newest_failed().unwrap();
+        assert!(why.contains("cluster slots timed out"), "{why}");
+        let never: Arc<Job<u32>> = Job::new();
+        let partial = never.get(Duration::ZERO, true, wait, walk(Ok(1))).await;
+        assert!(
+            partial.shown().is_none(),
+            "a partial walk is never shown as the whole"
+        );
+        assert!(partial.newest_failed().is_some());
     }
 }

@@ -39,6 +39,7 @@ pub struct WebOptions {
     pub(super) scan_count: u32,
     pub(super) count_refresh: Duration,
     pub(super) first_wait: Duration,
+    pub(super) node_timeout: Duration,
     pub(super) confirm_ttl: Duration,
     pub(super) audit_list_limit: usize,
     pub(super) quotas: BTreeMap<String, Quota>,
@@ -54,6 +55,7 @@ impl Default for WebOptions {
             scan_count: DEFAULT_SCAN_COUNT,
             count_refresh: Duration::from_secs(60),
             first_wait: Duration::from_millis(500),
+            node_timeout: Duration::from_millis(500),
             confirm_ttl: Duration::from_secs(600),
             audit_list_limit: 200,
             quotas: BTreeMap::new(),
@@ -211,6 +213,22 @@ impl WebOptionsBuilder {
         self
     }
 
+    /// How long the overview waits for each master's health (`INFO`,
+    /// `CLUSTER INFO`, `DBSIZE` on a connection of its own, connecting
+    /// included) before showing it as not answering. Default 500 ms: a hung
+    /// master costs the page at most this, however many calls to it time
+    /// out, and a master back from an outage reads healthy on the next view.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// shardlimit::web::WebOptions::builder().node_timeout(Duration::from_secs(1)).build()?;
+    /// # Ok::<(), shardlimit::Error>(())
+    /// ```
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.options.node_timeout = timeout;
+        self
+    }
+
     /// How long a reset's confirmation (its CSRF token) stays valid.
     /// Default 10 minutes.
     ///
@@ -349,6 +367,12 @@ impl WebOptionsBuilder {
                 reason: "must be at least 1".into(),
             });
         }
+        if o.node_timeout.is_zero() {
+            return Err(Error::Config {
+                field: "node_timeout",
+                reason: "must be above zero".into(),
+            });
+        }
         if o.confirm_ttl < Duration::from_secs(1) {
             return Err(Error::Config {
                 field: "confirm_ttl",
@@ -378,6 +402,7 @@ mod tests {
             WebOptions::builder().page_size(too_big),
             WebOptions::builder().scan_count(0),
             WebOptions::builder().confirm_ttl(Duration::ZERO),
+            WebOptions::builder().node_timeout(Duration::ZERO),
             WebOptions::builder().allow_host("limits.internal:8080"),
             WebOptions::builder().basic_auth("a:b", "secret"),
             WebOptions::builder().basic_auth("ops", ""),

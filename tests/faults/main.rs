@@ -24,6 +24,10 @@
 //! for a 2-core machine running six Redis containers and 100+ client tasks.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[cfg(feature = "web")]
+#[path = "../web/browser.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod browser;
 #[path = "../common/mod.rs"]
 mod common;
 mod harness;
@@ -36,6 +40,8 @@ mod local;
 mod locks;
 mod migration;
 mod operational;
+#[cfg(feature = "web")]
+mod outage;
 #[cfg(feature = "web")]
 mod overview;
 mod scan;

@@ -11,8 +11,8 @@ use crate::harness::*;
 
 /// Master 7000 and its replica 7003 killed: the other masters answer
 /// `cluster_state:fail` with 10923 slots served. `Cluster::health()` says
-/// so (`served_slots`), and the Limits page's overview says "The cluster
-/// is down" and "10923 of 16384" — it said "16384 of 16384" before, from
+/// so (`served_slots`), and the Limits page's overview says "Cluster down"
+/// and "10923 of 16384" — it said "16384 of 16384" before, from
 /// the topology, which keeps listing the dead master's slots.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "fault injection: run by scripts/test.sh, serially"]
@@ -63,7 +63,7 @@ async fn the_overview_counts_only_the_slots_a_working_master_serves() {
         .await
         .unwrap();
     let page = String::from_utf8_lossy(&body);
-    assert!(page.contains("The cluster is down"), "{page}");
+    assert!(page.contains("Cluster down"), "{page}");
     assert!(
         page.contains(&format!("{} of 16384", 16384 - served_by_dead)),
         "{page}"

@@ -1,6 +1,13 @@
 //! The per-master walk: one task per master `SCAN`ning the namespace page
 //! by page, rescanning a master's slots from their new owner if it fails.
+//!
+//! A rescan starts with [`Event::Restart`], so a consumer adding up the
+//! walk (`tally`) drops what the failed attempt gave and counts each key
+//! once; a rescan on another node, and a topology that differs at the end
+//! from the one walked, are reported with [`Event::Approximate`].
 
+use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -62,6 +69,7 @@ impl Scanner {
                     return;
                 }
             };
+            let walked = layout(&topology);
             let tasks: Vec<_> = topology
                 .shards
                 .into_iter()
@@ -76,6 +84,14 @@ impl Scanner {
                 .collect();
             for task in tasks {
                 let _ = task.await;
+            }
+            let now = scanner.cluster.topology().await.map(|t| layout(&t));
+            if now.as_ref().ok() != Some(&walked) {
+                let why = match now {
+                    Ok(_) => "the masters or their slots changed during the walk (a failover or a slot migration): keys that moved may be counted twice or missed".to_owned(),
+                    Err(err) => format!("the topology could not be read again after the walk to see whether it changed: {err}"),
+                };
+                let _ = tx.send(Event::Approximate(why)).await;
             }
         });
         rx
@@ -95,9 +111,9 @@ impl Scanner {
         };
         let mut attempt = 0;
         loop {
-            match self.walk_node(mode, &node, &tx).await {
-                Ok(()) => return,
-                Err(WalkError::Closed) => return,
+            let walking = Arc::new(node.clone());
+            match self.walk_node(mode, first_slot, &walking, &tx).await {
+                Ok(()) | Err(WalkError::Closed) => return,
                 Err(WalkError::Failed(error)) => {
                     attempt += 1;
                     if attempt >= MAX_ATTEMPTS {
@@ -116,6 +132,15 @@ impl Scanner {
                     {
                         node = shard.master.clone();
                     }
+                    if tx.send(Event::Restart { shard: first_slot }).await.is_err() {
+                        return;
+                    }
+                    if node.id != walking.id {
+                        let why = format!(
+                            "{walking} failed mid-walk ({error}); its slots were walked again on {node}, which may not have every write it took"
+                        );
+                        let _ = tx.send(Event::Approximate(why)).await;
+                    }
                 }
             }
         }
@@ -124,7 +149,8 @@ impl Scanner {
     async fn walk_node(
         &self,
         mode: Mode,
-        node: &NodeAddr,
+        shard: u16,
+        node: &Arc<NodeAddr>,
         tx: &mpsc::Sender<Event>,
     ) -> Result<(), WalkError> {
         let dbsize: u64 = self
@@ -154,7 +180,8 @@ impl Scanner {
             crate::metrics::scan_page(node, keys.len(), scanned, dbsize, next == 0);
             for found in read_page(&self.cluster, &self.filter, mode, node, keys).await? {
                 tx.send(Event::NodeFound {
-                    node: node.to_string(),
+                    shard,
+                    node: node.clone(),
                     found,
                 })
                 .await
@@ -170,27 +197,56 @@ impl Scanner {
                 });
             }
             if cursor == 0 {
-                let _ = tx.send(Event::NodeDone { scanned }).await;
+                let _ = tx
+                    .send(Event::NodeDone {
+                        shard,
+                        node: node.clone(),
+                        scanned,
+                    })
+                    .await;
                 return Ok(());
             }
         }
     }
 }
 
-/// Internal walk events.
+/// Internal walk events. `shard` is the first slot of the shard walked:
+/// it stays the same when the shard's walk starts again on another node.
 pub(super) enum Event {
     NodeFound {
-        node: String,
+        shard: u16,
+        node: Arc<NodeAddr>,
         found: Found,
     },
     /// A master's walk finished, having seen `scanned` keys.
     NodeDone {
+        shard: u16,
+        node: Arc<NodeAddr>,
         scanned: u64,
     },
+    /// The shard's walk failed and starts again from the start (on its
+    /// current owner): what it found so far will be found again.
+    Restart {
+        shard: u16,
+    },
+    /// Why the walk's result may be off, though every master was walked.
+    Approximate(String),
     Incomplete {
         node: String,
         error: Error,
     },
+}
+
+/// The masters by id and their slots: what a walk walked.
+fn layout(topology: &crate::cluster::Topology) -> BTreeSet<(String, Vec<(u16, u16)>)> {
+    topology
+        .shards
+        .iter()
+        .map(|s| {
+            let slots = s.slots.iter().map(|r| (*r.start(), *r.end())).collect();
+            (s.master.id.clone(), slots)
+        })
+        .collect()
 }
 
 enum WalkError {

@@ -41,11 +41,22 @@ pub(crate) async fn audit(
             writeln!(out, "not a shardlimit key\t{node}\t{key}")?;
         }
     }
-    for node in &report.incomplete {
+    for (node, error) in &report.incomplete {
         if json {
-            writeln!(out, "{}", json!({"problem": "incomplete", "node": node}))?;
+            writeln!(
+                out,
+                "{}",
+                json!({"problem": "incomplete", "node": node, "error": error})
+            )?;
         } else {
-            writeln!(out, "scan incomplete\t{node}")?;
+            writeln!(out, "scan incomplete\t{node}\t{error}")?;
+        }
+    }
+    for why in &report.approximate {
+        if json {
+            writeln!(out, "{}", json!({"problem": "approximate", "why": why}))?;
+        } else {
+            writeln!(out, "approximate\t{why}")?;
         }
     }
     if !json {

@@ -1,4 +1,5 @@
-//! `count`: primitives per master, kind and name.
+//! `count`: primitives per master (by node id, with its address), kind and
+//! name.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -17,22 +18,28 @@ pub(crate) async fn count(
     let (scanner, bar) = with_progress(scanner);
     let report = scanner.count_limiters().await?;
     bar.finish_and_clear();
-    for ((node, kind, name), n) in &report.counts {
+    for ((id, kind, name), n) in &report.counts {
+        let node = report.masters.get(id).map_or("?", String::as_str);
         if json {
             writeln!(
                 out,
                 "{}",
-                json!({"node": node, "kind": kind, "name": name, "count": n})
+                json!({"node_id": id, "node": node, "kind": kind, "name": name, "count": n})
             )?;
         } else {
-            writeln!(out, "{node}\t{kind}\t{name}\t{n}")?;
+            writeln!(out, "{id}\t{node}\t{kind}\t{name}\t{n}")?;
         }
     }
     if json {
+        let incomplete: Vec<_> = report
+            .incomplete
+            .iter()
+            .map(|(node, error)| json!({"node": node, "error": error}))
+            .collect();
         writeln!(
             out,
             "{}",
-            json!({"total": report.total(), "unrecognized": report.unrecognized, "incomplete": report.incomplete})
+            json!({"total": report.total(), "unrecognized": report.unrecognized, "incomplete": incomplete, "approximate": report.approximate})
         )?;
     } else {
         writeln!(out, "total\t{}", report.total())?;
@@ -41,8 +48,11 @@ pub(crate) async fn count(
         }
     }
     out.flush()?;
-    for node in &report.incomplete {
-        eprintln!("{node}: scan incomplete");
+    for (node, error) in &report.incomplete {
+        eprintln!("{node}: scan incomplete, counts may be low: {error}");
+    }
+    for why in &report.approximate {
+        eprintln!("approximate: {why}");
     }
     Ok(if report.incomplete.is_empty() {
         ExitCode::SUCCESS

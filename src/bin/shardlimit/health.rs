@@ -16,6 +16,13 @@ pub(crate) async fn health(cluster: &Cluster, out: &mut impl Write) -> AnyResult
         health.covered_slots,
         health.served_slots()
     )?;
+    if health.cluster_down() {
+        writeln!(
+            out,
+            "cluster down: {} of 16384 slots are not served",
+            16384 - health.served_slots()
+        )?;
+    }
     for m in &health.masters {
         match &m.status {
             Ok(s) => writeln!(

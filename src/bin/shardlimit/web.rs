@@ -57,6 +57,10 @@ pub(crate) struct WebArgs {
     /// rebinding).
     #[arg(long = "allow-host", value_name = "NAME")]
     allow_hosts: Vec<String>,
+    /// How long the overview waits for each master's health before showing
+    /// it as not answering: a hung master costs the page at most this.
+    #[arg(long, value_name = "MS", default_value_t = 500)]
+    node_timeout_ms: u64,
     #[command(flatten)]
     quotas: crate::quotas::QuotaArgs,
 }
@@ -72,7 +76,8 @@ impl WebArgs {
         let mut options = WebOptions::builder()
             .writes(self.allow_writes)
             .page_size(self.page_size)
-            .scan_count(scan_count);
+            .scan_count(scan_count)
+            .node_timeout(std::time::Duration::from_millis(self.node_timeout_ms));
         // `0.0.0.0` or `::` is no name a request carries.
         if !self.listen.ip().is_unspecified() {
             options = options.allow_host(self.listen.ip().to_string());
@@ -159,6 +164,7 @@ mod tests {
             allow_anonymous: false,
             page_size: NonZeroUsize::MIN,
             allow_hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
+            node_timeout_ms: 500,
             quotas: crate::quotas::QuotaArgs::default(),
         };
         let options = args("10.1.2.3:8080", &["limits.internal"])
