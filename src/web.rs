@@ -10,7 +10,7 @@
 //! | Page | HTML | JSON | Cost |
 //! |---|---|---|---|
 //! | Overview: cluster state, masters and replicas, AOF, memory, keys per master, primitives per kind and name, a banner when the cluster is not fit for locks | `/` | `/api/overview` | `INFO`s and `DBSIZE` per master; counts from a background walk |
-//! | Limiters: a page of primitives, filtered by kind, name and subject glob, state in words, each rate limiter's remaining / limit (highlighted at the limit) | `/limiters` | `/api/limiters` | at most [`PAGE_SCANS_PER_MASTER`](crate::admin::PAGE_SCANS_PER_MASTER) `SCAN`s per master, and the catalog's slot |
+//! | Limiters: a page of primitives, filtered by kind, name and subject glob, state in words, each rate limiter's remaining / limit (highlighted at the limit), the page's number and how much of the namespace the walk has covered; an exact subject alone leads to its subject page | `/limiters` | `/api/limiters` | rounds of at most [`PAGE_SCANS_PER_MASTER`](crate::admin::PAGE_SCANS_PER_MASTER) `SCAN`s per master until the page is full or [`page_budget`](WebOptionsBuilder::page_budget) is spent, at most [`MAX_PAGE_ROUNDS`](crate::admin::MAX_PAGE_ROUNDS) rounds; and the catalog's slot |
 //! | Subject: everything one subject has, its slot and master, with remaining / limit | `/subject?subject=…` | `/api/subject?subject=…` | its slot only, and the catalog's |
 //! | Throttled now: per limiter, the subjects denied most in the last minutes across every process, with denial counts and rates and a reset per row | `/throttled[?name=…]` | `/api/throttled` | two calls to one master ([`admin::throttled`](crate::admin::throttled())) |
 //! | Audit: keys without a TTL, keys that are not shardlimit's, per master | `/audit` | `/api/audit` | a background walk |
@@ -51,9 +51,9 @@
 //!   machine's address, a DNS name, a reverse proxy's `Host`), allow it.
 //!   `shardlimit web` adds its `--listen` address and each `--allow-host`.
 //! * **Gentle**: no page runs `KEYS` or a transaction (only the reset's
-//!   POST runs one MULTI/EXEC on the subject's slot), and a page costs the
-//!   same bounded number of `SCAN` calls at a thousand limiters or a
-//!   billion.
+//!   POST runs one MULTI/EXEC on the subject's slot), and a page costs at
+//!   most the same bounded number of `SCAN` calls at a thousand limiters
+//!   or a billion.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -112,7 +112,7 @@ use axum::Router;
 use axum::http::header;
 use axum::routing::get;
 
-pub use options::{MAX_PAGE_SIZE, WebOptions, WebOptionsBuilder};
+pub use options::{DEFAULT_PAGE_BUDGET, MAX_PAGE_SIZE, WebOptions, WebOptionsBuilder};
 
 use crate::Cluster;
 

@@ -156,6 +156,18 @@ pub(super) fn count(n: impl TryInto<u64>, noun: &str) -> String {
     format!("{} {noun}{s}", thousands(n))
 }
 
+/// A share from 0 to 1 in whole percent, rounded down so only a finished
+/// walk reads `100%`; `under 1%` once it has begun.
+pub(super) fn percent(share: f64) -> String {
+    if share >= 1.0 {
+        "100%".to_owned()
+    } else if share > 0.0 && share < 0.01 {
+        "under 1%".to_owned()
+    } else {
+        format!("{:.0}%", (share.max(0.0) * 100.0).floor().min(99.0))
+    }
+}
+
 /// Bytes in binary units: `512 B`, `1.5 MiB`.
 pub(super) fn bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -176,6 +188,15 @@ pub(super) fn bytes(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shares_read_down_to_whole_percent() {
+        assert_eq!(percent(0.0), "0%");
+        assert_eq!(percent(0.001), "under 1%");
+        assert_eq!(percent(0.376), "37%");
+        assert_eq!(percent(0.9999), "99%");
+        assert_eq!(percent(1.0), "100%");
+    }
 
     #[test]
     fn counts_read_as_written() {

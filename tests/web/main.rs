@@ -15,6 +15,7 @@ mod hosts;
 mod scale;
 mod settings;
 mod throttled;
+mod walk;
 mod warning;
 
 use std::num::NonZeroU32;

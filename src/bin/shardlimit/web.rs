@@ -19,6 +19,7 @@ use shardlimit::web::{WebOptions, router};
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use crate::output::AnyResult;
 
@@ -50,6 +51,11 @@ pub(crate) struct WebArgs {
     /// Rows per limiters page.
     #[arg(long, default_value_t = NonZeroUsize::MIN.saturating_add(49))]
     page_size: NonZeroUsize,
+    /// How long a limiters page keeps walking to fill itself when its
+    /// filter is sparse, in milliseconds (at most 16 rounds of 8 SCANs per
+    /// master whatever the budget; 0: one round; at most 10000).
+    #[arg(long, default_value_t = 250)]
+    page_budget_ms: u64,
     /// Also answer to this host name or IP address (repeatable), e.g. the
     /// machine's DNS name. Default: only localhost, loopback addresses and
     /// the --listen address; any other Host gets 421, so a web page whose
@@ -72,6 +78,7 @@ impl WebArgs {
         let mut options = WebOptions::builder()
             .writes(self.allow_writes)
             .page_size(self.page_size)
+            .page_budget(Duration::from_millis(self.page_budget_ms))
             .scan_count(scan_count);
         // `0.0.0.0` or `::` is no name a request carries.
         if !self.listen.ip().is_unspecified() {
@@ -158,6 +165,7 @@ mod tests {
             allow_writes: false,
             allow_anonymous: false,
             page_size: NonZeroUsize::MIN,
+            page_budget_ms: 250,
             allow_hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
             quotas: crate::quotas::QuotaArgs::default(),
         };
