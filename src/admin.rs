@@ -31,7 +31,7 @@ pub use catalog::{Catalog, Headroom, PublishedSpec, QuotaSource};
 pub use info::{LimiterInfo, Progress, Usage};
 pub use reset::{InUse, ResetPlan};
 pub use scanner::{
-    AuditReport, CountReport, DEFAULT_SCAN_COUNT, MAX_PAGE_ROUNDS, PAGE_SCANS_PER_MASTER, Page,
-    PageCursor, ScanEvent, Scanner,
+    AuditReport, CountReport, DEFAULT_SCAN_COUNT, KeyState, MAX_GIVEN_TTL, MAX_PAGE_ROUNDS,
+    MIN_GIVEN_TTL, PAGE_SCANS_PER_MASTER, Page, PageCursor, ScanEvent, Scanner,
 };
 pub use throttled::{Throttled, ThrottledName, ThrottledSubject, throttled};

@@ -14,7 +14,10 @@
 //! | Subject: everything one subject has, its slot and master, with remaining / limit | `/subject?subject=…` | `/api/subject?subject=…` | its slot only, and the catalog's |
 //! | Throttled now: per limiter, the subjects denied most in the last minutes across every process, with denial counts and rates and a reset per row | `/throttled[?name=…]` | `/api/throttled` | two calls to one master ([`admin::throttled`](crate::admin::throttled())) |
 //! | Audit: keys without a TTL, keys that are not shardlimit's, per master | `/audit` | `/api/audit` | a background walk |
-//! | Reset one limiter or one subject: confirmation, then POST | `/reset?subject=…[&kind=…&name=…]` | `/api/reset` | one MULTI/EXEC on the slot |
+//! | Reset one limiter or one subject: confirmation, then POST; offered per row of the subject page, the limiters list, the audit and Throttled now | `/reset?subject=…[&kind=…&name=…]` | `/api/reset` | one MULTI/EXEC on the slot |
+//! | Unblock: lift a subject's block of one rate limiter (offered on rows with a block); confirmation (the block's time left), then POST | `/unblock?subject=…&kind=…&name=…` | `/api/unblock` | one script on the subject's slot to show; to act, the library's [`RateLimiter::unblock`](crate::RateLimiter::unblock) and a read |
+//! | Clear override: a subject's own quota of one rate limiter (offered on rows with an override); confirmation (the quota, its time left), then POST | `/clear-override?subject=…&kind=…&name=…` | `/api/clear-override` | one script on the subject's slot each ([`RateLimiter::clear_override`](crate::RateLimiter::clear_override)) |
+//! | Give a TTL to a key the audit found without one (offered on its rows); confirmation (its type; a day, or the TTL chosen), then POST; a TTL the key has is never changed | `/give-ttl?key_hex=…[&ttl=<seconds>]` | `/api/give-ttl` | one script on the key's slot each ([`Scanner::give_ttl`](crate::admin::Scanner::give_ttl)) |
 //!
 //! Subjects that are not UTF-8 travel as `subject_hex=…`.
 //!
@@ -26,9 +29,10 @@
 //!
 //! # Safe by default
 //!
-//! * **Read-only** unless [`WebOptionsBuilder::writes`] is on; a reset is
-//!   then a confirmation page and a POST carrying a CSRF token bound to
-//!   that exact reset, refused for a held lock, a lease with permits or a
+//! * **Read-only** unless [`WebOptionsBuilder::writes`] is on; every
+//!   write (reset, unblock, clear an override, give a TTL) is then a
+//!   confirmation page and a POST carrying a CSRF token bound to that exact
+//!   action (its operation and argument); a reset is refused for a held lock, a lease with permits or a
 //!   counter with a value unless forced (a separate confirmation) — the
 //!   library's own check, the same as `shardlimit reset`.
 //! * **Authentication**: basic auth on every page if the options say so
@@ -89,6 +93,7 @@
 //! # }
 //! ```
 
+mod actions;
 mod audit;
 mod auth;
 mod base;
@@ -107,6 +112,7 @@ mod state;
 mod subject;
 mod throttled;
 mod words;
+mod write;
 
 use axum::Router;
 use axum::http::header;
@@ -156,6 +162,30 @@ pub fn router(cluster: &Cluster, options: WebOptions) -> Router {
         .route(
             "/api/reset",
             get(reset::confirm_api).post(reset::execute_api),
+        )
+        .route(
+            "/unblock",
+            get(actions::route::unblock_page).post(actions::route::unblock_post),
+        )
+        .route(
+            "/api/unblock",
+            get(actions::route::unblock_api).post(actions::route::unblock_api_post),
+        )
+        .route(
+            "/clear-override",
+            get(actions::route::clear_page).post(actions::route::clear_post),
+        )
+        .route(
+            "/api/clear-override",
+            get(actions::route::clear_api).post(actions::route::clear_api_post),
+        )
+        .route(
+            "/give-ttl",
+            get(actions::route::ttl_page).post(actions::route::ttl_post),
+        )
+        .route(
+            "/api/give-ttl",
+            get(actions::route::ttl_api).post(actions::route::ttl_api_post),
         )
         .route(
             "/style.css",

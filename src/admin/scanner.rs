@@ -1,5 +1,6 @@
 //! `Scanner`: walks every master with `SCAN`, never `KEYS`, never MULTI.
 
+mod actions;
 mod catalog;
 mod cursor;
 mod filter;
@@ -23,6 +24,7 @@ use super::info::{LimiterInfo, Progress};
 use crate::cluster::{Cluster, Topology};
 use crate::error::{Error, Result};
 
+pub use self::actions::{KeyState, MAX_GIVEN_TTL, MIN_GIVEN_TTL};
 pub use self::cursor::PageCursor;
 use self::filter::Filter;
 pub use self::page::{MAX_PAGE_ROUNDS, PAGE_SCANS_PER_MASTER, Page};

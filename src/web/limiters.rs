@@ -20,8 +20,9 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use serde_json::{Value, json};
 
+use super::actions::row_actions;
 use super::http::{Base, Failure, Format, respond};
-use super::params::{Filters, reset_link, subject_display, subject_query};
+use super::params::{Filters, subject_display, subject_query};
 use super::state::Shared;
 use super::words::Quotas;
 use super::{json as j, layout, words};
@@ -181,7 +182,7 @@ fn html(base: &Base, view: &View<'_>) -> Markup {
                         td.headroom { (words::headroom(info, quotas).unwrap_or_default()) }
                         td { (words::usage(info)) }
                         @if writes {
-                            td { a.reset href=(reset_link(base, &info.subject, Some((&info.kind, &info.name)))) { "Reset…" } }
+                            td { (row_actions(base, info)) }
                         }
                     }
                 }

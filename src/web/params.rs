@@ -143,7 +143,18 @@ pub(super) fn subject_query(subject: &[u8]) -> String {
 /// The link to the reset of `subject` (of one limiter `kind`/`name`, or
 /// everything of it): its confirmation page.
 pub(super) fn reset_link(base: &Base, subject: &[u8], kind_name: Option<(&str, &str)>) -> String {
-    let mut url = format!("/reset?{}", subject_query(subject));
+    action_link(base, "/reset", subject, kind_name)
+}
+
+/// The link to the action at `path` (its confirmation page) on `subject`,
+/// of one limiter `kind`/`name` or all of them.
+pub(super) fn action_link(
+    base: &Base,
+    path: &str,
+    subject: &[u8],
+    kind_name: Option<(&str, &str)>,
+) -> String {
+    let mut url = format!("{path}?{}", subject_query(subject));
     if let Some((kind, name)) = kind_name {
         url.push_str(&format!(
             "&kind={}&name={}",

@@ -66,7 +66,7 @@ pub(super) fn usage(info: &LimiterInfo) -> String {
 }
 
 /// A quota in words: `5 per 1 h 0 min`, `10 per 1.0 s, burst 25`.
-fn per(quota: Quota) -> String {
+pub(super) fn per(quota: Quota) -> String {
     let mut text = format!("{} per {}", quota.limit(), duration(quota.period()));
     if quota.burst() != quota.limit() {
         text.push_str(&format!(", burst {}", quota.burst()));

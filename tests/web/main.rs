@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod actions;
 mod browser;
 mod bulk;
 mod cli;

@@ -36,9 +36,10 @@ pub(crate) struct WebArgs {
     /// Address to listen on (default: this machine only).
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// Enable the reset action (confirmation page, single-use CSRF token,
-    /// refused for held locks, leases with permits and non-zero counters
-    /// unless forced). Requires SHARDLIMIT_WEB_USER and
+    /// Enable the write actions — reset, unblock, clear an override, give
+    /// a key a TTL — each a confirmation page and a single-use CSRF token
+    /// (a reset is refused for held locks, leases with permits and non-zero
+    /// counters unless forced). Requires SHARDLIMIT_WEB_USER and
     /// SHARDLIMIT_WEB_PASSWORD (basic auth) in the environment.
     #[arg(long)]
     allow_writes: bool,
