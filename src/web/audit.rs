@@ -108,7 +108,7 @@ fn html(base: &Base, s: &Snapshot<AuditReport>, limit: usize, writes: bool) -> M
                     @if !per.is_empty() {
                         table #per-master {
                             thead { tr { th { "Master" } th.num { "Without TTL" } th.num { "Not shardlimit's" } } }
-                            tbody { @for (node, (immortal, unknown)) in &per { tr { td.mono { (node) } td.num { (immortal) } td.num { (unknown) } } } }
+                            tbody { @for (node, (immortal, unknown)) in &per { tr { td.mono { span.node { (node) } } td.num { (immortal) } td.num { (unknown) } } } }
                         }
                     }
                     (key_list(base, "Keys without a TTL", "immortal", &report.immortal, limit, writes))
@@ -152,7 +152,7 @@ fn key_list(
                         Some(href) => { a.subject href=(href) { (String::from_utf8_lossy(key)) } }
                         None => { (String::from_utf8_lossy(key)) }
                     } }
-                    td.mono { (node) }
+                    td.mono { span.node { (node) } }
                     @if actions { td {
                         a.give-ttl href=(base.to(&format!("/give-ttl?key_hex={}", hex(key)))) { "Give a TTL…" }
                         @if let Some(href) = reset(key) { " " a.reset href=(href) { "Reset…" } }

@@ -177,7 +177,7 @@ fn html(base: &Base, view: &View<'_>) -> Markup {
                         td { (info.name) }
                         td.mono { a.subject href=(base.to(&format!("/subject?{}", subject_query(&info.subject)))) { (subject_display(&info.subject)) } }
                         td.num { (info.slot) }
-                        td.mono { (info.node) }
+                        td.mono { span.node { (info.node) } }
                         td.num { @match info.ttl { Some(t) => (words::duration(t)), None => span.nottl { "none" } } }
                         td.headroom { (words::headroom(info, quotas).unwrap_or_default()) }
                         td { (words::usage(info)) }

@@ -94,6 +94,24 @@ async fn a_sparse_filter_fills_its_first_page_and_says_how_far_it_walked() {
     );
     b.screenshot("limiters-sparse").await;
 
+    // A node's address stays on one line, even in a narrow window (the
+    // monospace cells break anywhere else).
+    b.client.set_window_size(480, 900).await.unwrap();
+    b.client.refresh().await.unwrap();
+    let height = |css: &'static str| {
+        let b = &b;
+        async move {
+            let e = b.client.find(Locator::Css(css)).await.unwrap();
+            e.rectangle().await.unwrap().3
+        }
+    };
+    let (node, line) = (height("span.node").await, height("a.subject").await);
+    assert!(
+        node < line * 1.5,
+        "the node's address wraps: {node} px high, a line {line} px"
+    );
+    b.client.set_window_size(1280, 900).await.unwrap();
+
     // A dense filter: page numbers, and a walk that is under way.
     b.client
         .goto(&format!("{base}/limiters?kind=fw&name=bulk"))
