@@ -108,7 +108,7 @@ fn html(base: &Base, s: &Snapshot<AuditReport>, limit: usize, writes: bool) -> M
                     @if !per.is_empty() {
                         table #per-master {
                             thead { tr { th { "Master" } th.num { "Without TTL" } th.num { "Not shardlimit's" } } }
-                            tbody { @for (node, (immortal, unknown)) in &per { tr { td.mono { span.node { (node) } } td.num { (immortal) } td.num { (unknown) } } } }
+                            tbody { @for (node, (immortal, unknown)) in &per { tr { td.mono { span.node { (node) } } td.num { (words::thousands(*immortal)) } td.num { (words::thousands(*unknown)) } } } }
                         }
                     }
                     (key_list(base, "Keys without a TTL", "immortal", &report.immortal, limit, writes))
@@ -144,7 +144,7 @@ fn key_list(
     };
     html! {
         @if !keys.is_empty() {
-            h2 { (title) " (" (keys.len()) ")" }
+            h2 { (title) " (" (words::thousands(keys.len())) ")" }
             table id=(id) {
                 thead { tr { th { "Key" } th { "Master" } @if actions { th { "" } } } }
                 tbody { @for (key, node) in keys.iter().take(limit) { tr {

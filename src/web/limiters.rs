@@ -151,7 +151,7 @@ fn html(base: &Base, view: &View<'_>) -> Markup {
         }
         p.muted #cost {
             (words::count(page.limiters.len(), "primitive")) " on this page; "
-            (words::thousands(u64::from(page.scan_calls))) " SCAN calls; " (words::duration(took)) "."
+            (words::thousands(page.scan_calls)) " SCAN calls; " (words::duration(took)) "."
         }
         @if let Some(err) = catalog_error {
             div.banner.warn #catalog-error { "The catalog of limits could not be read (" (err) "): remaining is shown only for the quotas given." }
@@ -163,7 +163,7 @@ fn html(base: &Base, view: &View<'_>) -> Markup {
             div.banner.bad { (node) " failed on this page: " (err.to_string()) ". The next page tries it again from where it stopped." }
         }
         @if !page.unrecognized.is_empty() {
-            p { (page.unrecognized.len()) " keys on this page are not shardlimit's; see the " a href=(base.to("/audit")) { "audit" } "." }
+            p { (words::count(page.unrecognized.len(), "key")) " on this page " (if page.unrecognized.len() == 1 { "is" } else { "are" }) " not shardlimit's; see the " a href=(base.to("/audit")) { "audit" } "." }
         }
         table #limiters {
             thead { tr {

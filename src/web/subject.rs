@@ -94,7 +94,7 @@ fn html(base: &Base, v: &SubjectView, quotas: &Quotas, catalog_error: Option<&st
         dl.facts {
             dt { "Slot" } dd #slot { (v.slot) }
             dt { "Master" } dd.mono #node { (v.node) }
-            dt { "Primitives" } dd { (v.primitives.len()) }
+            dt { "Primitives" } dd { (words::thousands(v.primitives.len())) }
         }
         @if let Some(err) = catalog_error {
             div.banner.warn #catalog-error { "The catalog of limits could not be read (" (err) "): remaining is shown only for the quotas given." }

@@ -136,7 +136,8 @@ pub(super) fn millis(d: Duration) -> u64 {
 }
 
 /// A whole number with thousands separators: `1,234,567`.
-pub(super) fn thousands(n: u64) -> String {
+pub(super) fn thousands(n: impl TryInto<u64>) -> String {
+    let n: u64 = n.try_into().unwrap_or(u64::MAX);
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, digit) in digits.chars().enumerate() {
