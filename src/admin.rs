@@ -12,6 +12,13 @@
 //! subject's keys in one slot-pinned transaction ([`Scanner::reset`]) —
 //! refusing a held lock, a lease with permits or an undrained counter unless
 //! forced, with a dry run first ([`Scanner::plan_reset`], [`ResetPlan`]).
+//! A page of the walk is bounded ([`Scanner::page`]), or fills itself
+//! within a time budget ([`Scanner::page_within`]) and says how much of the
+//! namespace it has walked ([`Page::walked`]). The operator's other
+//! actions: lift a subject's block ([`Scanner::unblock`]), clear its
+//! override ([`Scanner::clear_override`]), give a key the audit found
+//! without a TTL one ([`Scanner::give_ttl`], never changing a TTL a key
+//! has).
 //!
 //! [`throttled()`] merges what every process reports of the subjects its
 //! limiters deny most ("throttled now"; opt-in per limiter with
