@@ -53,7 +53,8 @@ async fn a_sparse_filter_fills_its_first_page_and_says_how_far_it_walked() {
     let bound = u64::from(MAX_PAGE_ROUNDS * PAGE_SCANS_PER_MASTER);
     let mut least: Option<u64> = None;
     let mut server = Duration::MAX;
-    for _ in 0..3 {
+    let mut clean = 0;
+    for _ in 0..5 {
         let before = bulk::scan_calls().await;
         let started = Instant::now();
         b.client
@@ -69,6 +70,16 @@ async fn a_sparse_filter_fills_its_first_page_and_says_how_far_it_walked() {
         seen.sort();
         let progress = texts(&b, "#progress").await;
         let cost = texts(&b, "#cost").await.remove(0);
+        // A master that fails (a timeout while the other tests load the
+        // cluster) stops the page, which says so: try again.
+        let failed = texts(&b, ".banner.bad").await;
+        if !failed.is_empty() {
+            eprintln!(
+                "a master failed during the page, tried again: {failed:?} {progress:?} {cost}"
+            );
+            continue;
+        }
+        clean += 1;
         assert_eq!(
             seen, expected,
             "the first page holds every match: {progress:?} {cost}"
@@ -83,6 +94,7 @@ async fn a_sparse_filter_fills_its_first_page_and_says_how_far_it_walked() {
         server = server.min(took);
         eprintln!("sparse filter over 20,005 keys: {cost} ({browser:?} in the browser)");
     }
+    assert!(clean > 0, "every try had a master fail");
     let least = least.unwrap();
     eprintln!(
         "sparse filter over 20,005 keys: at most {least} SCANs on a master (bound {bound}), {server:?} on the server at best"
