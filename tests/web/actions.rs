@@ -172,8 +172,11 @@ async fn unblock_clear_override_and_give_ttl_through_their_confirmations() {
     b.close().await;
 }
 
+// Takes its turn too: its unblocks and resets are commands on the masters,
+// which the tests that count a page's commands would count.
 #[tokio::test]
 async fn forged_replayed_and_misdirected_tokens_and_read_only_pages_are_refused() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let cluster = common::cluster("web-actions-tokens").await;
     let api = acme(&cluster).await;
     let read_only = limits_app(&cluster, WebOptions::default()).await;
