@@ -12,6 +12,13 @@
 //! subject's keys in one slot-pinned transaction ([`Scanner::reset`]) —
 //! refusing a held lock, a lease with permits or an undrained counter unless
 //! forced, with a dry run first ([`Scanner::plan_reset`], [`ResetPlan`]).
+//! A page of the walk is bounded ([`Scanner::page`]), or fills itself
+//! within a time budget ([`Scanner::page_within`]) and says how much of the
+//! namespace it has walked ([`Page::walked`]). The operator's other
+//! actions: lift a subject's block ([`Scanner::unblock`]), clear its
+//! override ([`Scanner::clear_override`]), give a key the audit found
+//! without a TTL one ([`Scanner::give_ttl`], never changing a TTL a key
+//! has).
 //!
 //! [`throttled()`] merges what every process reports of the subjects its
 //! limiters deny most ("throttled now"; opt-in per limiter with
@@ -31,7 +38,7 @@ pub use catalog::{Catalog, Headroom, PublishedSpec, QuotaSource};
 pub use info::{LimiterInfo, Progress, Usage};
 pub use reset::{InUse, ResetPlan};
 pub use scanner::{
-    AuditReport, CountReport, DEFAULT_SCAN_COUNT, PAGE_SCANS_PER_MASTER, Page, PageCursor,
-    ScanEvent, Scanner,
+    AuditReport, CountReport, DEFAULT_SCAN_COUNT, KeyState, MAX_GIVEN_TTL, MAX_PAGE_ROUNDS,
+    MIN_GIVEN_TTL, PAGE_SCANS_PER_MASTER, Page, PageCursor, ScanEvent, Scanner,
 };
 pub use throttled::{Throttled, ThrottledName, ThrottledSubject, throttled};

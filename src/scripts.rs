@@ -125,6 +125,9 @@ scripts! {
         "clock", "limit_prelude", "fixed_window", "sliding_log", "sliding_window", "gcra", "limit_adjust",
     ],
     KEY_READ => "key_read",
+    // the Limits page's actions on one key (src/admin/scanner/actions.rs)
+    KEY_STATE => "key_state",
+    KEY_GIVE_TTL => "key_give_ttl",
     CATALOG_PUBLISH => "catalog_publish" ["clock", "catalog_publish"],
     // locks, leases, counters
     LOCK_ACQUIRE => "lock_acquire" ["clock", "lock_acquire"],

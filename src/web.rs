@@ -10,11 +10,14 @@
 //! | Page | HTML | JSON | Cost |
 //! |---|---|---|---|
 //! | Overview: cluster state and served slots from `CLUSTER INFO` (a "cluster down" banner with the unserved slots), masters and replicas, AOF, memory, keys per master, primitives per kind and name and per master (by node id), a banner when the cluster is not fit for locks | `/` | `/api/overview` | `CLUSTER SLOTS`, and per master `INFO`s, `CLUSTER INFO` and `DBSIZE` in one pipeline on a connection of its own, each within [`node_timeout`](WebOptionsBuilder::node_timeout); counts from a background walk, the last complete one shown |
-//! | Limiters: a page of primitives, filtered by kind, name and subject glob, state in words, each rate limiter's remaining / limit (highlighted at the limit) | `/limiters` | `/api/limiters` | at most [`PAGE_SCANS_PER_MASTER`](crate::admin::PAGE_SCANS_PER_MASTER) `SCAN`s per master, and the catalog's slot |
+//! | Limiters: a page of primitives, filtered by kind, name and subject glob, state in words, each rate limiter's remaining / limit (highlighted at the limit), the page's number and how much of the namespace the walk has covered; an exact subject alone leads to its subject page | `/limiters` | `/api/limiters` | rounds of at most [`PAGE_SCANS_PER_MASTER`](crate::admin::PAGE_SCANS_PER_MASTER) `SCAN`s per master until the page is full or [`page_budget`](WebOptionsBuilder::page_budget) is spent, at most [`MAX_PAGE_ROUNDS`](crate::admin::MAX_PAGE_ROUNDS) rounds; and the catalog's slot |
 //! | Subject: everything one subject has, its slot and master, with remaining / limit | `/subject?subject=…` | `/api/subject?subject=…` | its slot only, and the catalog's |
 //! | Throttled now: per limiter, the subjects denied most in the last minutes across every process, with denial counts and rates and a reset per row | `/throttled[?name=…]` | `/api/throttled` | two calls to one master ([`admin::throttled`](crate::admin::throttled())) |
 //! | Audit: keys without a TTL, keys that are not shardlimit's, per master | `/audit` | `/api/audit` | a background walk, the last complete one shown |
-//! | Reset one limiter or one subject: confirmation, then POST | `/reset?subject=…[&kind=…&name=…]` | `/api/reset` | one MULTI/EXEC on the slot |
+//! | Reset one limiter or one subject: confirmation, then POST; offered per row of the subject page, the limiters list, the audit and Throttled now | `/reset?subject=…[&kind=…&name=…]` | `/api/reset` | one MULTI/EXEC on the slot |
+//! | Unblock: lift a subject's block of one rate limiter (offered on rows with a block); confirmation (the block's time left), then POST | `/unblock?subject=…&kind=…&name=…` | `/api/unblock` | one script on the subject's slot to show; to act, the library's [`RateLimiter::unblock`](crate::RateLimiter::unblock) and a read |
+//! | Clear override: a subject's own quota of one rate limiter (offered on rows with an override); confirmation (the quota, its time left), then POST | `/clear-override?subject=…&kind=…&name=…` | `/api/clear-override` | one script on the subject's slot each ([`RateLimiter::clear_override`](crate::RateLimiter::clear_override)) |
+//! | Give a TTL to a key the audit found without one (offered on its rows); confirmation (its type; a day, or the TTL chosen), then POST; a TTL the key has is never changed | `/give-ttl?key_hex=…[&ttl=<seconds>]` | `/api/give-ttl` | one script on the key's slot each ([`Scanner::give_ttl`](crate::admin::Scanner::give_ttl)) |
 //!
 //! Subjects that are not UTF-8 travel as `subject_hex=…`.
 //!
@@ -26,9 +29,10 @@
 //!
 //! # Safe by default
 //!
-//! * **Read-only** unless [`WebOptionsBuilder::writes`] is on; a reset is
-//!   then a confirmation page and a POST carrying a CSRF token bound to
-//!   that exact reset, refused for a held lock, a lease with permits or a
+//! * **Read-only** unless [`WebOptionsBuilder::writes`] is on; every
+//!   write (reset, unblock, clear an override, give a TTL) is then a
+//!   confirmation page and a POST carrying a CSRF token bound to that exact
+//!   action (its operation and argument); a reset is refused for a held lock, a lease with permits or a
 //!   counter with a value unless forced (a separate confirmation) — the
 //!   library's own check, the same as `shardlimit reset`.
 //! * **Authentication**: basic auth on every page if the options say so
@@ -51,9 +55,9 @@
 //!   machine's address, a DNS name, a reverse proxy's `Host`), allow it.
 //!   `shardlimit web` adds its `--listen` address and each `--allow-host`.
 //! * **Gentle**: no page runs `KEYS` or a transaction (only the reset's
-//!   POST runs one MULTI/EXEC on the subject's slot), and a page costs the
-//!   same bounded number of `SCAN` calls at a thousand limiters or a
-//!   billion.
+//!   POST runs one MULTI/EXEC on the subject's slot), and a page costs at
+//!   most the same bounded number of `SCAN` calls at a thousand limiters
+//!   or a billion.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -89,6 +93,7 @@
 //! # }
 //! ```
 
+mod actions;
 mod audit;
 mod auth;
 mod base;
@@ -107,12 +112,13 @@ mod state;
 mod subject;
 mod throttled;
 mod words;
+mod write;
 
 use axum::Router;
 use axum::http::header;
 use axum::routing::get;
 
-pub use options::{MAX_PAGE_SIZE, WebOptions, WebOptionsBuilder};
+pub use options::{DEFAULT_PAGE_BUDGET, MAX_PAGE_SIZE, WebOptions, WebOptionsBuilder};
 
 use crate::Cluster;
 
@@ -156,6 +162,30 @@ pub fn router(cluster: &Cluster, options: WebOptions) -> Router {
         .route(
             "/api/reset",
             get(reset::confirm_api).post(reset::execute_api),
+        )
+        .route(
+            "/unblock",
+            get(actions::route::unblock_page).post(actions::route::unblock_post),
+        )
+        .route(
+            "/api/unblock",
+            get(actions::route::unblock_api).post(actions::route::unblock_api_post),
+        )
+        .route(
+            "/clear-override",
+            get(actions::route::clear_page).post(actions::route::clear_post),
+        )
+        .route(
+            "/api/clear-override",
+            get(actions::route::clear_api).post(actions::route::clear_api_post),
+        )
+        .route(
+            "/give-ttl",
+            get(actions::route::ttl_page).post(actions::route::ttl_post),
+        )
+        .route(
+            "/api/give-ttl",
+            get(actions::route::ttl_api).post(actions::route::ttl_api_post),
         )
         .route(
             "/style.css",

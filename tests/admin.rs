@@ -336,6 +336,32 @@ async fn audit_flags_immortal_and_unrecognised_keys() {
     assert!(scanner.audit().await.unwrap().is_clean());
 }
 
+/// A key named like one of ours but of another Redis type, without a TTL,
+/// is not shardlimit's — as the listing and `shardlimit list` say — not
+/// one of ours that lost its TTL (which a TTL given from the Limits page
+/// would "fix").
+#[tokio::test]
+async fn audit_says_a_wrong_type_key_without_a_ttl_is_not_shardlimits() {
+    let _walks = WALKS.read().await;
+    let cluster = admin_cluster("audit-type").await;
+    let ns = cluster.namespace().to_owned();
+    let stranger = format!("{ns}:{{wrong}}:counter:billing").into_bytes();
+    let leaky = format!("{ns}:{{leaky}}:counter:billing").into_bytes();
+    let _: i64 = common::on_owner(&stranger, redis::cmd("RPUSH").arg(&stranger).arg("x")).await;
+    let _: () = common::on_owner(&leaky, redis::cmd("SET").arg(&leaky).arg(7)).await;
+    let report = Scanner::new(&cluster).audit().await.unwrap();
+    let keys = |list: &[(Vec<u8>, String)]| list.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
+    assert_eq!(keys(&report.immortal), vec![leaky.clone()], "{report:?}");
+    assert_eq!(
+        keys(&report.unrecognized),
+        vec![stranger.clone()],
+        "{report:?}"
+    );
+    for key in [&stranger, &leaky] {
+        let _: i64 = common::on_owner(key, redis::cmd("DEL").arg(key)).await;
+    }
+}
+
 #[tokio::test]
 async fn reset_removes_exactly_one_subjects_keys() {
     let _walks = WALKS.read().await;

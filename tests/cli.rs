@@ -403,6 +403,40 @@ async fn override_set_get_clear_round_trip_and_checks_apply_it() {
     common::assert_every_key_has_ttl(&ns).await;
 }
 
+/// `override` acts on a limiter it does not run: setting, reading or
+/// clearing a subject's override publishes nothing to the catalog, where a
+/// spec made up for the command (its override quota, or a 1/1s default)
+/// would be taken for the limiter's own limit by `list`, `show` and the
+/// Limits page.
+#[tokio::test]
+async fn override_publishes_no_spec_of_the_limiter() {
+    let cluster = common::cluster("cli-override-spec").await;
+    let ns = cluster.namespace().to_owned();
+    for args in [
+        &[
+            "override", "set", "user:7", "gcra:api", "5/1d", "--ttl", "1h",
+        ][..],
+        &["override", "get", "user:7", "gcra:api"],
+        &["override", "clear", "user:7", "gcra:api"],
+    ] {
+        let out = cli(&ns, args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let catalog = shardlimit::admin::Scanner::new(&cluster)
+        .catalog()
+        .await
+        .unwrap();
+    assert_eq!(
+        catalog.specs("gcra", "api"),
+        &[],
+        "the CLI published a spec of gcra:api"
+    );
+}
+
 /// What the command line can check is refused before it connects: the
 /// same commands against a port nobody listens on fail on the input, not
 /// the connection. The quota's bounds for the algorithm are the library's,

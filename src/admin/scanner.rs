@@ -1,6 +1,8 @@
 //! `Scanner`: walks every master with `SCAN`, never `KEYS`, never MULTI.
 
+mod actions;
 mod catalog;
+mod cursor;
 mod filter;
 mod page;
 mod plan;
@@ -24,8 +26,10 @@ use super::info::{LimiterInfo, Progress};
 use crate::cluster::{Cluster, Topology};
 use crate::error::{Error, Result};
 
+pub use self::actions::{KeyState, MAX_GIVEN_TTL, MIN_GIVEN_TTL};
+pub use self::cursor::PageCursor;
 use self::filter::Filter;
-pub use self::page::{PAGE_SCANS_PER_MASTER, Page, PageCursor};
+pub use self::page::{MAX_PAGE_ROUNDS, PAGE_SCANS_PER_MASTER, Page};
 
 /// How many keys one `SCAN` call asks for by default. See
 /// [`Scanner::count`].

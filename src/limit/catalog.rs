@@ -163,6 +163,14 @@ impl Publication {
         }
     }
 
+    /// A limiter that never publishes: marked as started, so no task is
+    /// ever spawned for it (see `RateLimiterBuilder::publish_spec`).
+    pub(crate) fn never(refresh: Duration) -> Self {
+        let publication = Publication::new(refresh);
+        publication.started.store(true, Ordering::Relaxed);
+        publication
+    }
+
     /// Whether the background task runs (one relaxed load: the check path's
     /// only cost).
     pub(crate) fn started(&self) -> bool {

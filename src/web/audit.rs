@@ -13,9 +13,10 @@ use axum::response::Response;
 use maud::{Markup, html};
 use serde_json::{Value, json};
 
+use super::csrf::hex;
 use super::http::{Base, Failure, Format, respond};
 use super::jobs::Snapshot;
-use super::params::{Refresh, subject_query};
+use super::params::{Refresh, reset_link, subject_query};
 use super::state::Shared;
 use super::{json as j, layout, words};
 use crate::admin::AuditReport;
@@ -54,9 +55,10 @@ async fn serve(
         )
         .await;
     let limit = state.options.audit_list_limit;
+    let writes = state.options.writes;
     Ok(respond(
         format,
-        || html(&base, &snapshot, limit),
+        || html(&base, &snapshot, limit, writes),
         || json(&snapshot, limit),
     ))
 }
@@ -73,7 +75,7 @@ fn per_master(report: &AuditReport) -> BTreeMap<&str, (u64, u64)> {
     per
 }
 
-fn html(base: &Base, s: &Snapshot<AuditReport>, limit: usize) -> Markup {
+fn html(base: &Base, s: &Snapshot<AuditReport>, limit: usize, writes: bool) -> Markup {
     let status = match (s.shown().map(|(l, _)| l), s.running_for) {
         (Some(l), running) => format!(
             "Audited {} ago (the walk took {}).{}",
@@ -110,11 +112,11 @@ fn html(base: &Base, s: &Snapshot<AuditReport>, limit: usize) -> Markup {
                     @if !per.is_empty() {
                         table #per-master {
                             thead { tr { th { "Master" } th.num { "Without TTL" } th.num { "Not shardlimit's" } } }
-                            tbody { @for (node, (immortal, unknown)) in &per { tr { td.mono { (node) } td.num { (immortal) } td.num { (unknown) } } } }
+                            tbody { @for (node, (immortal, unknown)) in &per { tr { td.mono { span.node { (node) } } td.num { (words::thousands(*immortal)) } td.num { (words::thousands(*unknown)) } } } }
                         }
                     }
-                    (key_list(base, "Keys without a TTL", "immortal", &report.immortal, limit))
-                    (key_list(base, "Keys that are not shardlimit's", "unrecognized", &report.unrecognized, limit))
+                    (key_list(base, "Keys without a TTL", "immortal", &report.immortal, limit, writes))
+                    (key_list(base, "Keys that are not shardlimit's", "unrecognized", &report.unrecognized, limit, false))
                 }
             }
         }
@@ -124,30 +126,41 @@ fn html(base: &Base, s: &Snapshot<AuditReport>, limit: usize) -> Markup {
 
 /// Keys and their masters; a key of shardlimit's layout (the audit walks
 /// this namespace's keys only) links to its subject's page (its state, and
-/// a reset).
+/// a reset). With `actions` (writes on, keys without a TTL), each row also
+/// offers its primitive's reset and a TTL for the key.
 fn key_list(
     base: &Base,
     title: &str,
     id: &str,
     keys: &[(Vec<u8>, String)],
     limit: usize,
+    actions: bool,
 ) -> Markup {
     let subject = |key: &[u8]| {
         ParsedKey::parse(key)
             .ok()
             .map(|p| base.to(&format!("/subject?{}", subject_query(&p.subject))))
     };
+    let reset = |key: &[u8]| {
+        ParsedKey::parse(key)
+            .ok()
+            .map(|p| reset_link(base, &p.subject, Some((p.kind, p.name))))
+    };
     html! {
         @if !keys.is_empty() {
-            h2 { (title) " (" (keys.len()) ")" }
+            h2 { (title) " (" (words::thousands(keys.len())) ")" }
             table id=(id) {
-                thead { tr { th { "Key" } th { "Master" } } }
+                thead { tr { th { "Key" } th { "Master" } @if actions { th { "" } } } }
                 tbody { @for (key, node) in keys.iter().take(limit) { tr {
                     td.mono { @match subject(key) {
                         Some(href) => { a.subject href=(href) { (String::from_utf8_lossy(key)) } }
                         None => { (String::from_utf8_lossy(key)) }
                     } }
-                    td.mono { (node) }
+                    td.mono { span.node { (node) } }
+                    @if actions { td {
+                        a.give-ttl href=(base.to(&format!("/give-ttl?key_hex={}", hex(key)))) { "Give a TTL…" }
+                        @if let Some(href) = reset(key) { " " a.reset href=(href) { "Reset…" } }
+                    } }
                 } } }
             }
             @if keys.len() > limit { p.muted { "… and " (keys.len() - limit) " more (the JSON lists " (limit) " too; `shardlimit audit --json` lists all)." } }

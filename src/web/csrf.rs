@@ -1,8 +1,10 @@
-//! CSRF tokens for the reset action: bound to the exact action, good once.
+//! CSRF tokens for the write actions (reset, unblock, clear an override,
+//! give a TTL): bound to the exact action, good once.
 //!
 //! A token is `<expiry>.<nonce>.<mac>`: the expiry in Unix seconds, a
 //! random nonce and an HMAC-SHA256, under a secret drawn when the router is
-//! built, of the three and the action (subject, kind, name, force). Only a
+//! built, of the three and the action (operation, subject or key, kind,
+//! name, argument, force). Only a
 //! page this router rendered can hold one — another site's page cannot
 //! read it (same-origin policy) — and it authorises only the reset it was
 //! shown with, once, until it expires: the nonces of spent tokens are kept
@@ -24,12 +26,17 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
-/// One reset as a form names it.
+/// One write as a form names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Action<'a> {
+    /// `reset`, `unblock`, `clear-override`, `give-ttl`.
+    pub(super) op: &'static str,
+    /// The subject (or, to give a TTL, the key).
     pub(super) subject: &'a [u8],
     pub(super) kind: Option<&'a str>,
     pub(super) name: Option<&'a str>,
+    /// The operation's argument (the TTL to give), if it has one.
+    pub(super) arg: Option<&'a str>,
     pub(super) force: bool,
 }
 
@@ -131,9 +138,11 @@ impl Csrf {
         message.extend_from_slice(&expiry.to_be_bytes());
         message.extend_from_slice(&nonce.to_be_bytes());
         for field in [
+            action.op.as_bytes(),
             action.subject,
             action.kind.unwrap_or("").as_bytes(),
             action.name.unwrap_or("").as_bytes(),
+            action.arg.unwrap_or("").as_bytes(),
         ] {
             message
                 .extend_from_slice(&u64::try_from(field.len()).unwrap_or(u64::MAX).to_be_bytes());
@@ -141,6 +150,7 @@ impl Csrf {
         }
         message.push(u8::from(action.kind.is_some()));
         message.push(u8::from(action.name.is_some()));
+        message.push(u8::from(action.arg.is_some()));
         message.push(u8::from(action.force));
         hmac_sha256(&self.secret, &message)
     }
@@ -198,6 +208,8 @@ mod tests {
             kind: Some("gcra"),
             name: Some("api"),
             force,
+            op: "reset",
+            arg: None,
         }
     }
 
@@ -233,6 +245,26 @@ mod tests {
         assert_eq!(
             csrf.spend(&token, &whole_subject, now),
             Err(Refused::Mismatch)
+        );
+        let unblock = Action {
+            op: "unblock",
+            ..action(b"user:1", false)
+        };
+        assert_eq!(
+            csrf.spend(&token, &unblock, now),
+            Err(Refused::Mismatch),
+            "a token for a reset does not authorise another operation"
+        );
+        let give = |ttl| Action {
+            op: "give-ttl",
+            arg: Some(ttl),
+            ..action(b"user:1", false)
+        };
+        let day = csrf.mint(&give("86400"), now);
+        assert_eq!(
+            csrf.spend(&day, &give("31622400"), now),
+            Err(Refused::Mismatch),
+            "nor one for another argument"
         );
         let later = now + Duration::from_secs(601);
         assert_eq!(

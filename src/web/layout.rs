@@ -29,6 +29,7 @@ th,td{text-align:left;padding:.35rem .6rem;border-bottom:1px solid var(--line);v
 th{background:var(--bg);font-weight:600}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.88em;word-break:break-all}
+.node{white-space:nowrap;word-break:normal}
 .banner{padding:.7rem 1rem;border-radius:6px;margin:0 0 1rem;border:1px solid}
 .banner.warn{background:var(--warnbg);border-color:#f0c987;color:var(--warn)}
 .banner.bad{background:var(--badbg);border-color:#f1b5b5;color:var(--bad)}

@@ -1,18 +1,26 @@
 //! The limiters view: every primitive, a bounded page at a time, with the
 //! scanner's filters and its per-master cursor.
 //!
-//! Cost: one page of [`Scanner::page`](crate::admin::Scanner::page) — at
-//! most `PAGE_SCANS_PER_MASTER` `SCAN` calls and as many state pipelines
+//! Cost: one page of
+//! [`Scanner::page_within`](crate::admin::Scanner::page_within) — rounds of
+//! at most `PAGE_SCANS_PER_MASTER` `SCAN` calls and as many state pipelines
 //! per master (each followed by a second when it found an override or a
-//! block) — whatever the namespace holds.
+//! block), until the page is full or the page budget is spent, at most
+//! `MAX_PAGE_ROUNDS` rounds — whatever the namespace holds. The page says
+//! how much of the namespace the walk has covered.
+//!
+//! A subject filter with no glob character names one subject: alone, it
+//! leads to that subject's page (its slot only, not a walk); beside a kind
+//! or name, the page offers the link.
 
 use std::time::{Duration, Instant};
 
 use axum::extract::{Query, State};
-use axum::response::Response;
+use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use serde_json::{Value, json};
 
+use super::actions::row_actions;
 use super::http::{Base, Failure, Format, respond};
 use super::params::{Filters, subject_display, subject_query};
 use super::state::Shared;
@@ -49,6 +57,15 @@ async fn serve(
             .map_err(|err| Failure::bad_request(err.to_string(), format, &base))?,
         None => PageCursor::start(),
     };
+    if format == Format::Html
+        && filters.cursor().is_none()
+        && filters.kind().is_none()
+        && filters.name().is_none()
+        && let Some(subject) = filters.exact_subject()
+    {
+        let url = base.to(&format!("/subject?{}", subject_query(subject.as_bytes())));
+        return Ok(Redirect::to(&url).into_response());
+    }
     let mut scanner = state.scanner.clone();
     if let Some(kind) = filters.kind() {
         // An unknown kind matches nothing: say so at once rather than walk
@@ -66,35 +83,49 @@ async fn serve(
     }
     let started = Instant::now();
     let page = scanner
-        .page(&cursor, state.options.page_size.get())
+        .page_within(
+            &cursor,
+            state.options.page_size.get(),
+            state.options.page_budget,
+        )
         .await
         .map_err(|err| Failure::cluster(&err, format, &base))?;
     let took = started.elapsed();
     let (quotas, catalog_error) = state.quotas().await;
+    let view = View {
+        filters: &filters,
+        page: &page,
+        took,
+        quotas: &quotas,
+        catalog_error: catalog_error.as_deref(),
+        writes: state.options.writes,
+    };
     Ok(respond(
         format,
-        || {
-            html(
-                &base,
-                &filters,
-                &page,
-                took,
-                &quotas,
-                catalog_error.as_deref(),
-            )
-        },
+        || html(&base, &view),
         || json(&page, took, &quotas, catalog_error.as_deref()),
     ))
 }
 
-fn html(
-    base: &Base,
-    filters: &Filters,
-    page: &Page,
+/// What one limiters page shows.
+struct View<'a> {
+    filters: &'a Filters,
+    page: &'a Page,
     took: Duration,
-    quotas: &Quotas,
-    catalog_error: Option<&str>,
-) -> Markup {
+    quotas: &'a Quotas,
+    catalog_error: Option<&'a str>,
+    writes: bool,
+}
+
+fn html(base: &Base, view: &View<'_>) -> Markup {
+    let View {
+        filters,
+        page,
+        took,
+        quotas,
+        catalog_error,
+        writes,
+    } = *view;
     let next = page.next.as_ref().map(ToString::to_string);
     let body = html! {
         h1 { "Limiters" }
@@ -112,9 +143,15 @@ fn html(
             button type="submit" { "Filter" }
             a href=(base.to("/limiters")) { "Clear" }
         }
+        @if let Some(subject) = filters.exact_subject() {
+            p #exact { "“" (subject) "” names one subject: " a href=(base.to(&format!("/subject?{}", subject_query(subject.as_bytes())))) { "everything it has, from its slot alone" } "." }
+        }
+        p #progress {
+            "Page " (words::thousands(filters.page())) " · walked " (words::percent(page.walked)) " of the namespace"
+        }
         p.muted #cost {
-            (page.limiters.len()) " primitives on this page; "
-            (page.scan_calls) " SCAN calls; " (words::duration(took)) "."
+            (words::count(page.limiters.len(), "primitive")) " on this page; "
+            (words::thousands(page.scan_calls)) " SCAN calls; " (words::duration(took)) "."
         }
         @if let Some(err) = catalog_error {
             div.banner.warn #catalog-error { "The catalog of limits could not be read (" (err) "): remaining is shown only for the quotas given." }
@@ -126,11 +163,12 @@ fn html(
             div.banner.bad { (node) " failed on this page: " (err.to_string()) ". The next page tries it again from where it stopped." }
         }
         @if !page.unrecognized.is_empty() {
-            p { (page.unrecognized.len()) " keys on this page are not shardlimit's; see the " a href=(base.to("/audit")) { "audit" } "." }
+            p { (words::count(page.unrecognized.len(), "key")) " on this page " (if page.unrecognized.len() == 1 { "is" } else { "are" }) " not shardlimit's; see the " a href=(base.to("/audit")) { "audit" } "." }
         }
         table #limiters {
             thead { tr {
                 th { "Kind" } th { "Name" } th { "Subject" } th.num { "Slot" } th { "Node" } th.num { "TTL" } th { "Remaining" } th { "State" }
+                @if writes { th { "" } }
             } }
             tbody {
                 @for info in &page.limiters {
@@ -139,16 +177,19 @@ fn html(
                         td { (info.name) }
                         td.mono { a.subject href=(base.to(&format!("/subject?{}", subject_query(&info.subject)))) { (subject_display(&info.subject)) } }
                         td.num { (info.slot) }
-                        td.mono { (info.node) }
+                        td.mono { span.node { (info.node) } }
                         td.num { @match info.ttl { Some(t) => (words::duration(t)), None => span.nottl { "none" } } }
                         td.headroom { (words::headroom(info, quotas).unwrap_or_default()) }
                         td { (words::usage(info)) }
+                        @if writes {
+                            td { (row_actions(base, info)) }
+                        }
                     }
                 }
             }
         }
         @if page.limiters.is_empty() {
-            p.muted { @if next.is_some() { "Nothing matched on this page; the walk goes on." } @else { "Nothing matched." } }
+            p.muted { @if next.is_some() { "Nothing matched so far (the page's time budget ran out); the walk goes on." } @else { "Nothing matched." } }
         }
         div.pager {
             @if filters.cursor().is_some() {
@@ -169,6 +210,8 @@ fn json(page: &Page, took: Duration, quotas: &Quotas, catalog_error: Option<&str
         "limiters": page.limiters.iter().map(|i| j::limiter(i, quotas)).collect::<Vec<_>>(),
         "next": page.next.as_ref().map(ToString::to_string),
         "scan_calls": page.scan_calls,
+        "rounds": page.rounds,
+        "walked": page.walked,
         "took_ms": words::millis(took),
         "restarted": page.restarted,
         "failed": page.failed.iter().map(|(node, err)| json!({ "node": node, "error": err.to_string() })).collect::<Vec<_>>(),

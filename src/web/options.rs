@@ -19,6 +19,17 @@ use crate::error::{Error, Result};
 /// ```
 pub const MAX_PAGE_SIZE: usize = 1000;
 
+/// How long a limiters page keeps walking to fill itself, by default (see
+/// [`WebOptionsBuilder::page_budget`]).
+///
+/// ```
+/// assert_eq!(shardlimit::web::DEFAULT_PAGE_BUDGET.as_millis(), 250);
+/// ```
+pub const DEFAULT_PAGE_BUDGET: Duration = Duration::from_millis(250);
+
+/// The longest [`WebOptionsBuilder::page_budget`].
+const MAX_PAGE_BUDGET: Duration = Duration::from_secs(10);
+
 /// Settings of [`router`](super::router), made with [`WebOptions::builder`].
 ///
 /// ```
@@ -36,6 +47,7 @@ pub const MAX_PAGE_SIZE: usize = 1000;
 pub struct WebOptions {
     pub(super) writes: bool,
     pub(super) page_size: NonZeroUsize,
+    pub(super) page_budget: Duration,
     pub(super) scan_count: u32,
     pub(super) count_refresh: Duration,
     pub(super) first_wait: Duration,
@@ -52,6 +64,7 @@ impl Default for WebOptions {
         WebOptions {
             writes: false,
             page_size: NonZeroUsize::MIN.saturating_add(49),
+            page_budget: DEFAULT_PAGE_BUDGET,
             scan_count: DEFAULT_SCAN_COUNT,
             count_refresh: Duration::from_secs(60),
             first_wait: Duration::from_millis(500),
@@ -166,6 +179,25 @@ impl WebOptionsBuilder {
     /// ```
     pub fn page_size(mut self, rows: NonZeroUsize) -> Self {
         self.options.page_size = rows;
+        self
+    }
+
+    /// How long the limiters view keeps walking to fill a page whose filter
+    /// is sparse (see
+    /// [`Scanner::page_within`](crate::admin::Scanner::page_within)): rounds
+    /// of at most [`PAGE_SCANS_PER_MASTER`](crate::admin::PAGE_SCANS_PER_MASTER)
+    /// `SCAN`s per master until the page is full, the namespace walked, this
+    /// budget spent or [`MAX_PAGE_ROUNDS`](crate::admin::MAX_PAGE_ROUNDS)
+    /// rounds made. Default [`DEFAULT_PAGE_BUDGET`] (250 ms); zero makes
+    /// every page one round; at most 10 s.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// shardlimit::web::WebOptions::builder().page_budget(Duration::from_millis(500)).build()?;
+    /// # Ok::<(), shardlimit::Error>(())
+    /// ```
+    pub fn page_budget(mut self, budget: Duration) -> Self {
+        self.options.page_budget = budget;
         self
     }
 
@@ -361,6 +393,15 @@ impl WebOptionsBuilder {
                 reason: format!("{} is above the maximum {MAX_PAGE_SIZE}", o.page_size),
             });
         }
+        if o.page_budget > MAX_PAGE_BUDGET {
+            return Err(Error::Config {
+                field: "page_budget",
+                reason: format!(
+                    "{:?} is above the maximum {MAX_PAGE_BUDGET:?} (a page view would hold the request that long)",
+                    o.page_budget
+                ),
+            });
+        }
         if o.scan_count == 0 {
             return Err(Error::Config {
                 field: "scan_count",
@@ -392,6 +433,7 @@ mod tests {
         let o = WebOptions::builder().build().unwrap();
         assert!(!o.writes());
         assert_eq!(o.page_size.get(), 50);
+        assert_eq!(o.page_budget, Duration::from_millis(250));
         assert_eq!(o.scan_count, DEFAULT_SCAN_COUNT);
     }
 
@@ -401,6 +443,7 @@ mod tests {
         for builder in [
             WebOptions::builder().page_size(too_big),
             WebOptions::builder().scan_count(0),
+            WebOptions::builder().page_budget(Duration::from_secs(11)),
             WebOptions::builder().confirm_ttl(Duration::ZERO),
             WebOptions::builder().node_timeout(Duration::ZERO),
             WebOptions::builder().allow_host("limits.internal:8080"),

@@ -38,6 +38,8 @@ pub(super) struct Filters {
     /// A subject glob: `*`, `?`, `\` escapes.
     pub(super) subject: Option<String>,
     pub(super) cursor: Option<String>,
+    /// The page's number in the walk, for people (the cursor says where).
+    pub(super) page: Option<String>,
 }
 
 impl Filters {
@@ -53,15 +55,32 @@ impl Filters {
     pub(super) fn cursor(&self) -> Option<&str> {
         non_empty(&self.cursor)
     }
+    /// 1 on the first page (or a number that is none).
+    pub(super) fn page(&self) -> u64 {
+        match self.cursor() {
+            None => 1,
+            Some(_) => non_empty(&self.page)
+                .and_then(|p| p.parse().ok())
+                .filter(|&p| p > 1)
+                .unwrap_or(2),
+        }
+    }
+    /// The subject filter when it names one subject (no glob character).
+    pub(super) fn exact_subject(&self) -> Option<&str> {
+        self.subject().filter(|s| !s.contains(['*', '?', '\\']))
+    }
 
-    /// This view's URL query with another cursor (`None`: the first page).
+    /// This view's URL query at the next page's cursor (`None`: the first
+    /// page).
     pub(super) fn query_at(&self, cursor: Option<&str>) -> String {
+        let page = cursor.map(|_| self.page().saturating_add(1).to_string());
         let mut parts = Vec::new();
         for (key, value) in [
             ("kind", self.kind()),
             ("name", self.name()),
             ("subject", self.subject()),
             ("cursor", cursor),
+            ("page", page.as_deref()),
         ] {
             if let Some(value) = value {
                 parts.push(format!("{key}={}", percent(value.as_bytes())));
@@ -124,7 +143,18 @@ pub(super) fn subject_query(subject: &[u8]) -> String {
 /// The link to the reset of `subject` (of one limiter `kind`/`name`, or
 /// everything of it): its confirmation page.
 pub(super) fn reset_link(base: &Base, subject: &[u8], kind_name: Option<(&str, &str)>) -> String {
-    let mut url = format!("/reset?{}", subject_query(subject));
+    action_link(base, "/reset", subject, kind_name)
+}
+
+/// The link to the action at `path` (its confirmation page) on `subject`,
+/// of one limiter `kind`/`name` or all of them.
+pub(super) fn action_link(
+    base: &Base,
+    path: &str,
+    subject: &[u8],
+    kind_name: Option<(&str, &str)>,
+) -> String {
+    let mut url = format!("{path}?{}", subject_query(subject));
     if let Some((kind, name)) = kind_name {
         url.push_str(&format!(
             "&kind={}&name={}",
@@ -235,11 +265,23 @@ mod tests {
             name: Some(String::new()),
             subject: Some("user:*".into()),
             cursor: Some("1.0-1-2-a".into()),
+            page: Some("7".into()),
         };
         assert_eq!(
             f.query_at(Some("1.x")),
-            "kind=gcra&subject=user%3A%2A&cursor=1.x"
+            "kind=gcra&subject=user%3A%2A&cursor=1.x&page=8"
         );
         assert_eq!(f.query_at(None), "kind=gcra&subject=user%3A%2A");
+        assert_eq!(f.exact_subject(), None);
+        let first = Filters {
+            subject: Some("user:42".into()),
+            ..Filters::default()
+        };
+        assert_eq!(first.page(), 1);
+        assert_eq!(first.exact_subject(), Some("user:42"));
+        assert_eq!(
+            first.query_at(Some("1.x")),
+            "subject=user%3A42&cursor=1.x&page=2"
+        );
     }
 }

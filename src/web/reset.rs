@@ -6,8 +6,6 @@
 //! forced, as `shardlimit reset --force` does. A forced reset has its own
 //! confirmation (and token): a token for a plain reset never forces.
 
-use std::time::SystemTime;
-
 use axum::extract::{Form, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -19,6 +17,7 @@ use super::http::{Base, Failure, Format};
 use super::params::{ResetQuery, percent, subject_display, subject_field, subject_query};
 use super::state::Shared;
 use super::words::Quotas;
+use super::write::{self, writable};
 use super::{json as j, layout, words};
 use crate::admin::ResetPlan;
 use crate::error::Error;
@@ -59,15 +58,6 @@ pub(super) async fn execute_api(
     execute(state, base, q, Format::Json).await
 }
 
-fn read_only(format: Format, base: &Base) -> Failure {
-    Failure::new(
-        StatusCode::FORBIDDEN,
-        "resets are disabled: this Limits page is read-only (enable writes with WebOptions::writes, or `shardlimit web --allow-writes`)",
-        format,
-        base,
-    )
-}
-
 async fn plan(
     state: &Shared,
     q: &ResetQuery,
@@ -88,9 +78,11 @@ async fn plan(
 
 fn action<'a>(subject: &'a [u8], q: &'a ResetQuery) -> Action<'a> {
     Action {
+        op: "reset",
         subject,
         kind: q.kind(),
         name: q.name(),
+        arg: None,
         force: q.force(),
     }
 }
@@ -114,11 +106,9 @@ async fn confirm(
     q: ResetQuery,
     format: Format,
 ) -> Result<Response, Failure> {
-    if !state.options.writes {
-        return Err(read_only(format, &base));
-    }
+    writable(&state, format, &base)?;
     let (subject, plan) = plan(&state, &q, format, &base).await?;
-    let token = state.csrf.mint(&action(&subject, &q), SystemTime::now());
+    let token = write::mint(&state, &action(&subject, &q));
     let (quotas, _) = state.quotas().await;
     if format == Format::Json {
         return Ok(axum::Json(json!({
@@ -144,6 +134,15 @@ fn confirm_html(
 ) -> Markup {
     let blocked = !plan.in_use().is_empty() && !q.force();
     let (field, value) = subject_field(subject);
+    let mut hidden = vec![(field, value)];
+    for (key, v) in [("kind", q.kind()), ("name", q.name())] {
+        if let Some(v) = v {
+            hidden.push((key, v.to_owned()));
+        }
+    }
+    if q.force() {
+        hidden.push(("force", "1".to_owned()));
+    }
     let mut forced_url = format!("/reset?{}&force=1", subject_query(subject));
     for (key, v) in [("kind", q.kind()), ("name", q.name())] {
         if let Some(v) = v {
@@ -172,16 +171,7 @@ fn confirm_html(
                 }
             }
             @if !blocked {
-                form #confirm method="post" action=(base.to("/reset")) {
-                    input type="hidden" name=(field) value=(value);
-                    @if let Some(kind) = q.kind() { input type="hidden" name="kind" value=(kind); }
-                    @if let Some(name) = q.name() { input type="hidden" name="name" value=(name); }
-                    @if q.force() { input type="hidden" name="force" value="1"; }
-                    input type="hidden" name="token" value=(token);
-                    button.danger type="submit" { "Delete " (words::count(plan.keys().len(), "key")) }
-                    " "
-                    a href=(base.to(&format!("/subject?{}", subject_query(subject)))) { "Cancel" }
-                }
+                (write::form(base, "/reset", &hidden, token, &format!("Delete {}", words::count(plan.keys().len(), "key")), &format!("/subject?{}", subject_query(subject))))
                 p.muted { "One MULTI/EXEC on the subject's slot. The check and the deletion are not one atomic step: a lock taken after this page was shown is deleted too." }
             }
         }
@@ -195,21 +185,18 @@ async fn execute(
     q: ResetQuery,
     format: Format,
 ) -> Result<Response, Failure> {
-    if !state.options.writes {
-        return Err(read_only(format, &base));
-    }
+    writable(&state, format, &base)?;
     let subject = q
         .subject
         .bytes()
         .map_err(|m| Failure::bad_request(m, format, &base))?;
-    state
-        .csrf
-        .spend(
-            q.token.as_deref().unwrap_or(""),
-            &action(&subject, &q),
-            SystemTime::now(),
-        )
-        .map_err(|why| Failure::new(StatusCode::FORBIDDEN, why.explain(), format, &base))?;
+    write::spend(
+        &state,
+        q.token.as_deref(),
+        &action(&subject, &q),
+        format,
+        &base,
+    )?;
     let (_, plan) = plan(&state, &q, format, &base).await?;
     let deleted = match plan.execute(&state.scanner, q.force()).await {
         Ok(n) => n,

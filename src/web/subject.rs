@@ -14,6 +14,7 @@ use axum::response::Response;
 use maud::{Markup, html};
 use serde_json::{Value, json};
 
+use super::actions::row_actions;
 use super::http::{Base, Failure, Format, respond};
 use super::params::{SubjectQuery, reset_link, subject_display};
 use super::state::Shared;
@@ -93,7 +94,7 @@ fn html(base: &Base, v: &SubjectView, quotas: &Quotas, catalog_error: Option<&st
         dl.facts {
             dt { "Slot" } dd #slot { (v.slot) }
             dt { "Master" } dd.mono #node { (v.node) }
-            dt { "Primitives" } dd { (v.primitives.len()) }
+            dt { "Primitives" } dd { (words::thousands(v.primitives.len())) }
         }
         @if let Some(err) = catalog_error {
             div.banner.warn #catalog-error { "The catalog of limits could not be read (" (err) "): remaining is shown only for the quotas given." }
@@ -116,7 +117,7 @@ fn html(base: &Base, v: &SubjectView, quotas: &Quotas, catalog_error: Option<&st
                             td { (words::usage(info)) }
                             td.mono { @for key in &info.keys { (String::from_utf8_lossy(key)) br; } }
                             @if v.writes {
-                                td { a.reset href=(reset_link(base, &v.subject, Some((&info.kind, &info.name)))) { "Reset…" } }
+                                td { (row_actions(base, info)) }
                             }
                         }
                     }

@@ -66,7 +66,7 @@ pub(super) fn usage(info: &LimiterInfo) -> String {
 }
 
 /// A quota in words: `5 per 1 h 0 min`, `10 per 1.0 s, burst 25`.
-fn per(quota: Quota) -> String {
+pub(super) fn per(quota: Quota) -> String {
     let mut text = format!("{} per {}", quota.limit(), duration(quota.period()));
     if quota.burst() != quota.limit() {
         text.push_str(&format!(", burst {}", quota.burst()));
@@ -136,7 +136,8 @@ pub(super) fn millis(d: Duration) -> u64 {
 }
 
 /// A whole number with thousands separators: `1,234,567`.
-pub(super) fn thousands(n: u64) -> String {
+pub(super) fn thousands(n: impl TryInto<u64>) -> String {
+    let n: u64 = n.try_into().unwrap_or(u64::MAX);
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, digit) in digits.chars().enumerate() {
@@ -154,6 +155,18 @@ pub(super) fn count(n: impl TryInto<u64>, noun: &str) -> String {
     let n = n.try_into().unwrap_or(u64::MAX);
     let s = if n == 1 { "" } else { "s" };
     format!("{} {noun}{s}", thousands(n))
+}
+
+/// A share from 0 to 1 in whole percent, rounded down so only a finished
+/// walk reads `100%`; `under 1%` once it has begun.
+pub(super) fn percent(share: f64) -> String {
+    if share >= 1.0 {
+        "100%".to_owned()
+    } else if share > 0.0 && share < 0.01 {
+        "under 1%".to_owned()
+    } else {
+        format!("{:.0}%", (share.max(0.0) * 100.0).floor().min(99.0))
+    }
 }
 
 /// Bytes in binary units: `512 B`, `1.5 MiB`.
@@ -176,6 +189,15 @@ pub(super) fn bytes(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shares_read_down_to_whole_percent() {
+        assert_eq!(percent(0.0), "0%");
+        assert_eq!(percent(0.001), "under 1%");
+        assert_eq!(percent(0.376), "37%");
+        assert_eq!(percent(0.9999), "99%");
+        assert_eq!(percent(1.0), "100%");
+    }
 
     #[test]
     fn counts_read_as_written() {

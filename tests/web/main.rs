@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod actions;
 mod browser;
 mod bulk;
 mod cli;
@@ -15,6 +16,7 @@ mod hosts;
 mod scale;
 mod settings;
 mod throttled;
+mod walk;
 mod warning;
 
 use std::num::NonZeroU32;

@@ -1,16 +1,18 @@
 //! Paging: the walk one bounded step at a time, resumable from an opaque
-//! cursor that holds one `SCAN` cursor per master.
+//! cursor that holds one `SCAN` cursor per master ([`PageCursor`]); a page
+//! made of several such steps within a time budget
+//! ([`Scanner::page_within`]).
 
-use std::fmt;
-use std::str::FromStr;
+use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 
 use super::Scanner;
+use super::cursor::{PageCursor, ShardCursor, fingerprint};
 use super::plan::{Found, Mode};
 use super::read::read_page;
 use crate::admin::info::LimiterInfo;
-use crate::cluster::{NodeAddr, Shard};
+use crate::cluster::NodeAddr;
 use crate::error::{Error, Result};
 
 /// At most this many `SCAN` calls per master for one
@@ -25,36 +27,15 @@ use crate::error::{Error, Result};
 /// ```
 pub const PAGE_SCANS_PER_MASTER: u32 = 8;
 
-/// Where a paged walk stands: a `SCAN` cursor per master, tied to the
-/// master's node id and slot ranges. Opaque: pass
-/// [`to_string`](ToString::to_string) to a client and
-/// [`parse`](str::parse) it back.
+/// At most this many rounds of [`page`](Scanner::page) for one
+/// [`page_within`](Scanner::page_within): a page within a budget costs at
+/// most `MAX_PAGE_ROUNDS × PAGE_SCANS_PER_MASTER` (128) `SCAN` calls per
+/// master, however sparse its filter.
 ///
 /// ```
-/// use shardlimit::admin::PageCursor;
-/// let start = PageCursor::start();
-/// let text = start.to_string();
-/// assert_eq!(text.parse::<PageCursor>()?, start);
-/// assert!("garbage".parse::<PageCursor>().is_err());
-/// # Ok::<(), shardlimit::Error>(())
+/// assert_eq!(shardlimit::admin::MAX_PAGE_ROUNDS, 16);
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub struct PageCursor {
-    shards: Vec<ShardCursor>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct ShardCursor {
-    /// The shard's first slot: which shard this is, across failovers.
-    first_slot: u16,
-    /// A fingerprint of its slot ranges: a resharded shard is walked again.
-    slots: u64,
-    /// The master walked; another master means a failover, so its walk
-    /// starts again (SCAN cursors do not carry over between nodes).
-    node_id: String,
-    /// `None` once the master is walked to the end.
-    scan: Option<u64>,
-}
+pub const MAX_PAGE_ROUNDS: u32 = 16;
 
 /// One page of primitives from [`Scanner::page`].
 ///
@@ -81,8 +62,16 @@ pub struct Page {
     /// the end.
     pub next: Option<PageCursor>,
     /// `SCAN` calls this page made (at most
-    /// [`PAGE_SCANS_PER_MASTER`] per master).
+    /// [`PAGE_SCANS_PER_MASTER`] per master and round).
     pub scan_calls: u32,
+    /// Rounds of [`page`](Scanner::page) this page took: 1, or up to
+    /// [`MAX_PAGE_ROUNDS`] for [`page_within`](Scanner::page_within).
+    pub rounds: u32,
+    /// How much of the namespace the walk has covered once this page is
+    /// read, from 0 to 1: the mean over the masters of the share of its
+    /// keyspace its `SCAN` cursor has passed (1 for a master walked to the
+    /// end). See [`PageCursor::walked`].
+    pub walked: f64,
     /// Masters walked again from their start because the cursor was made on
     /// another master of their slots (a failover) or other slot ranges (a
     /// resharding): their primitives may repeat (at-least-once).
@@ -93,90 +82,19 @@ pub struct Page {
     pub failed: Vec<(String, Error)>,
 }
 
-impl PageCursor {
-    /// The start of a walk.
-    ///
-    /// ```
-    /// assert_eq!(shardlimit::admin::PageCursor::start().to_string(), "1");
-    /// ```
-    pub fn start() -> Self {
-        PageCursor::default()
+impl Page {
+    /// Appends the next round's rows; its cursor, progress and failures are
+    /// the page's from now on.
+    fn absorb(&mut self, more: Page) {
+        self.limiters.extend(more.limiters);
+        self.unrecognized.extend(more.unrecognized);
+        self.scan_calls += more.scan_calls;
+        self.rounds += more.rounds;
+        self.restarted.extend(more.restarted);
+        self.failed.extend(more.failed);
+        self.next = more.next;
+        self.walked = more.walked;
     }
-}
-
-impl fmt::Display for PageCursor {
-    /// `1` then, per master, `.first_slot-slots-scan-node_id` (scan `x`
-    /// when done): URL-safe, no percent-encoding needed.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("1")?;
-        for s in &self.shards {
-            write!(f, ".{}-{:x}-", s.first_slot, s.slots)?;
-            match s.scan {
-                Some(c) => write!(f, "{c:x}")?,
-                None => f.write_str("x")?,
-            }
-            write!(f, "-{}", s.node_id)?;
-        }
-        Ok(())
-    }
-}
-
-impl FromStr for PageCursor {
-    type Err = Error;
-
-    fn from_str(text: &str) -> Result<Self> {
-        let bad = |reason: &str| Error::Config {
-            field: "page cursor",
-            reason: format!("{reason} (a cursor is only ever one a page returned)"),
-        };
-        let mut parts = text.split('.');
-        if parts.next() != Some("1") {
-            return Err(bad("unknown cursor version"));
-        }
-        let shards = parts
-            .map(|part| {
-                let mut fields = part.splitn(4, '-');
-                let mut next = || fields.next().ok_or_else(|| bad("too few fields"));
-                let first_slot = next()?.parse().map_err(|_| bad("bad slot"))?;
-                let slots = u64::from_str_radix(next()?, 16).map_err(|_| bad("bad slots"))?;
-                let scan = match next()? {
-                    "x" => None,
-                    c => Some(u64::from_str_radix(c, 16).map_err(|_| bad("bad scan cursor"))?),
-                };
-                let node_id = next()?;
-                if !node_id
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'_')
-                {
-                    return Err(bad("bad node id"));
-                }
-                Ok(ShardCursor {
-                    first_slot,
-                    slots,
-                    node_id: node_id.to_owned(),
-                    scan,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(PageCursor { shards })
-    }
-}
-
-/// FNV-1a over the shard's slot ranges: equal ranges, equal fingerprints.
-fn fingerprint(shard: &Shard) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for range in &shard.slots {
-        for byte in range
-            .start()
-            .to_be_bytes()
-            .into_iter()
-            .chain(range.end().to_be_bytes())
-        {
-            hash ^= u64::from(byte);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    hash
 }
 
 /// One master's part of a page.
@@ -228,6 +146,13 @@ impl Scanner {
     /// # Ok(()) }
     /// ```
     pub async fn page(&self, cursor: &PageCursor, rows: usize) -> Result<Page> {
+        self.round(cursor, rows, false).await
+    }
+
+    /// One round of a page: [`page`](Self::page), whose SCANs start at the
+    /// largest `COUNT` when `sparse` (an earlier round of the same page
+    /// came back short).
+    async fn round(&self, cursor: &PageCursor, rows: usize, sparse: bool) -> Result<Page> {
         let topology = self.cluster.topology().await?;
         let plans: Vec<(NodeAddr, ShardCursor, bool)> = topology
             .shards
@@ -259,7 +184,7 @@ impl Scanner {
         let pages = join_all(
             plans
                 .into_iter()
-                .map(|(node, c, restarted)| self.shard_page(node, c, restarted, share)),
+                .map(|(node, c, restarted)| self.shard_page(node, c, restarted, share, sparse)),
         )
         .await;
         let mut page = Page {
@@ -267,6 +192,8 @@ impl Scanner {
             unrecognized: Vec::new(),
             next: None,
             scan_calls: 0,
+            rounds: 1,
+            walked: 0.0,
             restarted: Vec::new(),
             failed: Vec::new(),
         };
@@ -288,25 +215,82 @@ impl Scanner {
             }
             next.shards.push(shard.cursor);
         }
+        page.walked = next.walked();
         if next.shards.iter().any(|s| s.scan.is_some()) {
             page.next = Some(next);
         }
         Ok(page)
     }
 
+    /// A page that keeps walking until it is full: rounds of
+    /// [`page`](Self::page) (each at most [`PAGE_SCANS_PER_MASTER`] `SCAN`s
+    /// per master) until `rows` primitives are found, the namespace is
+    /// walked, `budget` is spent, a master fails, or [`MAX_PAGE_ROUNDS`]
+    /// rounds are made — so a sparse filter (one kind and name among
+    /// millions of keys, a subject glob) fills its page in one request
+    /// rather than showing empty pages, and the page still costs at most
+    /// `MAX_PAGE_ROUNDS × PAGE_SCANS_PER_MASTER` `SCAN`s per master, each
+    /// visiting at most [`count`](Self::count) buckets (a round after a
+    /// short one asks for that many at once), and about `budget` (a round
+    /// started is finished). [`Page::walked`] says how far the walk got.
+    ///
+    /// ```no_run
+    /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+    /// use std::time::Duration;
+    /// use shardlimit::admin::{PageCursor, Scanner};
+    ///
+    /// let scanner = Scanner::new(&cluster).kind("lock").name("job");
+    /// let page = scanner.page_within(&PageCursor::start(), 50, Duration::from_millis(250)).await?;
+    /// println!(
+    ///     "{} locks; walked {:.0}% of the namespace in {} rounds",
+    ///     page.limiters.len(),
+    ///     page.walked * 100.0,
+    ///     page.rounds
+    /// );
+    /// # Ok(()) }
+    /// ```
+    pub async fn page_within(
+        &self,
+        cursor: &PageCursor,
+        rows: usize,
+        budget: Duration,
+    ) -> Result<Page> {
+        let started = Instant::now();
+        let mut page = self.page(cursor, rows).await?;
+        while page.limiters.len() < rows
+            && page.rounds < MAX_PAGE_ROUNDS
+            && page.failed.is_empty()
+            && started.elapsed() < budget
+        {
+            let Some(at) = page.next.take() else {
+                break;
+            };
+            let more = self.round(&at, rows - page.limiters.len(), true).await?;
+            page.absorb(more);
+        }
+        Ok(page)
+    }
+
     /// Up to [`PAGE_SCANS_PER_MASTER`] SCAN calls on one master, stopping
-    /// once `share` things are found or the master is walked.
+    /// once `share` things are found or the master is walked; the first
+    /// asks for `share` keys, or for the most when the filter is known to
+    /// be `sparse`.
     async fn shard_page(
         &self,
         node: NodeAddr,
         mut cursor: ShardCursor,
         restarted: bool,
         share: usize,
+        sparse: bool,
     ) -> ShardPage {
         let pattern = self.cluster.keys().scan_pattern();
-        let mut count = u32::try_from(share)
-            .unwrap_or(u32::MAX)
-            .clamp(1, self.count);
+        let mut count = if sparse {
+            self.count
+        } else {
+            u32::try_from(share)
+                .unwrap_or(u32::MAX)
+                .clamp(1, self.count)
+        };
         let (mut found, mut calls, mut error) = (Vec::new(), 0, None);
         while let Some(at) = cursor.scan {
             if calls >= PAGE_SCANS_PER_MASTER || found.len() >= share {
@@ -366,6 +350,8 @@ fn next_count(count: u32, got: usize, needed: usize) -> u32 {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn the_next_scan_asks_for_what_is_still_needed() {
         assert_eq!(next_count(17, 0, 17), 34, "nothing found: twice as far");
@@ -376,47 +362,5 @@ mod tests {
             "a sparse filter: far (capped by the caller)"
         );
         assert_eq!(next_count(10, 20, 0), 1);
-    }
-
-    use super::*;
-
-    #[test]
-    fn cursors_round_trip_and_reject_garbage() {
-        let cursor = PageCursor {
-            shards: vec![
-                ShardCursor {
-                    first_slot: 0,
-                    slots: 0xdead_beef,
-                    node_id: "07c37dfeb235213a872192d90877d0cd55635b91".into(),
-                    scan: Some(12345),
-                },
-                ShardCursor {
-                    first_slot: 5461,
-                    slots: 1,
-                    node_id: String::new(),
-                    scan: None,
-                },
-            ],
-        };
-        let text = cursor.to_string();
-        assert!(
-            text.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-        );
-        assert_eq!(text.parse::<PageCursor>().unwrap(), cursor);
-        assert_eq!("1".parse::<PageCursor>().unwrap(), PageCursor::start());
-        for bad in [
-            "",
-            "2",
-            "1.",
-            "1.x-1-0-a",
-            "1.0-zz-0-a",
-            "1.0-1-q-a",
-            "1.0-1-0-a<b",
-            "1.0-1",
-        ] {
-            let err = bad.parse::<PageCursor>().unwrap_err();
-            assert!(err.to_string().contains("page cursor"), "{bad}: {err}");
-        }
     }
 }

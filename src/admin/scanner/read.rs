@@ -110,7 +110,45 @@ pub(crate) async fn read_page(
     for ((key, plan, mine), settings) in answered.into_iter().zip(settings) {
         plan.interpret(key, node, &mine, settings.as_deref(), &mut found);
     }
+    if mode == Mode::Audit {
+        probe_immortal(cluster, node, &mut found).await?;
+    }
     Ok(found)
+}
+
+/// The audit's keys without a TTL, read as the listing reads them (its
+/// typed reads: `GET`, `ZCARD`, `HMGET`, …) in one more pipeline: one that
+/// holds another type (a `WRONGTYPE`) is not shardlimit's, as the listing
+/// says, rather than one of ours that lost its TTL. Keys without a TTL are
+/// rare, so this costs nothing on a healthy namespace.
+async fn probe_immortal(cluster: &Cluster, node: &NodeAddr, found: &mut [Found]) -> Result<()> {
+    let mut probes: Vec<(usize, Plan)> = Vec::new();
+    let mut pipe = redis::pipe();
+    for (i, f) in found.iter().enumerate() {
+        if let Found::Immortal(key) = f
+            && let Ok(parsed) = ParsedKey::parse(key)
+        {
+            let plan = Plan::read(key, &parsed);
+            plan.queue(&mut pipe, key);
+            probes.push((i, plan));
+        }
+    }
+    if probes.is_empty() {
+        return Ok(());
+    }
+    let replies = cluster.node_pipeline("scan reads", node, pipe).await?;
+    let mut replies = replies.into_iter();
+    for (i, plan) in probes {
+        let mine: Vec<Value> = replies.by_ref().take(plan.commands()).collect();
+        let wrong_type = mine
+            .iter()
+            .take(plan.own_commands())
+            .any(|reply| matches!(reply, Value::ServerError(err) if is_wrong_type(err)));
+        if wrong_type && let Found::Immortal(key) = &mut found[i] {
+            found[i] = Found::Unrecognized(std::mem::take(key));
+        }
+    }
+    Ok(())
 }
 
 /// The settings reads of the rate limiters whose state key's `EXISTS`

@@ -82,6 +82,9 @@ impl Target {
     fn limiter(&self, cluster: &Cluster, quota: Quota) -> shardlimit::Result<RateLimiter> {
         RateLimiter::builder(cluster, &self.limiter.name, quota)
             .algorithm(self.limiter.algorithm)
+            // Not the limiter's own quota: publishing it would add a bogus
+            // spec of the limiter to the catalog.
+            .publish_spec(false)
             .build()
     }
 }

@@ -19,6 +19,7 @@ use shardlimit::web::{WebOptions, router};
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use crate::output::AnyResult;
 
@@ -35,9 +36,10 @@ pub(crate) struct WebArgs {
     /// Address to listen on (default: this machine only).
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// Enable the reset action (confirmation page, single-use CSRF token,
-    /// refused for held locks, leases with permits and non-zero counters
-    /// unless forced). Requires SHARDLIMIT_WEB_USER and
+    /// Enable the write actions — reset, unblock, clear an override, give
+    /// a key a TTL — each a confirmation page and a single-use CSRF token
+    /// (a reset is refused for held locks, leases with permits and non-zero
+    /// counters unless forced). Requires SHARDLIMIT_WEB_USER and
     /// SHARDLIMIT_WEB_PASSWORD (basic auth) in the environment.
     #[arg(long)]
     allow_writes: bool,
@@ -50,6 +52,11 @@ pub(crate) struct WebArgs {
     /// Rows per limiters page.
     #[arg(long, default_value_t = NonZeroUsize::MIN.saturating_add(49))]
     page_size: NonZeroUsize,
+    /// How long a limiters page keeps walking to fill itself when its
+    /// filter is sparse, in milliseconds (at most 16 rounds of 8 SCANs per
+    /// master whatever the budget; 0: one round; at most 10000).
+    #[arg(long, default_value_t = 250)]
+    page_budget_ms: u64,
     /// Also answer to this host name or IP address (repeatable), e.g. the
     /// machine's DNS name. Default: only localhost, loopback addresses and
     /// the --listen address; any other Host gets 421, so a web page whose
@@ -76,8 +83,9 @@ impl WebArgs {
         let mut options = WebOptions::builder()
             .writes(self.allow_writes)
             .page_size(self.page_size)
+            .page_budget(Duration::from_millis(self.page_budget_ms))
             .scan_count(scan_count)
-            .node_timeout(std::time::Duration::from_millis(self.node_timeout_ms));
+            .node_timeout(Duration::from_millis(self.node_timeout_ms));
         // `0.0.0.0` or `::` is no name a request carries.
         if !self.listen.ip().is_unspecified() {
             options = options.allow_host(self.listen.ip().to_string());
@@ -163,6 +171,7 @@ mod tests {
             allow_writes: false,
             allow_anonymous: false,
             page_size: NonZeroUsize::MIN,
+            page_budget_ms: 250,
             allow_hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
             node_timeout_ms: 500,
             quotas: crate::quotas::QuotaArgs::default(),

@@ -33,6 +33,7 @@ pub struct RateLimiterBuilder {
     shadow: bool,
     deny_cache: Option<u64>,
     catalog_refresh: Duration,
+    publish_spec: bool,
     report_throttled: Option<Duration>,
     slices: Option<Slices>,
 }
@@ -45,6 +46,31 @@ impl RateLimiterBuilder {
     /// outlives two missed refreshes.
     pub fn catalog_refresh(mut self, every: Duration) -> Self {
         self.catalog_refresh = every;
+        self
+    }
+
+    /// Whether this limiter publishes its spec to the
+    /// [catalog](crate::limit#the-catalog). Default `true`: `list`, `show`
+    /// and the Limits page read a limiter's limit from there.
+    ///
+    /// Turn it off for a handle that acts on a limiter without running it
+    /// — an admin tool setting or clearing a subject's override, which
+    /// needs a quota to build the handle but does not know the limiter's
+    /// own (`shardlimit override` does this): its made-up quota would
+    /// otherwise be published as a second spec of the limiter.
+    ///
+    /// ```no_run
+    /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+    /// use shardlimit::{Quota, RateLimiter};
+    ///
+    /// let admin = RateLimiter::builder(&cluster, "api", Quota::per_second(1))
+    ///     .publish_spec(false)
+    ///     .build()?;
+    /// admin.clear_override("user:42").await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn publish_spec(mut self, publish: bool) -> Self {
+        self.publish_spec = publish;
         self
     }
 
@@ -247,7 +273,11 @@ impl RateLimiterBuilder {
             local,
             throttled,
             slices,
-            publication: Publication::new(self.catalog_refresh),
+            publication: if self.publish_spec {
+                Publication::new(self.catalog_refresh)
+            } else {
+                Publication::never(self.catalog_refresh)
+            },
         });
         catalog::start(&inner);
         Ok(RateLimiter { inner })
@@ -266,6 +296,7 @@ impl RateLimiter {
             shadow: false,
             deny_cache: None,
             catalog_refresh: CATALOG_REFRESH,
+            publish_spec: true,
             report_throttled: None,
             slices: None,
         }
