@@ -139,7 +139,7 @@ fn by_kind(report: &CountReport) -> BTreeMap<(&str, &str), u64> {
 fn counted_here(report: Option<&CountReport>, per: &BTreeMap<&str, u64>, id: &str) -> String {
     match (report, per.get(id)) {
         (None, _) => "…".to_owned(),
-        (Some(_), Some(n)) => n.to_string(),
+        (Some(_), Some(n)) => words::thousands(*n),
         // Promoted after the count: its slots were counted on the master
         // it replaced (listed under the counts).
         (Some(_), None) => "not a master at the last count".to_owned(),
@@ -208,7 +208,7 @@ fn html(base: &Base, o: &Overview) -> Markup {
                             }
                             Err(err) => { td colspan="4" .error { "did not answer: " (err.to_string()) } }
                         }
-                        td.num { @match &m.status { Ok(s) => (s.keys), Err(_) => "?" } }
+                        td.num { @match &m.status { Ok(s) => (words::thousands(s.keys)), Err(_) => "?" } }
                         td.num { (counted_here(report, &per_master, &m.master.id)) }
                     }
                 }
@@ -224,14 +224,14 @@ fn html(base: &Base, o: &Overview) -> Markup {
                         tr {
                             td { (kind) }
                             td { a href=(base.to(&format!("/limiters?kind={}&name={}", percent(kind.as_bytes()), percent(name.as_bytes())))) { (name) } }
-                            td.num { (n) }
+                            td.num { (words::thousands(*n)) }
                         }
                     }
-                    tr { th colspan="2" { "Total" } th.num { (report.total()) } }
+                    tr { th colspan="2" { "Total" } th.num { (words::thousands(report.total())) } }
                 }
             }
             @if report.unrecognized > 0 {
-                p { (report.unrecognized) " keys under the namespace are not shardlimit's: see the " a href=(base.to("/audit")) { "audit" } "." }
+                p { (words::count(report.unrecognized, "key")) " under the namespace are not shardlimit's: see the " a href=(base.to("/audit")) { "audit" } "." }
             }
             @for why in &report.approximate { p.error.approximate { "Approximate: " (why) "." } }
             @let former: Vec<_> = report.masters.iter().filter(|(id, _)| !masters.contains(&id.as_str())).collect();

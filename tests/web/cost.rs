@@ -37,8 +37,9 @@ impl Cost {
             let command = key.split_once(' ').map_or(key.as_str(), |(_, c)| c);
             *per.entry(command).or_default() += n;
         }
+        // `cluster|slots` is `CLUSTER SLOTS`: no `|` in a markdown cell.
         per.iter()
-            .map(|(c, n)| format!("{c} {n}"))
+            .map(|(c, n)| format!("{} {n}", c.replace('|', " ")))
             .collect::<Vec<_>>()
             .join(", ")
     }

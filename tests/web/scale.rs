@@ -148,7 +148,7 @@ async fn every_page_at_a_million_limiters() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let cluster = common::cluster("web1m").await;
     let (subjects, immortal, guard) = incident(&cluster).await;
-    let run = std::panic::AssertUnwindSafe(every_page(&cluster))
+    let run = std::panic::AssertUnwindSafe(every_page(&cluster, &immortal))
         .catch_unwind()
         .await;
     guard.release().await.unwrap();
@@ -159,7 +159,7 @@ async fn every_page_at_a_million_limiters() {
     }
 }
 
-async fn every_page(cluster: &Cluster) {
+async fn every_page(cluster: &Cluster, immortal: &[u8]) {
     let options = WebOptions::builder()
         .writes(true)
         .first_wait(Duration::from_millis(100))
@@ -200,8 +200,30 @@ async fn every_page(cluster: &Cluster) {
         ("subject-busy", "/subject?subject=b4242".to_owned()),
         ("subject-blocked", "/subject?subject=b777".to_owned()),
         ("throttled", "/throttled".to_owned()),
+        (
+            "limiters-sparse",
+            "/limiters?kind=gcra&name=api&subject=b4*".to_owned(),
+        ),
         ("audit", "/audit".to_owned()),
         ("reset-confirm", "/reset?subject=b4242".to_owned()),
+        (
+            "unblock-confirm",
+            "/unblock?subject=b777&kind=gcra&name=api".to_owned(),
+        ),
+        (
+            "clear-override-confirm",
+            "/clear-override?subject=b4242&kind=gcra&name=api".to_owned(),
+        ),
+        (
+            "give-ttl-confirm",
+            format!(
+                "/give-ttl?key_hex={}",
+                immortal
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<String>()
+            ),
+        ),
     ];
     let mut counter = cost::Counter::new().await;
     let mut table = vec![
@@ -221,6 +243,11 @@ async fn every_page(cluster: &Cluster) {
             cost.calls(),
             cost.by_command()
         ));
+        if *name == "overview" {
+            // A million with its separators, as an operator reads it.
+            let source = b.client.source().await.unwrap();
+            assert!(source.contains("1,000,000"), "no 1,000,000 on the overview");
+        }
         if *name == "subject" {
             // One limiter among a million: the page reads its slot only.
             assert!(cost.calls() <= SUBJECT_PAGE_CALLS, "{}", cost.by_command());
