@@ -105,7 +105,13 @@ pub(crate) async fn run(
             // The given quota is the override, and the limiter's default
             // here: built with it, it is validated for the algorithm.
             let limiter = target.limiter(cluster, quota)?;
-            let settings = limiter.set_override(&target.subject, quota, ttl).await?;
+            let mut settings = limiter.set_override(&target.subject, quota, ttl).await?;
+            // The script reads the TTL back with PTTL right after its SET:
+            // a millisecond short when one turned in between (`1h29m59s999ms`
+            // for `--ttl 1h30m`). What was set is what to confirm.
+            if settings.override_quota == Some(quota) {
+                settings.override_ttl = Some(ttl);
+            }
             (target, json, settings)
         }
         OverrideCommand::Get { target, json } => {
