@@ -188,6 +188,8 @@ async fn overrides_are_validated_and_a_smaller_one_can_deny_for_good() {
 #[tokio::test]
 async fn set_quota_changes_a_live_limiter_and_its_clones() {
     let cluster = common::cluster("setquota").await;
+    // Its one-hour fixed window must outlast the test.
+    common::clear_of_window_end(Duration::from_secs(3600), Duration::from_secs(30)).await;
     let l = limiter(&cluster, Algorithm::FixedWindow, Quota::per_hour(nz(2)));
     let clone = l.clone();
     let both = MultiLimiter::new([l.clone()]).unwrap();
@@ -211,6 +213,8 @@ async fn set_quota_changes_a_live_limiter_and_its_clones() {
 #[tokio::test]
 async fn shadow_mode_refuses_nothing_and_counts_what_it_would_deny() {
     let cluster = common::cluster("shadow").await;
+    // Its one-hour fixed windows must outlast the test.
+    common::clear_of_window_end(Duration::from_secs(3600), Duration::from_secs(30)).await;
     for algorithm in Algorithm::ALL {
         let shadow = RateLimiter::builder(&cluster, "trial", Quota::per_hour(nz(2)))
             .algorithm(algorithm)

@@ -169,6 +169,8 @@ async fn a_cached_denial_takes_the_load_off_redis() {
 #[tokio::test]
 async fn a_multi_limiter_caches_its_denials_too() {
     let cluster = common::cluster("deny-multi").await;
+    // Its one-hour fixed window must outlast the test.
+    common::clear_of_window_end(Duration::from_secs(3600), Duration::from_secs(30)).await;
     let fast = RateLimiter::builder(&cluster, "m-1s", Quota::per_hour(nz(100)))
         .build()
         .unwrap();
@@ -368,6 +370,8 @@ async fn a_shadow_limit_does_not_set_a_multi_limits_wait() {
 #[tokio::test]
 async fn set_shadow_stops_cached_denials_at_once() {
     let cluster = common::cluster("deny-set-shadow").await;
+    // Its one-hour fixed windows must outlast the test.
+    common::clear_of_window_end(Duration::from_secs(3600), Duration::from_secs(30)).await;
     let l = cached_limiter(
         &cluster,
         "to-shadow",
@@ -410,6 +414,8 @@ async fn set_shadow_stops_cached_denials_at_once() {
 #[tokio::test]
 async fn an_expiring_override_ends_a_cached_denial() {
     let cluster = common::cluster("deny-override-ttl").await;
+    // Its one-hour fixed window must outlast the test.
+    common::clear_of_window_end(Duration::from_secs(3600), Duration::from_secs(30)).await;
     let l = cached_limiter(
         &cluster,
         "ovr-ttl",

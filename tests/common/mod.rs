@@ -592,3 +592,23 @@ pub async fn catalog_published(limiter: &shardlimit::RateLimiter, n: u64) {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+/// Waits, if need be, until the fixed window of `period` now current has at
+/// least `needed` left. Fixed windows start at multiples of their period
+/// since the Unix epoch by the server's clock (this machine's, the cluster
+/// being local), so a test that expects one window's denials to last — an
+/// hour's override, a one-per-hour limit — would see them end at once if it
+/// ran across a boundary: a stop's CI run failed so, 15 ms after a whole
+/// hour (`tests/faults/deny_cache.rs`).
+pub async fn clear_of_window_end(period: std::time::Duration, needed: std::time::Duration) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros();
+    let left = period.as_micros() - now % period.as_micros();
+    if left < needed.as_micros() {
+        // Past the boundary, with a margin for the server's clock read.
+        let wait = u64::try_from(left).unwrap() + 50_000;
+        tokio::time::sleep(std::time::Duration::from_micros(wait)).await;
+    }
+}
