@@ -127,7 +127,7 @@ native_start() {
 
 # Standalone mode (up.sh/down.sh --standalone): one plain redis-server, no
 # cluster, on $STANDALONE_PORT (SHARDLIMIT_STANDALONE_PORT, default 6390;
-# tests/standalone.rs reads it too) with its own state dir, so it never touches a
+# tests/deployments/standalone.rs reads it too) with its own state dir, so it never touches a
 # cluster's ports, processes or state. Native only: one process needs no
 # image, and the scripts stay usable on a laptop with only redis-server.
 STANDALONE_PORT=${SHARDLIMIT_STANDALONE_PORT:-6390}
@@ -292,7 +292,7 @@ restore_layout() {  # [timeout_s]
 # instead of the defaults' ~30 s+. SHARDLIMIT_SENTINEL_DATA_PORT (default
 # 6400: the data nodes on it and the next port) and SHARDLIMIT_SENTINEL_PORT
 # (default 26400: the sentinels on it and the next two) move the setup
-# beside another one; tests/sentinel.rs reads the same variables.
+# beside another one; tests/deployments/sentinel.rs reads the same variables.
 SENTINEL_SERVICE=${SHARDLIMIT_SENTINEL_SERVICE:-shardlimit}
 SENTINEL_DATA_PORT=${SHARDLIMIT_SENTINEL_DATA_PORT:-6400}
 SENTINEL_PORT=${SHARDLIMIT_SENTINEL_PORT:-26400}

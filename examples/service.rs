@@ -20,7 +20,7 @@
 //! ```
 //!
 //! It prints what it does on stdout (`listening on …`, `job: …`,
-//! `billed …`, `shutdown complete`); `tests/service.rs` runs it against the
+//! `billed …`, `shutdown complete`); `tests/http/service.rs` runs it against the
 //! test cluster with real HTTP requests and a SIGTERM.
 
 use std::net::SocketAddr;

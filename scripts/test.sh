@@ -6,11 +6,11 @@
 # Fault-injection tests kill and pause nodes of the shared cluster, so they
 # are `#[ignore]`d in the normal run and run here afterwards, one at a time.
 # Then the same ports come up TLS-only (`up.sh --tls`) for the TLS smoke
-# (tests/tls.rs, as the least-privilege ACL user), and the plaintext cluster
+# (tests/deployments/tls.rs, as the least-privilege ACL user), and the plaintext cluster
 # is brought back so the demo command still works afterwards. Last, one
 # standalone redis-server (port 6390, beside the cluster) for the
-# standalone suite (tests/standalone.rs), then the Sentinel setup (primary
-# 6400, replica 6401, sentinels 26400-26402) for tests/sentinel.rs: its
+# standalone suite (tests/deployments/standalone.rs), then the Sentinel setup (primary
+# 6400, replica 6401, sentinels 26400-26402) for tests/deployments/sentinel.rs: its
 # suite, then its fault test alone (it kills the primary, and restores it
 # as a replica). SHARDLIMIT_CLUSTER_PORT, SHARDLIMIT_STANDALONE_PORT,
 # SHARDLIMIT_SENTINEL_DATA_PORT and SHARDLIMIT_SENTINEL_PORT move each setup
@@ -35,15 +35,15 @@ state=cluster-compose/.state
 [ "$SHARDLIMIT_CLUSTER_PORT" = 7000 ] || state=$state-$SHARDLIMIT_CLUSTER_PORT
 SHARDLIMIT_TLS_NODES=rediss://127.0.0.1:$SHARDLIMIT_CLUSTER_PORT \
   SHARDLIMIT_TLS_CA="$PWD/$state/tls/ca.crt" \
-  cargo test --all-features --test tls -- --ignored
+  cargo test --all-features --test deployments -- --ignored tls::
 cluster-compose/down.sh
 cluster-compose/up.sh
 
 cluster-compose/up.sh --standalone
-cargo test --all-features --test standalone -- --ignored
+cargo test --all-features --test deployments -- --ignored standalone::
 cluster-compose/down.sh --standalone
 
 cluster-compose/up.sh --sentinel
-cargo test --all-features --test sentinel -- --ignored --skip fault_
-cargo test --all-features --test sentinel fault_ -- --ignored --test-threads=1 --nocapture
+cargo test --all-features --test deployments -- --ignored sentinel:: --skip fault_
+cargo test --all-features --test deployments -- --ignored sentinel::fault_ --test-threads=1 --nocapture
 cluster-compose/down.sh --sentinel

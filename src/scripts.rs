@@ -113,7 +113,7 @@ scripts! {
     // algorithm first: the metrics look names up in this order)
     // One limit of any algorithm: the generic check specialised (a third
     // less work for Redis), tested to agree with it
-    // (tests/one_limit_checks.rs).
+    // (tests/cluster/one_limit_checks.rs).
     GCRA => "gcra" ["clock", "one_limit", "gcra_check", "one_limit_end"],
     MULTI_LIMIT => "multi_limit" [
         "clock", "limit_prelude", "fixed_window", "sliding_log", "sliding_window", "gcra", "limit_main",

@@ -1,8 +1,8 @@
 //! The crate's shape, checked like behaviour: no module of the library, the
 //! CLI or the bench harness imports a module that imports it back (directly
 //! or round a loop), no source file under `src/`, `benches/` or
-//! `examples/` outgrows a room (~500 lines), and the crate root re-exports
-//! a bounded number of names.
+//! `examples/` outgrows a room (~500 lines), the crate root re-exports a
+//! bounded number of names, and the tests are a handful of binaries.
 //!
 //! Modules are the files under `src/` (binaries aside); an edge is a path
 //! through `crate::`, `super::` or `self::` to another module. A module and
@@ -324,4 +324,33 @@ fn no_source_file_outgrows_a_room() {
         .collect();
     big.sort();
     assert!(big.is_empty(), "over {MAX_LINES} lines: {}", big.join(", "));
+}
+
+/// The most integration-test binaries under `tests/`. Each one links the
+/// whole crate and compiles its own copy of the shared helpers
+/// (`tests/common`), so a binary per file (33 once) costs every build;
+/// tests share a binary per concern (`tests/cluster/main.rs` holds one
+/// module per primitive). A file gets a binary of its own only for state
+/// that spans a process or a server: a global recorder, server-wide
+/// settings, slots moved under the other tests' feet, injected faults.
+const MAX_TEST_BINARIES: usize = 10;
+
+#[test]
+fn the_tests_are_a_handful_of_binaries() {
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let mut binaries: Vec<String> = fs::read_dir(&tests)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|p| {
+            (p.is_file() && p.extension().is_some_and(|e| e == "rs")) || p.join("main.rs").is_file()
+        })
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    binaries.sort();
+    assert!(binaries.len() >= 5, "found only {binaries:?}");
+    assert!(
+        binaries.len() <= MAX_TEST_BINARIES,
+        "{} test binaries (at most {MAX_TEST_BINARIES}): {binaries:?}",
+        binaries.len()
+    );
 }

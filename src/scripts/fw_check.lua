@@ -3,7 +3,7 @@
 -- the same KEYS, decisions and writes (ARGV and Reply: see one_limit.lua),
 -- and a third less work for Redis. It is what a limiter with one fixed-window limit sends; a
 -- multi-limit sends the generic check. That the two agree on every input is
--- tested side by side (tests/one_limit_checks.rs).
+-- tested side by side (tests/cluster/one_limit_checks.rs).
 --
 -- KEYS, ARGV, Reply: as one_limit.lua, which comes before this part and
 --       reads the keys and the override (KEYS[1] is the state key: the units

@@ -4,7 +4,7 @@
 -- less work for Redis. It is what
 -- a limiter with one GCRA limit (the default) sends; a multi-limit sends
 -- the generic check. That the two agree on every input is tested side by
--- side (tests/one_limit_checks.rs).
+-- side (tests/cluster/one_limit_checks.rs).
 --
 -- KEYS, ARGV, Reply: as one_limit.lua, which comes before this part and
 --       reads the keys and the override (KEYS[1] is the state key);

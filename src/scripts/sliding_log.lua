@@ -13,7 +13,7 @@
 -- members, so it stays a compact listpack (Redis' default
 -- zset-max-listpack-entries is 128; ~4 KB per subject), and the worst check
 -- (trim 128 members, add 128) stays under a millisecond in SLOWLOG, as
--- tests/limits_bounds.rs measures (about 0.5 ms; 1000 members took 1.2-1.6
+-- tests/cluster/limits_bounds.rs measures (about 0.5 ms; 1000 members took 1.2-1.6
 -- ms and 250 up to 1 ms on the loaded test host).
 -- One member per unit rather than per request keeps `used` a ZCOUNT and the
 -- retry time one ZRANGEBYSCORE ... LIMIT, both O(log n) in C; a member per

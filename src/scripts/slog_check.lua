@@ -3,7 +3,7 @@
 -- the same KEYS, decisions and writes (ARGV and Reply: see one_limit.lua),
 -- and less work for Redis. It is what a limiter with one sliding-log limit
 -- sends; a multi-limit sends the generic check. That the two agree on
--- every input is tested side by side (tests/one_limit_checks.rs).
+-- every input is tested side by side (tests/cluster/one_limit_checks.rs).
 --
 -- KEYS, ARGV, Reply: as one_limit.lua, which comes before this part and
 --       reads the override and block (KEYS[1] is the state key: a sorted

@@ -4,7 +4,7 @@
 -- and less work for Redis.
 -- It is what a limiter with one sliding-window-counter limit sends; a
 -- multi-limit sends the generic check. That the two agree on every input is
--- tested side by side (tests/one_limit_checks.rs).
+-- tested side by side (tests/cluster/one_limit_checks.rs).
 --
 -- KEYS, ARGV, Reply: as one_limit.lua, which comes before this part and
 --       reads the override and block (KEYS[1] is the state key: a hash

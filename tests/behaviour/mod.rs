@@ -1,7 +1,7 @@
 //! The behaviour suite every deployment runs: the same test bodies against
-//! the six-node cluster (`tests/cluster.rs`), one standalone server
-//! (`tests/standalone.rs`), a Sentinel setup (`tests/sentinel.rs`) and the
-//! TLS-only cluster as the least-privilege ACL user (`tests/tls.rs`), with
+//! the six-node cluster (`tests/cluster/handle.rs`), one standalone server
+//! (`tests/deployments/standalone.rs`), a Sentinel setup (`tests/deployments/sentinel.rs`) and the
+//! TLS-only cluster as the least-privilege ACL user (`tests/deployments/tls.rs`), with
 //! the deployment — a [`Setup`] — as the parameter. Each of those files
 //! expands [`suite!`] once and keeps only what is its deployment's own
 //! (detection, discovery, certificates, failover).

@@ -9,9 +9,20 @@ use shardlimit::{Algorithm, Cluster, Quota, RateLimiter};
 
 const PREFIX: &str = "SHARDLIMIT_CHILD_";
 
-/// Runs the ignored test `test` of this binary in a new process with
-/// `SHARDLIMIT_CHILD_<name>=<value>` for each of `vars`, and waits for it
-/// to pass.
+/// The test harness's name for the test `name` of the module `module`
+/// (`module_path!()` there): its path without the crate's name, which
+/// `--exact` needs, a test binary holding many modules. A bare name would
+/// match no test, and a child that runs no test passes.
+pub fn harness_name(module: &str, name: &str) -> String {
+    match module.split_once("::") {
+        Some((_, path)) => format!("{path}::{name}"),
+        None => name.to_owned(),
+    }
+}
+
+/// Runs the ignored test `test` (its harness name: see [`harness_name`])
+/// of this binary in a new process with `SHARDLIMIT_CHILD_<name>=<value>`
+/// for each of `vars`, and waits for it to pass.
 pub async fn child_process(test: &str, vars: &[(&str, &str)]) {
     let exe = std::env::current_exe().unwrap();
     let mut command = tokio::process::Command::new(exe);

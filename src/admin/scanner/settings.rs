@@ -16,7 +16,7 @@ use crate::limit::{Algorithm, SubjectSettings, parse_override};
 
 /// The parts of a subject's override and block, as the limiters name them
 /// (`OVERRIDE_PART` and `BLOCK_PART` in src/limit/script.rs, private to
-/// the limiters); tests/admin.rs finds what the library wrote under them.
+/// the limiters); tests/cluster/admin.rs finds what the library wrote under them.
 const OVERRIDE_PART: &str = "quota";
 const BLOCK_PART: &str = "block";
 

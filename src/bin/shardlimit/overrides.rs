@@ -71,7 +71,7 @@ pub(crate) struct Target {
 /// and never written. Of the quota arguments, the adjust script's `read`
 /// and `unoverride` use only the algorithm's kind
 /// (src/scripts/limit_adjust.lua); a check, a penalty or a reward would
-/// apply it, and this command makes none. tests/cli.rs checks that the
+/// apply it, and this command makes none. tests/cli/cli.rs checks that the
 /// subject's state is untouched.
 const UNUSED_QUOTA: Quota = Quota::new(NonZeroU32::MIN, Duration::from_secs(1));
 

@@ -1,0 +1,419 @@
+//! Quota slices of a hot subject against the six-node cluster: the
+//! declared bound holds across several handles (as separate processes
+//! would be) at random rates, resets and blocks revoke slices, every key
+//! has a TTL, and unsound algorithms are refused.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::common;
+
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use shardlimit::limit::Slices;
+use shardlimit::{Algorithm, Cluster, Error, Quota, RateLimiter};
+
+fn sliced(cluster: &Cluster, name: &str, quota: Quota, slices: Slices) -> RateLimiter {
+    RateLimiter::builder(cluster, name, quota)
+        .slices(slices)
+        .build()
+        .unwrap()
+}
+
+/// The members of `subject`'s outstanding slices, read on its master.
+async fn members(limiter: &RateLimiter, subject: &str) -> Vec<(String, u64)> {
+    let mut key = limiter.key(subject).unwrap();
+    key.extend_from_slice(b":slices");
+    let raw: Vec<(String, f64)> = common::on_owner(
+        &key,
+        redis::cmd("ZRANGE")
+            .arg(&key)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES"),
+    )
+    .await;
+    raw.into_iter()
+        .map(|(m, _)| {
+            let units = m.rsplit(':').next().unwrap().parse().unwrap();
+            (m, units)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn unsound_algorithms_and_bad_bounds_are_refused_at_build() {
+    let cluster = common::cluster("slices-refused").await;
+    for algorithm in [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingLog,
+        Algorithm::SlidingWindow,
+    ] {
+        let err = RateLimiter::builder(&cluster, "api", Quota::per_second(100))
+            .algorithm(algorithm)
+            .slices(Slices::up_to(0.1))
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                Error::Config {
+                    field: "slices",
+                    ..
+                }
+            ),
+            "{algorithm}: {err}"
+        );
+        assert!(err.to_string().contains("Algorithm::Gcra"), "{err}");
+    }
+    for bad in [0.0, 2.0, 0.0001] {
+        let built = RateLimiter::builder(&cluster, "api", Quota::per_second(1000))
+            .slices(Slices::up_to(bad))
+            .build();
+        assert!(built.is_err(), "{bad}");
+    }
+    let shadow = RateLimiter::builder(&cluster, "api", Quota::per_second(1000))
+        .shadow(true)
+        .slices(Slices::up_to(0.1))
+        .build();
+    assert!(shadow.is_err());
+}
+
+/// Several handles check one subject at random rates and costs; every
+/// admission's time is recorded. In every window of one period, what was
+/// admitted is at most what the exact GCRA admits in it (burst + limit)
+/// plus the declared bound; the slices held, sampled in Redis, never sum
+/// past the bound; every key has a TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_declared_bound_holds_across_handles_at_random_rates() {
+    let first = common::cluster("slices-bound").await;
+    let namespace = first.namespace().to_owned();
+    let limit = 2000;
+    let quota = Quota::per_second(limit);
+    let slices = Slices::up_to(0.1).lasting(Duration::from_millis(50));
+    let bound = slices.bound(limit);
+    let mut limiters = Vec::new();
+    for _ in 0..4 {
+        limiters.push(sliced(
+            &common::handle(&namespace).await,
+            "hot",
+            quota,
+            slices,
+        ));
+    }
+    let admitted: Arc<Mutex<Vec<(Instant, u32)>>> = Arc::default();
+    let run_for = Duration::from_secs(3);
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for (h, limiter) in limiters.iter().enumerate() {
+        for t in 0..4 {
+            let (limiter, admitted) = (limiter.clone(), admitted.clone());
+            // Some tasks flood, some trickle; each its own pace and costs.
+            let pause = if (h + t) % 3 == 0 {
+                Duration::ZERO
+            } else {
+                Duration::from_micros(rand::rng().random_range(100..3000))
+            };
+            tasks.push(tokio::spawn(async move {
+                while start.elapsed() < run_for {
+                    let cost = rand::rng().random_range(1..=3);
+                    let d = limiter.check_n("tenant", cost).await.unwrap();
+                    if d.allowed {
+                        admitted.lock().unwrap().push((Instant::now(), cost));
+                    }
+                    if pause > Duration::ZERO {
+                        tokio::time::sleep(pause).await;
+                    } else {
+                        tokio::task::yield_now().await;
+                    }
+                }
+            }));
+        }
+    }
+    // Meanwhile, what Redis holds in slices never passes the bound.
+    let mut key = limiters[0].key("tenant").unwrap();
+    key.extend_from_slice(b":slices");
+    let mut owner = common::node(&common::owner(shardlimit::keys::slot(&key)).await.addr).await;
+    let mut samples = 0;
+    let mut most = 0;
+    while start.elapsed() < run_for {
+        let held: Vec<String> = redis::cmd("ZRANGE")
+            .arg(&key)
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut owner)
+            .await
+            .unwrap();
+        let held: u64 = held
+            .iter()
+            .map(|m| m.rsplit(':').next().unwrap().parse::<u64>().unwrap())
+            .sum();
+        most = most.max(held);
+        assert!(
+            held <= u64::from(bound),
+            "slices hold {held} > bound {bound}"
+        );
+        samples += 1;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert!(
+        samples > 10 && most > 0,
+        "{samples} samples, most held {most}"
+    );
+    let mut admitted = admitted.lock().unwrap().clone();
+    admitted.sort();
+    // Every window of one period starting at an admission. The client
+    // sees an admission a little after Redis counted its units: a few ms
+    // of the rate on top.
+    let period = Duration::from_secs(1);
+    let slack = 40;
+    let ceiling = u64::from(limit) * 2 + u64::from(bound) + slack;
+    let mut j = 0;
+    let mut in_window: u64 = 0;
+    let mut worst = 0;
+    for i in 0..admitted.len() {
+        while j < admitted.len() && admitted[j].0 < admitted[i].0 + period {
+            in_window += u64::from(admitted[j].1);
+            j += 1;
+        }
+        worst = worst.max(in_window);
+        in_window -= u64::from(admitted[i].1);
+    }
+    assert!(
+        worst <= ceiling,
+        "admitted {worst} in one period > burst + limit + bound = {ceiling}"
+    );
+    // Over the whole run: the burst, the rate, and the bound at most.
+    let total: u64 = admitted.iter().map(|a| u64::from(a.1)).sum();
+    let most_total = u64::from(limit) + u64::from(limit) * 3 + u64::from(bound) + slack;
+    assert!(total <= most_total, "{total} > {most_total}");
+    // At least the burst, however loaded the machine.
+    assert!(total >= u64::from(limit), "only {total} admitted");
+    common::assert_every_key_has_ttl(&namespace).await;
+    for limiter in &limiters {
+        limiter.return_slices().await.unwrap();
+    }
+    assert!(members(&limiters[0], "tenant").await.is_empty());
+}
+
+/// Checks until this process holds a slice with units left; its member.
+async fn holding(limiter: &RateLimiter, subject: &str) -> String {
+    for _ in 0..1000 {
+        let d = limiter.check(subject).await.unwrap();
+        assert!(d.allowed);
+        if d.sliced && d.remaining > 100 {
+            let held = members(limiter, subject).await;
+            assert_eq!(held.len(), 1, "{held:?}");
+            return held[0].0.clone();
+        }
+    }
+    panic!("no slice taken");
+}
+
+#[tokio::test]
+async fn resets_and_blocks_revoke_slices_in_every_process() {
+    let first = common::cluster("slices-revoke").await;
+    let namespace = first.namespace().to_owned();
+    // Slices that would last a minute: only a revocation ends one sooner.
+    let slices = Slices::up_to(0.5).lasting(Duration::from_secs(60));
+    let quota = Quota::per_hour(100_000);
+    let holder = sliced(&common::handle(&namespace).await, "api", quota, slices);
+    let other = RateLimiter::builder(&common::handle(&namespace).await, "api", quota)
+        .build()
+        .unwrap();
+
+    // This process's own reset revokes at once.
+    let member = holding(&holder, "t1").await;
+    holder.reset("t1").await.unwrap();
+    assert!(holder.check("t1").await.unwrap().allowed);
+    let now: Vec<String> = members(&holder, "t1")
+        .await
+        .into_iter()
+        .map(|m| m.0)
+        .collect();
+    assert!(!now.contains(&member), "{member} still held: {now:?}");
+
+    // Another process's reset: heard on the subject's channel (once the
+    // holder's subscription is up: a reset before that is not heard, so
+    // reset again until it is).
+    let member = holding(&holder, "t2").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        other.reset("t2").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(holder.check("t2").await.unwrap().allowed);
+        let now: Vec<String> = members(&holder, "t2")
+            .await
+            .into_iter()
+            .map(|m| m.0)
+            .collect();
+        if !now.contains(&member) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the reset never revoked {member}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Another process's block: the holder stops admitting from its slice.
+    holding(&holder, "t3").await;
+    other.block("t3", Duration::from_secs(600)).await.unwrap();
+    loop {
+        let d = holder.check("t3").await.unwrap();
+        if !d.allowed {
+            assert!(d.blocked && !d.sliced, "{d:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the block never revoked the slice"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Blocked, no new slice is granted; unblocked, slices again.
+    assert!(!holder.check("t3").await.unwrap().allowed);
+    other.unblock("t3").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let d = holder.check("t3").await.unwrap();
+        if d.allowed {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still denied after the unblock");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    common::assert_every_key_has_ttl(&namespace).await;
+}
+
+/// When the limit is spent, a take is refused and the subject is denied
+/// locally (without Redis) until Redis could admit it; units given back
+/// by another process lift that at once.
+#[tokio::test]
+async fn a_spent_limit_denies_until_units_come_back() {
+    let first = common::cluster("slices-spent").await;
+    let namespace = first.namespace().to_owned();
+    let quota = Quota::per_hour(1000);
+    let slices = Slices::up_to(0.5).lasting(Duration::from_secs(60));
+    let a = sliced(&common::handle(&namespace).await, "api", quota, slices);
+    let b = sliced(&common::handle(&namespace).await, "api", quota, slices);
+    let mut admitted = 0;
+    for _ in 0..2000 {
+        if a.check("s").await.unwrap().allowed {
+            admitted += 1;
+        }
+    }
+    // The burst, and what refilled meanwhile (one unit per 3.6 s).
+    assert!(
+        (1000..=1003).contains(&admitted),
+        "{admitted}: the burst, from slices and exact checks"
+    );
+    let d = a.check("s").await.unwrap();
+    assert!(!d.allowed && d.sliced && d.retry_after.is_some(), "{d:?}");
+    // b holds nothing and is denied by Redis too.
+    assert!(!b.check("s").await.unwrap().allowed);
+    // a's last slice is spent; nothing comes back, still denied.
+    a.return_slices().await.unwrap();
+    assert!(!b.check("s").await.unwrap().allowed);
+    b.reward("s", NonZeroU32::new(5).unwrap()).await.unwrap();
+    // a hears of it (one delivery latency) and asks Redis again.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !a.check("s").await.unwrap().allowed {
+        assert!(Instant::now() < deadline, "the reward never reached a");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    common::assert_every_key_has_ttl(&namespace).await;
+}
+
+/// Script calls (`EVALSHA`, `EVAL`) the node at `addr` has run so far.
+async fn script_calls(addr: &str) -> u64 {
+    let info = common::cmd(addr, &["INFO", "commandstats"]).await;
+    let info: String = redis::from_redis_value(info).unwrap();
+    info.lines()
+        .filter_map(|l| {
+            let rest = l
+                .strip_prefix("cmdstat_evalsha:calls=")
+                .or_else(|| l.strip_prefix("cmdstat_eval:calls="))?;
+            rest.split(',').next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+/// A take that finds the limit spent is followed by local denials for a
+/// while (a sixteenth of the lifetime here), not by a take per request once
+/// a unit has come back: under overload a hot subject costs Redis a take
+/// per pause, not one per request. The units that came back meanwhile
+/// are the next take's.
+#[tokio::test]
+async fn a_spent_limit_is_not_asked_again_per_request() {
+    let cluster = common::cluster("slices-pause").await;
+    let namespace = cluster.namespace().to_owned();
+    let lifetime = Duration::from_millis(1600);
+    let limiter = sliced(
+        &cluster,
+        "api",
+        Quota::per_second(100),
+        Slices::up_to(0.1).lasting(lifetime),
+    );
+    let owner = common::owner(shardlimit::keys::slot(&limiter.key("s").unwrap())).await;
+    // A denial is decided locally only while the slot's invalidations are
+    // followed (subscribing takes a round trip or two after the first check).
+    assert!(limiter.check("s").await.unwrap().allowed);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Other tests' scripts on this master only add to its count: the least
+    // over a few tries bounds this limiter's own.
+    let mut least = u64::MAX;
+    for _ in 0..4 {
+        limiter.reset("s").await.unwrap();
+        limiter
+            .penalize("s", NonZeroU32::new(100).unwrap())
+            .await
+            .unwrap();
+        // The reset's and the penalty's invalidations would lift a pause.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Spent, but one unit comes back every 10 ms: taken until none is.
+        let (first, started) = loop {
+            let started = Instant::now();
+            let d = limiter.check("s").await.unwrap();
+            if !d.allowed {
+                break (d, started);
+            }
+        };
+        assert!(first.sliced, "{first:?}");
+        let paused = first.retry_after.unwrap();
+        assert!(
+            paused > Duration::from_millis(20) && paused <= lifetime / 16,
+            "denied for {paused:?}: a sixteenth of the lifetime, not the 10 ms until one unit"
+        );
+        let before = script_calls(&owner.addr).await;
+        // A request a millisecond for 80 ms: eight units come back.
+        let mut admitted = 0;
+        while started.elapsed() < Duration::from_millis(80) {
+            let d = limiter.check("s").await.unwrap();
+            assert!(d.sliced, "{d:?}");
+            admitted += u32::from(d.allowed);
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let calls = script_calls(&owner.addr).await - before;
+        // An invalidation delivered late (the reset's, the penalty's) lifts
+        // a pause, as it should: such a try does not count.
+        if admitted == 0 {
+            least = least.min(calls);
+        }
+    }
+    assert!(
+        least < 4,
+        "a spent limit's denials over 80 ms ran {least} scripts (a take per unit or two \
+         before; u64::MAX: every try saw an admission)"
+    );
+    // After the pause, what came back is taken and admitted.
+    tokio::time::sleep(lifetime / 16).await;
+    assert!(limiter.check("s").await.unwrap().allowed);
+    limiter.return_slices().await.unwrap();
+    common::assert_every_key_has_ttl(&namespace).await;
+}

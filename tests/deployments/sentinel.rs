@@ -1,0 +1,374 @@
+//! Against a Sentinel deployment (one primary, one replica, three
+//! sentinels): the behaviour suite every deployment runs (`tests/behaviour`:
+//! every algorithm, a batch of scripts, a `replica_ack` lock, lease, counter,
+//! scanner, health, the CLI, the deny cache), plus what is Sentinel's own:
+//! discovery, the configuration errors, and the fault test, which kills the
+//! primary under load.
+//! `#[ignore]`d so the cluster run skips them; run with
+//!
+//! ```text
+//! cluster-compose/up.sh --sentinel
+//! cargo test --all-features --test deployments -- --ignored sentinel:: --skip fault_
+//! cargo test --all-features --test deployments -- --ignored sentinel::fault_ --test-threads=1
+//! cluster-compose/down.sh --sentinel
+//! ```
+//!
+//! (The fault test kills the primary, so it must not run beside the rest.)
+//! `SHARDLIMIT_SENTINEL_NODES` (comma-separated URLs, default the three
+//! sentinels of `up.sh --sentinel`, from `SHARDLIMIT_SENTINEL_PORT` as it
+//! reads it) and `SHARDLIMIT_SENTINEL_SERVICE` (default `shardlimit`) pick
+//! the deployment.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::behaviour;
+
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use behaviour::{SENTINEL_COMMAND_TIMEOUT as COMMAND_TIMEOUT, Setup, sentinels};
+use shardlimit::{Cluster, Counter, Deployment, Error, Lock};
+
+behaviour::suite!(
+    Setup::Sentinel,
+    #[ignore = "needs cluster-compose/up.sh --sentinel"]
+);
+
+/// Scheduling on a busy two-core machine, as in tests/faults.
+const SCHEDULING_SLACK: Duration = Duration::from_millis(250);
+/// `cluster-compose/lib.sh`: down-after-milliseconds and failover-timeout.
+const DOWN_AFTER: Duration = Duration::from_millis(1000);
+const FAILOVER_TIMEOUT: Duration = Duration::from_millis(3000);
+
+fn service() -> String {
+    behaviour::sentinel_service()
+}
+
+async fn sentinel(prefix: &str) -> Cluster {
+    Setup::Sentinel.connect(prefix).await
+}
+
+async fn conn(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// The primary's port as the first answering sentinel names it.
+async fn primary_port() -> Option<u16> {
+    for url in sentinels() {
+        let Ok(client) = redis::Client::open(url.as_str()) else {
+            continue;
+        };
+        let answer = tokio::time::timeout(Duration::from_millis(500), async {
+            let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+            let addr: Option<(String, u16)> = redis::cmd("SENTINEL")
+                .arg("GET-MASTER-ADDR-BY-NAME")
+                .arg(service())
+                .query_async(&mut conn)
+                .await
+                .ok()?;
+            addr.map(|(_, port)| port)
+        })
+        .await;
+        if let Ok(Some(port)) = answer {
+            return Some(port);
+        }
+    }
+    None
+}
+
+#[tokio::test]
+#[ignore = "needs cluster-compose/up.sh --sentinel"]
+async fn the_primary_is_found_through_the_sentinels() {
+    let cluster = sentinel("se-topo").await;
+    let topology = cluster.topology().await.unwrap();
+    assert_eq!(topology.shards.len(), 1);
+    assert_eq!(topology.covered_slots(), 16384);
+    let shard = &topology.shards[0];
+    assert_eq!(Some(shard.master.port), primary_port().await);
+    assert_eq!(shard.replicas.len(), 1, "{topology:?}");
+    let mut primary = conn(&format!("redis://127.0.0.1:{}", shard.master.port)).await;
+    let role: Vec<redis::Value> = redis::cmd("ROLE").query_async(&mut primary).await.unwrap();
+    assert_eq!(role[0], redis::Value::BulkString(b"master".to_vec()));
+    // A dead sentinel first in the list is skipped.
+    let mut seeds = vec!["redis://127.0.0.1:26499".to_owned()];
+    seeds.extend(sentinels());
+    let skipping = Cluster::builder(seeds)
+        .deployment(Deployment::Sentinel)
+        .sentinel_service(service())
+        .build()
+        .await
+        .unwrap();
+    let found = skipping.topology().await.unwrap();
+    assert_eq!(found.shards[0].master, shard.master);
+}
+
+#[tokio::test]
+#[ignore = "needs cluster-compose/up.sh --sentinel"]
+async fn bad_sentinel_configuration_is_refused() {
+    let config_field = |result: shardlimit::Result<Cluster>| match result {
+        Err(Error::Config { field, reason }) => (field, reason),
+        other => panic!("expected a configuration error, got {other:?}"),
+    };
+    let (field, reason) = config_field(
+        Cluster::builder(sentinels())
+            .deployment(Deployment::Sentinel)
+            .build()
+            .await,
+    );
+    assert_eq!(field, "sentinel_service");
+    assert!(reason.contains("SHARDLIMIT_SENTINEL_SERVICE"), "{reason}");
+    let (field, _) = config_field(
+        Cluster::builder(sentinels())
+            .deployment(Deployment::Sentinel)
+            .sentinel_service(" ")
+            .build()
+            .await,
+    );
+    assert_eq!(field, "sentinel_service");
+    let (_, reason) = config_field(
+        Cluster::builder(sentinels())
+            .sentinel_service(service())
+            .build()
+            .await,
+    );
+    assert!(reason.contains("Deployment::Sentinel"), "{reason}");
+    // A service no sentinel monitors: a connect error that names it.
+    let err = Cluster::builder(sentinels())
+        .deployment(Deployment::Sentinel)
+        .sentinel_service("no-such-service")
+        .build()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("no-such-service"), "{err}");
+    assert_eq!(
+        "Sentinel".parse::<Deployment>().unwrap(),
+        Deployment::Sentinel
+    );
+}
+
+fn state_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cluster-compose/.state-sentinel")
+}
+
+/// `cluster-compose/up.sh --sentinel`: restarts whatever is missing (a
+/// killed primary comes back as a replica) and waits until healthy.
+fn restore() {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/cluster-compose/up.sh");
+    let out = Command::new(script).arg("--sentinel").output().unwrap();
+    assert!(
+        out.status.success(),
+        "up.sh --sentinel: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[derive(Default)]
+struct Record {
+    /// (time since the kill, error) of every failed call after it.
+    failures: Vec<(Duration, String)>,
+    calls: u64,
+    errors: u64,
+    slowest: Duration,
+    grants: Vec<u64>,
+    /// The last failure of a counter add (not a lock), after the kill.
+    last_counter_failure: Option<Duration>,
+    /// The last successful call, after the kill.
+    last_ok: Option<Duration>,
+}
+
+/// Kills the primary (`kill -9`) under 64 concurrent tasks (60 counter
+/// adds, 4 lock acquisitions with replica acknowledgement): every call
+/// ends within the command timeout, the last failure comes within the
+/// sentinels' down-after + failover timeout + 3 s of the kill, the lock is
+/// never granted twice; then the old primary rejoins as a replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fault injection: kills the Sentinel primary; run alone"]
+async fn fault_kill_the_primary_under_64_tasks() {
+    restore();
+    let run = tokio::time::timeout(Duration::from_secs(60), kill_under_load());
+    let figures = run.await.expect("the fault test hung");
+    restore();
+    figures.check();
+}
+
+struct Figures {
+    promoted_after: Option<Duration>,
+    record: Record,
+    text: String,
+}
+
+impl Figures {
+    fn check(&self) {
+        let limit = DOWN_AFTER + FAILOVER_TIMEOUT + Duration::from_secs(3);
+        let r = &self.record;
+        assert!(
+            self.promoted_after.is_some(),
+            "no new primary\n{}",
+            self.text
+        );
+        let last = r.failures.last().map(|(at, _)| *at).unwrap_or_default();
+        assert!(
+            last <= limit,
+            "last failure {last:?} > {limit:?}\n{}",
+            self.text
+        );
+        assert!(
+            r.slowest <= COMMAND_TIMEOUT + SCHEDULING_SLACK,
+            "slowest call {:?}\n{}",
+            r.slowest,
+            self.text
+        );
+        assert!(r.grants.len() <= 1, "lock granted twice: {:?}", r.grants);
+        assert!(
+            r.last_ok
+                .is_some_and(|ok| ok > last + Duration::from_secs(1)),
+            "no recovery after the last failure\n{}",
+            self.text
+        );
+    }
+}
+
+async fn kill_under_load() -> Figures {
+    let cluster = sentinel("se-fault").await;
+    let old = primary_port().await.unwrap();
+    let counter = Counter::builder(&cluster, "hits").build().unwrap();
+    let lock = Lock::builder(&cluster, "job")
+        .ttl(Duration::from_secs(120))
+        .replica_ack(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let record = Arc::new(Mutex::new(Record::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let killed: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    let mut tasks = Vec::new();
+    for task in 0..64u32 {
+        let (counter, lock) = (counter.clone(), lock.clone());
+        let (record, stop, killed) = (record.clone(), stop.clone(), killed.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut held = Vec::new();
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                let started = Instant::now();
+                let outcome: Result<(), String> = if task < 4 {
+                    match lock.try_acquire("the-one").await {
+                        Ok(Some(guard)) => {
+                            record.lock().unwrap().grants.push(guard.fencing_token());
+                            // Kept to the end: any second grant is a double.
+                            held.push(guard);
+                            Ok(())
+                        }
+                        Ok(None) => Ok(()),
+                        Err(err) => Err(err.to_string()),
+                    }
+                } else {
+                    counter
+                        .add(format!("s:{task}:{}", n % 16), 1)
+                        .await
+                        .map(drop)
+                        .map_err(|e| e.to_string())
+                };
+                let took = started.elapsed();
+                let since_kill = killed.lock().unwrap().map(|k| k.elapsed());
+                {
+                    let mut r = record.lock().unwrap();
+                    r.calls += 1;
+                    r.slowest = r.slowest.max(took);
+                    let at = since_kill.unwrap_or_default();
+                    match outcome {
+                        Err(err) => {
+                            r.errors += 1;
+                            if task >= 4 {
+                                r.last_counter_failure = Some(at);
+                            }
+                            r.failures.push((at, err));
+                        }
+                        Ok(()) => r.last_ok = since_kill,
+                    }
+                }
+                // Closed loop with a pause, as in tests/faults: fast
+                // failures must not spin 64 tasks on two cores (which
+                // would measure the scheduler, not the library).
+                let pause = if task < 4 { 20 } else { 1 };
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+            }
+            drop(held);
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let pid = std::fs::read_to_string(state_dir().join(format!("{old}/redis.pid"))).unwrap();
+    // The clock starts before the kill, so no failure it causes is
+    // counted as "before the kill".
+    let kill_at = Instant::now();
+    *killed.lock().unwrap() = Some(kill_at);
+    let status = Command::new("kill")
+        .args(["-9", pid.trim()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut promoted_after = None;
+    while kill_at.elapsed() < Duration::from_secs(15) {
+        if let Some(port) = primary_port().await
+            && port != old
+        {
+            promoted_after = Some(kill_at.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // As an operator would: the old primary comes back, as a replica, so
+    // the new primary has a replica to acknowledge locks again.
+    if promoted_after.is_some() {
+        tokio::task::spawn_blocking(restore).await.unwrap();
+    }
+    let rejoined_after = kill_at.elapsed();
+    tokio::time::sleep(
+        (DOWN_AFTER + FAILOVER_TIMEOUT + Duration::from_secs(5)).saturating_sub(kill_at.elapsed()),
+    )
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let record = Arc::try_unwrap(record).ok().unwrap().into_inner().unwrap();
+    let last = record.failures.last().cloned();
+    let before_kill = record
+        .failures
+        .iter()
+        .filter(|(at, _)| at.is_zero())
+        .count();
+    let text = format!(
+        "sentinel failover: kill -9 of primary 127.0.0.1:{old} under 64 tasks \
+         (60 counter adds, 4 replica-acknowledged lock acquisitions), command timeout {COMMAND_TIMEOUT:?}, \
+         down-after {DOWN_AFTER:?}, failover timeout {FAILOVER_TIMEOUT:?}\n\
+         new primary named by the sentinels after: {promoted_after:?}\n\
+         old primary back as a replica after: {rejoined_after:?}\n\
+         last failure after the kill: {:?} ({})\n\
+         last counter failure after the kill: {:?}\n\
+         slowest call: {:?}\n\
+         calls: {}, errors: {} (before the kill: {before_kill}), lock grants: {}\n\
+         stats: {:?}\n",
+        last.as_ref().map(|(at, _)| *at),
+        last.as_ref().map(|(_, e)| e.as_str()).unwrap_or("none"),
+        record.last_counter_failure,
+        record.slowest,
+        record.calls,
+        record.errors,
+        record.grants.len(),
+        cluster.stats().nodes,
+    );
+    println!("{text}");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/faults");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("sentinel_failover.txt"), &text).unwrap();
+    Figures {
+        promoted_after,
+        record,
+        text,
+    }
+}
