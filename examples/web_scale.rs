@@ -3,12 +3,12 @@
 //!
 //! ```text
 //! cluster-compose/up.sh
-//! cargo run --release --features web --example web_scale -- --limiters 1000000 --pages 25
+//! cargo run --release --example web_scale -- --limiters 1000000 --pages 25
 //! ```
 //!
 //! Populates `--limiters` fixed-window limiters (keys from the key builder,
 //! each with a 15-minute TTL) in a fresh namespace, in pipelines straight
-//! to their masters; serves `shardlimit::web::router` on a free loopback
+//! to their masters; serves `shardlimit_web::router` on a free loopback
 //! port; loads the first `--pages` limiters pages in order (following each
 //! page's "Next page" link) over plain HTTP, timing each whole response;
 //! counts each page's SCAN calls from the masters' `INFO commandstats`
@@ -26,7 +26,7 @@ use clap::Parser;
 use rand::Rng;
 use shardlimit::Cluster;
 use shardlimit::keys::{KeyId, slot};
-use shardlimit::web::{WebOptions, router};
+use shardlimit_web::{WebOptions, router};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[derive(Parser)]

@@ -22,7 +22,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # start find the test cluster through this (cluster-compose/ reads it too).
 export SHARDLIMIT_CLUSTER_PORT=${SHARDLIMIT_CLUSTER_PORT:-7000}
 cluster-compose/up.sh
-cargo test --all-features --no-fail-fast
+cargo test --workspace --all-features --no-fail-fast
 if [ -d tests/faults ]; then
   cargo test --all-features --test faults -- --ignored --test-threads=1
 fi

@@ -24,11 +24,12 @@
 //! limiters deny most ("throttled now"; opt-in per limiter with
 //! [`report_throttled`](crate::RateLimiterBuilder::report_throttled)).
 //!
-//! The `shardlimit` command-line tool (feature `cli`) is built on it.
+//! The `shardlimit` command-line tool (crates/shardlimit-cli) and the Limits
+//! page (crates/shardlimit-web) are built on it.
 
 mod catalog;
 mod info;
-#[cfg(any(feature = "web", feature = "cli"))]
+#[cfg(feature = "json")]
 pub mod json;
 mod reset;
 mod scanner;

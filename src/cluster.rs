@@ -390,8 +390,11 @@ impl Cluster {
     }
 
     /// [`topology`](Self::topology), bounded by `per_node` per node asked
-    /// instead of the command timeout.
-    pub(crate) async fn topology_within(&self, per_node: Duration) -> Result<Topology> {
+    /// instead of the command timeout: a page that must answer while a
+    /// master hangs reads the topology once with this, then passes it to
+    /// [`health_at`](Self::health_at) and
+    /// [`Scanner::catalog_at`](crate::admin::Scanner::catalog_at).
+    pub async fn topology_within(&self, per_node: Duration) -> Result<Topology> {
         self.inner.router.fetch_within(per_node).await
     }
 

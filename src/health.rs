@@ -285,8 +285,9 @@ impl Cluster {
     }
 
     /// [`health_within`](Self::health_within) for the masters of a topology
-    /// the caller read.
-    pub(crate) async fn health_at(&self, topology: &Topology, per_node: Duration) -> Health {
+    /// the caller read (one topology read serving a whole page; see
+    /// [`topology_within`](Self::topology_within)).
+    pub async fn health_at(&self, topology: &Topology, per_node: Duration) -> Health {
         let masters = join_all(topology.shards.iter().map(|shard| async move {
             let status = self
                 .probe_fresh(&shard.master, per_node)

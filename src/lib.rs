@@ -81,8 +81,8 @@
 //! Hash tags spread a namespace over every master, so "show me all
 //! limiters" is a walk: [`admin::Scanner`] `SCAN`s every master (never
 //! `KEYS`, never MULTI), audits for keys without a TTL, and resets one
-//! subject. The `shardlimit` command-line tool (feature `cli`) is built on
-//! it. "Who is throttled now" is no walk: limiters built with
+//! subject. The `shardlimit` command-line tool (crate `shardlimit-cli`) is
+//! built on it. "Who is throttled now" is no walk: limiters built with
 //! [`RateLimiterBuilder::report_throttled`] summarise their denials per
 //! process and publish them every 5 s; [`admin::throttled()`] merges them
 //! (two calls to one master; `shardlimit top`, the Limits page).
@@ -221,10 +221,13 @@
 //! * `tower` (feature `tower`) — a `tower::Layer` that rate-limits HTTP
 //!   requests with `429`, `Retry-After` and the IETF `RateLimit` headers;
 //!   feature `axum` adds axum's connection info (`PeerIp::connect_info`).
-//! * `web` (feature `web`) — the Limits page: an axum router of
-//!   server-rendered pages (and JSON) over the scanner — overview, every
-//!   limiter paged across masters, one subject, throttled now, the audit,
-//!   a guarded reset — read-only by default; `shardlimit web` serves it.
+//! * The operator apps are crates of their own in this workspace, built on
+//!   [`admin`]: the Limits page (`shardlimit-web`, an axum router of
+//!   server-rendered pages and JSON — overview, every limiter paged across
+//!   masters, one subject, throttled now, the audit, guarded writes) and
+//!   the `shardlimit` command-line tool (`shardlimit-cli`), which serves
+//!   it as `shardlimit web`. Feature `json` gives the admin types' JSON
+//!   ([`admin`]`::json`) that both print.
 //! * `metrics`, `outcomes`, `warn` — observability: [`Cluster::stats`]
 //!   always; with feature `metrics`, counters and histograms through the
 //!   `metrics` facade (`describe_metrics`); `debug` spans per operation
@@ -255,8 +258,6 @@ pub mod tonic;
 #[cfg(feature = "tower")]
 pub mod tower;
 mod warn;
-#[cfg(feature = "web")]
-pub mod web;
 
 #[cfg(feature = "metrics")]
 pub use self::metrics::describe_metrics;

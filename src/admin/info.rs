@@ -41,6 +41,39 @@ pub struct LimiterInfo {
 }
 
 impl LimiterInfo {
+    /// A primitive `kind`/`name` of `subject` in the state `usage`, as
+    /// tools that render one build it (the scanner fills every field from
+    /// the cluster): the subject's slot as the key builder tags it, no node,
+    /// no TTL, no settings, no keys — each field is public to set.
+    ///
+    /// ```
+    /// use shardlimit::admin::{LimiterInfo, Usage};
+    /// let mut info = LimiterInfo::new("fw", "api", "user:42", Usage::FixedWindow { used: 7 });
+    /// info.ttl = Some(std::time::Duration::from_secs(12));
+    /// // Every key of the subject is in this slot ({user:42} is its tag).
+    /// assert_eq!(info.slot, shardlimit::keys::slot(b"{user:42}"));
+    /// ```
+    #[must_use]
+    pub fn new(
+        kind: impl Into<String>,
+        name: impl Into<String>,
+        subject: impl Into<Vec<u8>>,
+        usage: Usage,
+    ) -> Self {
+        let subject = subject.into();
+        Self {
+            kind: kind.into(),
+            name: name.into(),
+            slot: crate::keys::subject_slot(&subject),
+            subject,
+            node: String::new(),
+            ttl: None,
+            usage,
+            settings: SubjectSettings::default(),
+            keys: Vec::new(),
+        }
+    }
+
     /// The subject as text (lossy for binary subjects).
     #[must_use]
     pub fn subject_lossy(&self) -> String {

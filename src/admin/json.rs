@@ -18,7 +18,7 @@ use crate::limit::SubjectSettings;
 /// blocked).
 ///
 /// ```
-/// # #[cfg(any(feature = "web", feature = "cli"))] {
+/// # #[cfg(feature = "json")] {
 /// use shardlimit::admin::{LimiterInfo, Usage, json};
 /// # fn show(info: &LimiterInfo) {
 /// let value = json::limiter(info);
@@ -50,7 +50,7 @@ pub fn limiter(info: &LimiterInfo) -> Value {
 /// published) — each `null` when the quota is not known.
 ///
 /// ```
-/// # #[cfg(any(feature = "web", feature = "cli"))] {
+/// # #[cfg(feature = "json")] {
 /// use shardlimit::admin::{Catalog, LimiterInfo, json};
 /// # fn show(info: &LimiterInfo, catalog: &Catalog) {
 /// let mut value = json::limiter(info);

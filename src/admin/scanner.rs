@@ -351,8 +351,9 @@ impl Scanner {
         self.subject_at(&topology, subject.as_ref()).await
     }
 
-    /// [`subject`](Self::subject) with the topology the caller read.
-    pub(crate) async fn subject_at(
+    /// [`subject`](Self::subject) with the topology the caller read (see
+    /// [`Cluster::topology_within`](crate::Cluster::topology_within)).
+    pub async fn subject_at(
         &self,
         topology: &Topology,
         subject: &[u8],

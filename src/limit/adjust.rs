@@ -20,8 +20,9 @@ pub const MAX_OVERRIDE_TTL: Duration = Quota::MAX_PERIOD;
 /// The longest block: [`Quota::MAX_PERIOD`] (366 days).
 pub const MAX_BLOCK: Duration = Quota::MAX_PERIOD;
 
-/// A subject's own settings of one limiter, as Redis holds them now.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A subject's own settings of one limiter, as Redis holds them now
+/// (`Default`: none).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SubjectSettings {
     /// The quota that replaces the limiter's default for this subject.

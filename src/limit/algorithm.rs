@@ -43,7 +43,6 @@ pub(crate) struct Rules {
     /// Units left under `quota` given the state the scanner read and the
     /// key's TTL: `(remaining, exact)`, or `None` when the usage is not
     /// this algorithm's or cannot say.
-    #[cfg_attr(not(feature = "web"), allow(dead_code))]
     pub(crate) remaining: fn(&Usage, &Quota, Option<Duration>) -> Option<Remaining>,
     /// A check of `cost` at `now` (µs, the process's clock) against the
     /// local state of the degraded local mode, under `quota` (this

@@ -363,7 +363,6 @@ pub async fn a_block_denies_and_a_reward_gives_back(setup: Setup) {
 
 /// The CLI reaches the deployment with its flags alone: `list` and `show`
 /// print what one of each primitive wrote, `health` covers every slot.
-#[cfg(feature = "cli")]
 pub async fn cli_lists_shows_and_reports_health(setup: Setup) {
     let cluster = setup.connect("be-cli").await;
     let ns = cluster.namespace().to_owned();

@@ -23,7 +23,6 @@ mod bodies;
 pub use bodies::*;
 
 use std::path::PathBuf;
-#[cfg(feature = "cli")]
 use std::process::Command;
 use std::time::Duration;
 
@@ -227,9 +226,8 @@ impl Setup {
 
     /// The `shardlimit` command, pointed at this deployment and namespace
     /// by its flags alone.
-    #[cfg(feature = "cli")]
     pub fn cli(self, namespace: &str) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_shardlimit"));
+        let mut cmd = Command::new(crate::common::cli_exe());
         cmd.env_remove("SHARDLIMIT_DEPLOYMENT")
             .env_remove("SHARDLIMIT_SENTINEL_SERVICE")
             .arg("--namespace")
@@ -302,7 +300,7 @@ macro_rules! suite {
             a_reset_lifts_a_cached_denial_here_and_through_another_handle
             a_block_denies_and_a_reward_gives_back
         );
-        $crate::behaviour::suite!(@each ($setup) [#[cfg(feature = "cli")] $(#[$attr])*]
+        $crate::behaviour::suite!(@each ($setup) [$(#[$attr])*]
             cli_lists_shows_and_reports_health
         );
     };

@@ -11,7 +11,7 @@ use serde_json::Value;
 use shardlimit::{Algorithm, Quota, RateLimiter};
 
 fn cli(namespace: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_shardlimit"))
+    Command::new(crate::common::cli_exe())
         .arg("--nodes")
         .arg(common::node_urls().join(","))
         .arg("--namespace")
@@ -142,7 +142,7 @@ async fn list_count_show_audit_and_reset() {
 
 #[test]
 fn unreachable_cluster_is_exit_code_2_with_the_cause() {
-    let out = Command::new(env!("CARGO_BIN_EXE_shardlimit"))
+    let out = Command::new(crate::common::cli_exe())
         .args(["--nodes", "redis://127.0.0.1:1", "count"])
         .output()
         .unwrap();
@@ -474,7 +474,7 @@ async fn override_refuses_bad_input_before_anything_is_sent() {
             "no time at all",
         ),
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_shardlimit"))
+        let out = Command::new(crate::common::cli_exe())
             .args(["--nodes", "redis://127.0.0.1:1", "override"])
             .args(args)
             .output()
@@ -516,7 +516,7 @@ async fn the_namespace_comes_from_shardlimit_namespace() {
     for subject in ["user:1", "user:2", "user:3"] {
         assert!(l.check(subject).await.unwrap().allowed);
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_shardlimit"))
+    let out = Command::new(crate::common::cli_exe())
         .env("SHARDLIMIT_NODES", common::node_urls().join(","))
         .env("SHARDLIMIT_NAMESPACE", cluster.namespace())
         .arg("count")
@@ -537,7 +537,7 @@ async fn the_namespace_comes_from_shardlimit_namespace() {
 /// the six local test nodes.
 #[test]
 fn unset_nodes_is_an_error_that_says_what_to_set() {
-    let out = Command::new(env!("CARGO_BIN_EXE_shardlimit"))
+    let out = Command::new(crate::common::cli_exe())
         .env_remove("SHARDLIMIT_NODES")
         .env_remove("SHARDLIMIT_CLUSTER_PORT")
         .arg("count")
@@ -611,7 +611,7 @@ async fn top_shows_the_most_denied_subjects_once_and_watching() {
     assert!(stdout(&out).starts_with("no throttled report for nothing"));
 
     // --watch prints again every 5 s until stopped.
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_shardlimit"))
+    let mut child = std::process::Command::new(crate::common::cli_exe())
         .args([
             "--nodes",
             &common::node_urls().join(","),

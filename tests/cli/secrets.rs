@@ -245,7 +245,7 @@ async fn logs_of_a_failing_reconnect_bypasses_and_503s_hide_the_password() {
 }
 
 fn cli(envs: &[(&str, &str)], args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shardlimit"));
+    let mut cmd = Command::new(crate::common::cli_exe());
     cmd.env_remove("SHARDLIMIT_NODES")
         .env_remove("SHARDLIMIT_PASSWORD");
     cmd.envs(envs.iter().copied()).args(args).output().unwrap()

@@ -702,15 +702,7 @@ async fn connected_cluster_that_goes_dark_or_dies_fails_closed() {
 /// for `cargo test --test cluster lock::`).
 #[tokio::test]
 async fn three_processes_of_the_example_one_exports() {
-    let root = env!("CARGO_MANIFEST_DIR");
-    let status = std::process::Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "--example", "nightly_export"])
-        .current_dir(root)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| format!("{root}/target"));
-    let exe = format!("{target}/debug/examples/nightly_export");
+    let exe = common::cargo_built(&["--example", "nightly_export"], "examples/nightly_export");
     let namespace = common::unique_namespace("lock-procs");
     let mut children = Vec::new();
     for host in ["cron-01", "cron-02", "cron-03"] {

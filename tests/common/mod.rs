@@ -612,3 +612,29 @@ pub async fn clear_of_window_end(period: std::time::Duration, needed: std::time:
         tokio::time::sleep(std::time::Duration::from_micros(wait)).await;
     }
 }
+
+/// Runs `cargo build --quiet <args>` in the workspace (this build's target
+/// directory) and returns the path of `exe` under its `debug/`: the
+/// examples and the `shardlimit` binary, which the test harness does not
+/// build for this package's tests. A second build finds them fresh.
+pub fn cargo_built(args: &[&str], exe: &str) -> std::path::PathBuf {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let status = std::process::Command::new(env!("CARGO"))
+        .arg("build")
+        .arg("--quiet")
+        .args(args)
+        .current_dir(root)
+        .status()
+        .unwrap();
+    assert!(status.success(), "cargo build {args:?} failed");
+    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| format!("{root}/target"));
+    std::path::Path::new(&target).join("debug").join(exe)
+}
+
+/// The `shardlimit` command-line tool (`crates/shardlimit-cli`), built once
+/// per test process: it is a crate of its own, so no `CARGO_BIN_EXE_` names
+/// it here.
+pub fn cli_exe() -> &'static std::path::Path {
+    static EXE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    EXE.get_or_init(|| cargo_built(&["-p", "shardlimit-cli"], "shardlimit"))
+}

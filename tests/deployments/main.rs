@@ -23,6 +23,5 @@ mod common;
 mod fake_node;
 
 mod sentinel;
-#[cfg(feature = "cli")]
 mod standalone;
 mod tls;

@@ -275,7 +275,6 @@ async fn a_missing_permission_is_named_and_never_bypassed() {
 
 /// The CLI over TLS with everything from the environment and mutual TLS
 /// (the suite's CLI test gives it flags).
-#[cfg(feature = "cli")]
 #[tokio::test]
 #[ignore = "needs the TLS cluster (cluster-compose/up.sh --tls)"]
 async fn the_cli_counts_over_mutual_tls_from_the_environment() {
@@ -285,7 +284,7 @@ async fn the_cli_counts_over_mutual_tls_from_the_environment() {
         .build()
         .unwrap();
     assert!(limiter.check("user:1").await.unwrap().allowed);
-    let out = Command::new(env!("CARGO_BIN_EXE_shardlimit"))
+    let out = Command::new(crate::common::cli_exe())
         .env("SHARDLIMIT_NODES", seed())
         .env("SHARDLIMIT_TLS_CA", ca())
         .env("SHARDLIMIT_TLS_CERT", tls_file("client.crt"))

@@ -23,8 +23,6 @@
 //! by the command timeout (250 ms); the bounds below add `SCHEDULING_SLACK`
 //! for a 2-core machine running six Redis containers and 100+ client tasks.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[cfg(feature = "web")]
 #[path = "../web/browser.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod browser;
@@ -40,8 +38,6 @@ mod local;
 mod locks;
 mod migration;
 mod operational;
-#[cfg(feature = "web")]
 mod outage;
-#[cfg(feature = "web")]
 mod overview;
 mod scan;

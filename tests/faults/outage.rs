@@ -11,8 +11,8 @@ use fantoccini::Locator;
 use futures::StreamExt;
 use serde_json::Value;
 use shardlimit::admin::Scanner;
-use shardlimit::web::{WebOptions, router};
 use shardlimit::{Cluster, Quota, RateLimiter};
+use shardlimit_web::{WebOptions, router};
 use tower::ServiceExt;
 
 use crate::browser::Browser;

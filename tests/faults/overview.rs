@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use shardlimit::web::{WebOptions, router};
+use shardlimit_web::{WebOptions, router};
 use tower::ServiceExt;
 
 use crate::common;

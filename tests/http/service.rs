@@ -34,16 +34,12 @@ async fn send(addr: SocketAddr, method: &str, path: &str, api_key: Option<&str>)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_example_service_limits_caps_bills_and_shuts_down_cleanly() {
-    let root = env!("CARGO_MANIFEST_DIR");
-    let status = std::process::Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "--all-features", "--example", "service"])
-        .current_dir(root)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| format!("{root}/target"));
+    let exe = common::cargo_built(
+        &["--all-features", "--example", "service"],
+        "examples/service",
+    );
     let namespace = common::unique_namespace("service");
-    let mut child = tokio::process::Command::new(format!("{target}/debug/examples/service"))
+    let mut child = tokio::process::Command::new(exe)
         .args(["--listen", "127.0.0.1:0", "--drain-secs", "1"])
         .env("SHARDLIMIT_NODES", common::node_urls().join(","))
         .env("SHARDLIMIT_NAMESPACE", &namespace)

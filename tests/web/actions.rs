@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use fantoccini::Locator;
 use shardlimit::keys::KeyId;
-use shardlimit::web::WebOptions;
 use shardlimit::{Algorithm, Cluster, Quota, RateLimiter};
+use shardlimit_web::WebOptions;
 
 use super::browser::Browser;
 use super::{ONE_AT_A_TIME, common, follow, http, limits_app, settle, texts};

@@ -12,7 +12,7 @@ use super::common;
 /// `shardlimit web --listen <listen> <args>` on the test cluster, with no
 /// credentials in its environment but those of `env`.
 fn web(ns: &str, listen: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_shardlimit"));
+    let mut command = Command::new(crate::common::cli_exe());
     command
         .args(["--namespace", ns, "web", "--listen", listen])
         .args(args)
@@ -70,7 +70,7 @@ async fn get_as(addr: &str, host: &str, path: &str, auth: Option<&str>) -> (u16,
 #[tokio::test]
 async fn read_only_on_loopback_by_default() {
     let ns = common::unique_namespace("webcli");
-    let help = std::process::Command::new(env!("CARGO_BIN_EXE_shardlimit"))
+    let help = std::process::Command::new(crate::common::cli_exe())
         .args(["web", "--help"])
         .output()
         .unwrap();
@@ -168,7 +168,7 @@ async fn beyond_loopback_needs_credentials_or_an_explicit_flag() {
 #[tokio::test]
 async fn answers_loopback_names_and_allowed_hosts_only() {
     let ns = common::unique_namespace("webcli");
-    let help = std::process::Command::new(env!("CARGO_BIN_EXE_shardlimit"))
+    let help = std::process::Command::new(crate::common::cli_exe())
         .args(["web", "--help"])
         .output()
         .unwrap();

@@ -7,8 +7,8 @@
 use std::num::NonZeroU32;
 
 use fantoccini::Locator;
-use shardlimit::web::WebOptions;
 use shardlimit::{Quota, RateLimiter};
+use shardlimit_web::WebOptions;
 
 use super::browser::Browser;
 use super::{ONE_AT_A_TIME, common, limits_app, texts};

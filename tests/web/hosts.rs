@@ -5,7 +5,7 @@
 //! saying why — in a forged request and in a browser that resolves a
 //! foreign name to this machine.
 
-use shardlimit::web::WebOptions;
+use shardlimit_web::WebOptions;
 
 use super::browser::Browser;
 use super::{ONE_AT_A_TIME, common, http_to, limits_app, raw, serve, texts};

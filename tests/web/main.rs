@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use fantoccini::Locator;
 use shardlimit::keys::{KeyId, slot};
-use shardlimit::web::{WebOptions, router};
 use shardlimit::{Algorithm, Cluster, Counter, Lock, Quota, RateLimiter};
+use shardlimit_web::{WebOptions, router};
 
 use browser::Browser;
 

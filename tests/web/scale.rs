@@ -6,8 +6,8 @@
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::time::{Duration, Instant};
 
-use shardlimit::web::WebOptions;
 use shardlimit::{Algorithm, Cluster, Counter, Lock, LockGuard, Quota, RateLimiter};
+use shardlimit_web::WebOptions;
 
 use super::browser::Browser;
 use super::cost::{self, Cost};

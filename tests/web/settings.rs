@@ -6,8 +6,8 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use serde_json::Value;
-use shardlimit::web::WebOptions;
 use shardlimit::{Algorithm, Quota, RateLimiter};
+use shardlimit_web::WebOptions;
 
 use super::{ONE_AT_A_TIME, common, http, limits_app};
 

@@ -6,8 +6,8 @@
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
-use shardlimit::web::WebOptions;
 use shardlimit::{Quota, RateLimiter};
+use shardlimit_web::WebOptions;
 
 use super::browser::Browser;
 use super::{ONE_AT_A_TIME, XSS, common, follow, http, limits_app, settle, texts};

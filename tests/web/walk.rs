@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use fantoccini::Locator;
 use shardlimit::admin::{MAX_PAGE_ROUNDS, PAGE_SCANS_PER_MASTER};
-use shardlimit::web::WebOptions;
 use shardlimit::{Algorithm, Quota, RateLimiter};
+use shardlimit_web::WebOptions;
 
 use super::browser::Browser;
 use super::{ONE_AT_A_TIME, bulk, common, follow, limits_app, settle, texts};

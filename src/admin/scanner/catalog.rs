@@ -35,8 +35,9 @@ impl Scanner {
         self.catalog_at(&topology).await
     }
 
-    /// [`catalog`](Self::catalog) with the topology the caller read.
-    pub(crate) async fn catalog_at(&self, topology: &Topology) -> Result<Catalog> {
+    /// [`catalog`](Self::catalog) with the topology the caller read (see
+    /// [`Cluster::topology_within`](crate::Cluster::topology_within)).
+    pub async fn catalog_at(&self, topology: &Topology) -> Result<Catalog> {
         let (owner, keys) = self
             .subject_keys(topology, CATALOG_SUBJECT.as_bytes(), None, None, true)
             .await?;

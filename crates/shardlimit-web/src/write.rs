@@ -11,7 +11,7 @@ use maud::{Markup, html};
 use super::csrf::Action;
 use super::http::{Base, Failure, Format};
 use super::state::Shared;
-use crate::error::Error;
+use shardlimit::Error;
 
 /// `403` unless writes are on.
 pub(super) fn writable(state: &Shared, format: Format, base: &Base) -> Result<(), Failure> {

@@ -2,7 +2,7 @@
 //! scanner's filters and its per-master cursor.
 //!
 //! Cost: one page of
-//! [`Scanner::page_within`](crate::admin::Scanner::page_within) — rounds of
+//! [`Scanner::page_within`](shardlimit::admin::Scanner::page_within) — rounds of
 //! at most `PAGE_SCANS_PER_MASTER` `SCAN` calls and as many state pipelines
 //! per master (each followed by a second when it found an override or a
 //! block), until the page is full or the page budget is spent, at most
@@ -26,8 +26,8 @@ use super::params::{Filters, subject_display, subject_query};
 use super::state::Shared;
 use super::words::Quotas;
 use super::{json as j, layout, words};
-use crate::admin::{Page, PageCursor};
-use crate::keys::Kind;
+use shardlimit::admin::{Page, PageCursor};
+use shardlimit::keys::Kind;
 
 pub(super) async fn page(
     state: State<Shared>,
@@ -70,7 +70,7 @@ async fn serve(
     if let Some(kind) = filters.kind() {
         // An unknown kind matches nothing: say so at once rather than walk
         // the whole namespace to show an empty page.
-        let kind: Kind = kind.parse().map_err(|err: crate::keys::UnknownKind| {
+        let kind: Kind = kind.parse().map_err(|err: shardlimit::keys::UnknownKind| {
             Failure::bad_request(err.to_string(), format, &base)
         })?;
         scanner = scanner.kind(kind.as_str());

@@ -2,7 +2,7 @@
 //! limiter (`/unblock`), clear its override (`/clear-override`), give a key
 //! without a TTL one (`/give-ttl`). Each is a confirmation page saying
 //! exactly what will change, then a POST with a CSRF token bound to that
-//! action (see `write`), through the [`Scanner`](crate::admin::Scanner)'s
+//! action (see `write`), through the [`Scanner`](shardlimit::admin::Scanner)'s
 //! actions — the library's own unblock and clear-override.
 
 use std::time::Duration;
@@ -19,7 +19,7 @@ use super::params::{SubjectQuery, subject_display, subject_field, subject_query}
 use super::state::Shared;
 use super::write::{self, failed, writable};
 use super::{json as j, layout, words};
-use crate::limit::SubjectSettings;
+use shardlimit::limit::SubjectSettings;
 
 /// A subject's block or override of one rate limiter.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -272,7 +272,7 @@ pub(super) async fn confirm_ttl(
 ) -> Result<Response, Failure> {
     let (key, secs) = key_and_ttl(&state, &q, format, &base)?;
     let ttl = Duration::from_secs(secs);
-    if !(crate::admin::MIN_GIVEN_TTL..=crate::admin::MAX_GIVEN_TTL).contains(&ttl) {
+    if !(shardlimit::admin::MIN_GIVEN_TTL..=shardlimit::admin::MAX_GIVEN_TTL).contains(&ttl) {
         return Err(Failure::bad_request(
             format!("a TTL given to a key is 1 s to 366 days, not {secs} s"),
             format,
@@ -359,10 +359,10 @@ pub(super) mod route {
 
     macro_rules! handlers {
         ($($get:ident $post:ident: $confirm:ident $execute:ident ($($setting:expr)?) $q:ty, $format:expr;)*) => {$(
-            pub(in crate::web) async fn $get(state: State<Shared>, base: Base, Query(q): Query<$q>) -> Result<Response, Failure> {
+            pub(crate) async fn $get(state: State<Shared>, base: Base, Query(q): Query<$q>) -> Result<Response, Failure> {
                 $confirm($($setting,)? state, base, q, $format).await
             }
-            pub(in crate::web) async fn $post(state: State<Shared>, base: Base, Form(q): Form<$q>) -> Result<Response, Failure> {
+            pub(crate) async fn $post(state: State<Shared>, base: Base, Form(q): Form<$q>) -> Result<Response, Failure> {
                 $execute($($setting,)? state, base, q, $format).await
             }
         )*};
@@ -381,7 +381,7 @@ pub(super) mod route {
 /// The links to a primitive's actions, for the tables that list it: its
 /// reset, and a rate limiter's unblock and clear-override when it has a
 /// block or an override.
-pub(super) fn row_actions(base: &Base, info: &crate::admin::LimiterInfo) -> Markup {
+pub(super) fn row_actions(base: &Base, info: &shardlimit::admin::LimiterInfo) -> Markup {
     let link = |path: &str| {
         super::params::action_link(base, path, &info.subject, Some((&info.kind, &info.name)))
     };

@@ -1,5 +1,5 @@
 //! `shardlimit`: the cluster-wide view of every limiter, lock, lease and
-//! counter under a namespace (feature `cli`).
+//! counter under a namespace.
 //!
 //! ```text
 //! shardlimit list [--kind K] [--name N] [--subject GLOB] [--quota NAME=60/1m]… [--json]
@@ -12,7 +12,7 @@
 //! shardlimit override clear <subject> <kind>:<name> [--json]
 //! shardlimit health
 //! shardlimit top [--name N] [--kind K] [--limit 20] [--watch] [--json]
-//! shardlimit web [--listen 127.0.0.1:8080] [--allow-writes] [--allow-host NAME]… [--quota NAME=60/1m]…   # feature `web`
+//! shardlimit web [--listen 127.0.0.1:8080] [--allow-writes] [--allow-host NAME]… [--quota NAME=60/1m]…
 //! ```
 //!
 //! Global: `--nodes` (or `SHARDLIMIT_NODES`, comma-separated
@@ -41,7 +41,6 @@ mod quotas;
 mod reset;
 mod syntax;
 mod top;
-#[cfg(feature = "web")]
 mod web;
 
 use std::io::IsTerminal;
@@ -103,7 +102,6 @@ async fn run(cli: Cli) -> AnyResult<ExitCode> {
         Command::Override(command) => overrides::run(&cluster, &mut out, command).await,
         Command::Health => health::health(&cluster, &mut out).await,
         Command::Top(args) => top::top(&cluster, &mut out, args).await,
-        #[cfg(feature = "web")]
         Command::Web(args) => web::run(&cluster, cli.scan_count, args).await,
     }
 }

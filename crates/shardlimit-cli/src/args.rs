@@ -140,7 +140,6 @@ pub(crate) enum Command {
     /// at most ERROR.
     Top(TopArgs),
     /// Serve the Limits page (read-only unless --allow-writes).
-    #[cfg(feature = "web")]
     Web(crate::web::WebArgs),
 }
 

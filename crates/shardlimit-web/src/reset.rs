@@ -19,8 +19,8 @@ use super::state::Shared;
 use super::words::Quotas;
 use super::write::{self, writable};
 use super::{json as j, layout, words};
-use crate::admin::ResetPlan;
-use crate::error::Error;
+use shardlimit::Error;
+use shardlimit::admin::ResetPlan;
 
 /// `GET /reset`: the confirmation page.
 pub(super) async fn confirm_page(

@@ -49,13 +49,13 @@ fn not_walked(incomplete: &[(String, String)]) -> Option<String> {
     })
 }
 
-impl Whole for crate::admin::CountReport {
+impl Whole for shardlimit::admin::CountReport {
     fn shortfall(&self) -> Option<String> {
         not_walked(&self.incomplete)
     }
 }
 
-impl Whole for crate::admin::AuditReport {
+impl Whole for shardlimit::admin::AuditReport {
     fn shortfall(&self) -> Option<String> {
         not_walked(&self.incomplete)
     }
@@ -132,7 +132,7 @@ impl<T: Whole + Send + Sync + 'static> Job<T> {
         walk: impl FnOnce() -> F,
     ) -> Snapshot<T>
     where
-        F: Future<Output = crate::Result<T>> + Send + 'static,
+        F: Future<Output = shardlimit::Result<T>> + Send + 'static,
     {
         let mut finished = self.finished.subscribe();
         let started = {
@@ -239,7 +239,7 @@ mod tests {
     async fn a_walk_that_falls_short_leaves_the_last_complete_one_shown() {
         let job: Arc<Job<u32>> = Job::new();
         let wait = Duration::from_secs(5);
-        let walk = |result: crate::Result<u32>| move || async move { result };
+        let walk = |result: shardlimit::Result<u32>| move || async move { result };
         let first = job.get(Duration::ZERO, true, wait, walk(Ok(2))).await;
         assert_eq!(first.shown().map(|(_, n)| *n), Some(2));
         assert!(first.newest_failed().is_none());
@@ -248,7 +248,7 @@ mod tests {
         let (newest, why) = short.newest_failed().unwrap();
         assert_eq!(newest.result, Ok(3));
         assert_eq!(why, "walk 3 missed a master");
-        let timeout = crate::Error::Timeout {
+        let timeout = shardlimit::Error::Timeout {
             op: "cluster slots".into(),
             slot: None,
             timeout: Duration::from_millis(250),

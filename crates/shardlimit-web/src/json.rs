@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use super::words::{self, Quotas};
-use crate::admin::{self, LimiterInfo};
+use shardlimit::admin::{self, LimiterInfo};
 
 /// A subject: its text when it is UTF-8, else `{"hex": "…"}`.
 pub(super) fn subject(subject: &[u8]) -> Value {

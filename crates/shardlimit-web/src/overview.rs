@@ -26,9 +26,9 @@ use super::jobs::Snapshot;
 use super::params::{Refresh, percent};
 use super::state::Shared;
 use super::{layout, words};
-use crate::Health;
-use crate::admin::CountReport;
-use crate::cluster::Topology;
+use shardlimit::Health;
+use shardlimit::admin::CountReport;
+use shardlimit::cluster::Topology;
 
 /// Everything the overview shows.
 struct Overview {
@@ -61,7 +61,7 @@ async fn serve(
     Query(refresh): Query<Refresh>,
     format: Format,
 ) -> Result<Response, Failure> {
-    let fail = |err: crate::Error| Failure::cluster(&err, format, &base);
+    let fail = |err: shardlimit::Error| Failure::cluster(&err, format, &base);
     let counting = {
         let scanner = state.scanner.clone();
         state.count.get(
@@ -75,7 +75,7 @@ async fn serve(
         let per_node = state.options.node_timeout;
         let topology = state.cluster.topology_within(per_node).await?;
         let health = state.cluster.health_at(&topology, per_node).await;
-        Ok::<_, crate::Error>((health, topology))
+        Ok::<_, shardlimit::Error>((health, topology))
     };
     let (looked, counts) = futures::join!(looking, counting);
     let (health, topology) = looked.map_err(fail)?;
@@ -96,7 +96,7 @@ async fn serve(
 /// The replicas of master `m` as the topology lists them, each with its
 /// link as the master reports it (`online, lag 0 s`, or `not connected`),
 /// then those connected that the topology does not list.
-fn replicas_of(o: &Overview, m: &crate::MasterHealth) -> Vec<String> {
+fn replicas_of(o: &Overview, m: &shardlimit::MasterHealth) -> Vec<String> {
     let listed: Vec<String> = o
         .topology
         .shards
@@ -108,7 +108,7 @@ fn replicas_of(o: &Overview, m: &crate::MasterHealth) -> Vec<String> {
         return listed;
     };
     let link = |addr: &str| status.replicas.iter().find(|r| r.addr == addr);
-    let describe = |r: &crate::ReplicaLink| match r.lag {
+    let describe = |r: &shardlimit::ReplicaLink| match r.lag {
         Some(lag) => format!("{} ({}, lag {lag} s)", r.addr, r.state),
         None => format!("{} ({})", r.addr, r.state),
     };

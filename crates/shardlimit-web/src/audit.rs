@@ -19,8 +19,8 @@ use super::jobs::Snapshot;
 use super::params::{Refresh, reset_link, subject_query};
 use super::state::Shared;
 use super::{json as j, layout, words};
-use crate::admin::AuditReport;
-use crate::keys::ParsedKey;
+use shardlimit::admin::AuditReport;
+use shardlimit::keys::ParsedKey;
 
 pub(super) async fn page(
     state: State<Shared>,

@@ -41,7 +41,7 @@ impl Failure {
 
     /// A cluster error: `503` when it may pass (a node down, a timeout),
     /// `502` otherwise — either way the cluster, not the request, failed.
-    pub(super) fn cluster(err: &crate::Error, format: Format, base: &Base) -> Self {
+    pub(super) fn cluster(err: &shardlimit::Error, format: Format, base: &Base) -> Self {
         let status = if err.is_transient() {
             StatusCode::SERVICE_UNAVAILABLE
         } else {

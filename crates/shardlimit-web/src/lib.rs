@@ -1,27 +1,27 @@
-//! The Limits page (feature `web`): every limiter on every master, in a
+//! The Limits page of [shardlimit]: every limiter on every master, in a
 //! browser.
 //!
 //! Hash tags buy scale and lose the global view; Sidekiq's "Limits" tab
 //! stops working in cluster mode for that reason. [`router`] gives it back
-//! as server-rendered pages over the [`Scanner`](crate::admin::Scanner),
+//! as server-rendered pages over the [`Scanner`](shardlimit::admin::Scanner),
 //! for your own axum app (under any path prefix) or served by
 //! `shardlimit web`:
 //!
 //! | Page | HTML | JSON | Cost |
 //! |---|---|---|---|
 //! | Overview: cluster state and served slots from `CLUSTER INFO` (a "cluster down" banner with the unserved slots), masters and replicas, AOF, memory, keys per master, primitives per kind and name and per master (by node id), a banner when the cluster is not fit for locks | `/` | `/api/overview` | `CLUSTER SLOTS`, and per master `INFO`s, `CLUSTER INFO` and `DBSIZE` in one pipeline on a connection of its own, each within [`node_timeout`](WebOptionsBuilder::node_timeout); counts from a background walk, the last complete one shown |
-//! | Limiters: a page of primitives, filtered by kind, name and subject glob, state in words, each rate limiter's remaining / limit (highlighted at the limit), the page's number and how much of the namespace the walk has covered; an exact subject alone leads to its subject page | `/limiters` | `/api/limiters` | rounds of at most [`PAGE_SCANS_PER_MASTER`](crate::admin::PAGE_SCANS_PER_MASTER) `SCAN`s per master until the page is full or [`page_budget`](WebOptionsBuilder::page_budget) is spent, at most [`MAX_PAGE_ROUNDS`](crate::admin::MAX_PAGE_ROUNDS) rounds; and the catalog's slot |
+//! | Limiters: a page of primitives, filtered by kind, name and subject glob, state in words, each rate limiter's remaining / limit (highlighted at the limit), the page's number and how much of the namespace the walk has covered; an exact subject alone leads to its subject page | `/limiters` | `/api/limiters` | rounds of at most [`PAGE_SCANS_PER_MASTER`](shardlimit::admin::PAGE_SCANS_PER_MASTER) `SCAN`s per master until the page is full or [`page_budget`](WebOptionsBuilder::page_budget) is spent, at most [`MAX_PAGE_ROUNDS`](shardlimit::admin::MAX_PAGE_ROUNDS) rounds; and the catalog's slot |
 //! | Subject: everything one subject has, its slot and master, with remaining / limit | `/subject?subject=…` | `/api/subject?subject=…` | its slot only, and the catalog's |
-//! | Throttled now: per limiter, the subjects denied most in the last minutes across every process, with denial counts and rates and a reset per row | `/throttled[?name=…]` | `/api/throttled` | two calls to one master ([`admin::throttled`](crate::admin::throttled())) |
+//! | Throttled now: per limiter, the subjects denied most in the last minutes across every process, with denial counts and rates and a reset per row | `/throttled[?name=…]` | `/api/throttled` | two calls to one master ([`admin::throttled`](shardlimit::admin::throttled())) |
 //! | Audit: keys without a TTL, keys that are not shardlimit's, per master | `/audit` | `/api/audit` | a background walk, the last complete one shown |
 //! | Reset one limiter or one subject: confirmation, then POST; offered per row of the subject page, the limiters list, the audit and Throttled now | `/reset?subject=…[&kind=…&name=…]` | `/api/reset` | one MULTI/EXEC on the slot |
-//! | Unblock: lift a subject's block of one rate limiter (offered on rows with a block); confirmation (the block's time left), then POST | `/unblock?subject=…&kind=…&name=…` | `/api/unblock` | one script on the subject's slot to show; to act, the library's [`RateLimiter::unblock`](crate::RateLimiter::unblock) and a read |
-//! | Clear override: a subject's own quota of one rate limiter (offered on rows with an override); confirmation (the quota, its time left), then POST | `/clear-override?subject=…&kind=…&name=…` | `/api/clear-override` | one script on the subject's slot each ([`RateLimiter::clear_override`](crate::RateLimiter::clear_override)) |
-//! | Give a TTL to a key the audit found without one (offered on its rows); confirmation (its type; a day, or the TTL chosen), then POST; a TTL the key has is never changed | `/give-ttl?key_hex=…[&ttl=<seconds>]` | `/api/give-ttl` | one script on the key's slot each ([`Scanner::give_ttl`](crate::admin::Scanner::give_ttl)) |
+//! | Unblock: lift a subject's block of one rate limiter (offered on rows with a block); confirmation (the block's time left), then POST | `/unblock?subject=…&kind=…&name=…` | `/api/unblock` | one script on the subject's slot to show; to act, the library's [`RateLimiter::unblock`](shardlimit::RateLimiter::unblock) and a read |
+//! | Clear override: a subject's own quota of one rate limiter (offered on rows with an override); confirmation (the quota, its time left), then POST | `/clear-override?subject=…&kind=…&name=…` | `/api/clear-override` | one script on the subject's slot each ([`RateLimiter::clear_override`](shardlimit::RateLimiter::clear_override)) |
+//! | Give a TTL to a key the audit found without one (offered on its rows); confirmation (its type; a day, or the TTL chosen), then POST; a TTL the key has is never changed | `/give-ttl?key_hex=…[&ttl=<seconds>]` | `/api/give-ttl` | one script on the key's slot each ([`Scanner::give_ttl`](shardlimit::admin::Scanner::give_ttl)) |
 //!
 //! Subjects that are not UTF-8 travel as `subject_hex=…`.
 //!
-//! A rate limiter's limit comes from the [catalog](crate::limit#the-catalog)
+//! A rate limiter's limit comes from the [catalog](shardlimit::limit#the-catalog)
 //! its processes publish (read per page from its one slot), or from
 //! [`WebOptionsBuilder::quota`], which wins: each row then says
 //! `0/60 remaining, at limit, full in 12.3 s` ("2 specs published" when
@@ -61,7 +61,7 @@
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! use shardlimit::web::{WebOptions, router};
+//! use shardlimit_web::{WebOptions, router};
 //!
 //! let cluster = shardlimit::Cluster::builder_from_env().namespace("myapp").build().await?;
 //! let app = axum::Router::new()
@@ -80,7 +80,7 @@
 //! ```no_run
 //! # async fn demo(cluster: shardlimit::Cluster) {
 //! use axum::{Router, extract::State, routing::get};
-//! use shardlimit::web::{WebOptions, router};
+//! use shardlimit_web::{WebOptions, router};
 //!
 //! #[derive(Clone)]
 //! struct AppState {
@@ -120,7 +120,7 @@ use axum::routing::get;
 
 pub use options::{DEFAULT_PAGE_BUDGET, MAX_PAGE_SIZE, WebOptions, WebOptionsBuilder};
 
-use crate::Cluster;
+use shardlimit::Cluster;
 
 /// The Limits page's routes for `cluster`'s namespace, to serve as is or
 /// [`nest`](axum::Router::nest) under a prefix of your app; every link
@@ -137,7 +137,7 @@ use crate::Cluster;
 ///
 /// ```no_run
 /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
-/// use shardlimit::web::{WebOptions, router};
+/// use shardlimit_web::{WebOptions, router};
 ///
 /// let options = WebOptions::builder().writes(true).build()?;
 /// let admin: axum::Router = axum::Router::new().nest("/admin/limits", router(&cluster, options));

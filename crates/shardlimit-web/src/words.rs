@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use crate::Quota;
-use crate::admin::{Catalog, LimiterInfo, Usage};
+use shardlimit::Quota;
+use shardlimit::admin::{Catalog, LimiterInfo, Usage};
 
 /// What the page knows of each rate limiter's quota: the catalog the
 /// limiters published, with the quotas the router was given
@@ -211,21 +211,14 @@ mod tests {
     }
 
     fn info(usage: Usage, ttl: Option<u64>) -> LimiterInfo {
-        LimiterInfo {
-            kind: "k".into(),
-            name: "n".into(),
-            subject: b"s".to_vec(),
-            slot: 0,
-            node: "127.0.0.1:7000".into(),
-            ttl: ttl.map(Duration::from_millis),
-            usage,
-            settings: crate::limit::SubjectSettings {
-                override_quota: None,
-                override_ttl: None,
-                blocked_for: None,
-            },
-            keys: Vec::new(),
-        }
+        named("k", "n", usage, ttl)
+    }
+
+    fn named(kind: &str, name: &str, usage: Usage, ttl: Option<u64>) -> LimiterInfo {
+        let mut info = LimiterInfo::new(kind, name, "s", usage);
+        info.node = "127.0.0.1:7000".into();
+        info.ttl = ttl.map(Duration::from_millis);
+        info
     }
 
     fn remaining(info: &LimiterInfo, quotas: &Quotas) -> Option<(u64, bool)> {
@@ -236,11 +229,7 @@ mod tests {
     fn remaining_needs_the_quota() {
         use std::num::NonZeroU32;
         let mut quotas = Quotas::new();
-        let fw = LimiterInfo {
-            kind: "fw".into(),
-            name: "api".into(),
-            ..info(Usage::FixedWindow { used: 7 }, Some(12_300))
-        };
+        let fw = named("fw", "api", Usage::FixedWindow { used: 7 }, Some(12_300));
         assert_eq!(remaining(&fw, &quotas), None);
         quotas.give("api", Quota::per_minute(NonZeroU32::new(10).unwrap()));
         assert_eq!(
@@ -249,33 +238,23 @@ mod tests {
         );
         // 10 a minute: one unit per 6 s. A TAT 13 s ahead: 2 units used
         // (and part of a third), so floor((60 - 13) / 6) = 7 remain.
-        let gcra = LimiterInfo {
-            kind: "gcra".into(),
-            name: "api".into(),
-            ..info(
-                Usage::Gcra {
-                    theoretical_arrival_us: 0,
-                },
-                Some(13_000),
-            )
-        };
+        let gcra = named(
+            "gcra",
+            "api",
+            Usage::Gcra {
+                theoretical_arrival_us: 0,
+            },
+            Some(13_000),
+        );
         assert_eq!(remaining(&gcra, &quotas), Some((7, true)));
-        let slog = LimiterInfo {
-            kind: "slog".into(),
-            name: "api".into(),
-            ..info(Usage::SlidingLog { entries: 4 }, Some(1_000))
-        };
+        let slog = named("slog", "api", Usage::SlidingLog { entries: 4 }, Some(1_000));
         assert_eq!(remaining(&slog, &quotas), Some((6, false)));
     }
 
     #[test]
     fn an_override_and_a_block_are_said_and_the_override_counts() {
         use std::num::NonZeroU32;
-        let mut fw = LimiterInfo {
-            kind: "fw".into(),
-            name: "api".into(),
-            ..info(Usage::FixedWindow { used: 2 }, Some(1_000))
-        };
+        let mut fw = named("fw", "api", Usage::FixedWindow { used: 2 }, Some(1_000));
         fw.settings.override_quota = Some(Quota::per_hour(NonZeroU32::new(5).unwrap()));
         fw.settings.override_ttl = Some(Duration::from_secs(86_400));
         fw.settings.blocked_for = Some(Duration::from_secs(59));
@@ -285,10 +264,8 @@ mod tests {
             "3/5 remaining, at limit, full in 59.0 s; 2 used this window, resets in 1.0 s; \
              blocked for 59.0 s; override 5 per 1 h 0 min for 1 d 0 h"
         );
-        let unused = LimiterInfo {
-            usage: Usage::Unused,
-            ..fw
-        };
+        let mut unused = fw.clone();
+        unused.usage = Usage::Unused;
         assert_eq!(remaining(&unused, &Quotas::new()), Some((5, true)));
         assert!(
             state(&unused, &Quotas::new())

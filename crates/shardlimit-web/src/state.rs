@@ -5,9 +5,9 @@ use std::sync::Arc;
 use super::csrf::Csrf;
 use super::jobs::Job;
 use super::options::WebOptions;
-use crate::Cluster;
-use crate::admin::{AuditReport, Catalog, CountReport, Scanner};
-use crate::cluster::Topology;
+use shardlimit::Cluster;
+use shardlimit::admin::{AuditReport, Catalog, CountReport, Scanner};
+use shardlimit::cluster::Topology;
 
 /// The router's state: one per [`router`](super::router) call.
 pub(super) struct AppState {
@@ -50,7 +50,7 @@ impl AppState {
         self.with_given(self.scanner.catalog_at(topology).await)
     }
 
-    fn with_given(&self, read: crate::Result<Catalog>) -> (Catalog, Option<String>) {
+    fn with_given(&self, read: shardlimit::Result<Catalog>) -> (Catalog, Option<String>) {
         let (mut catalog, error) = match read {
             Ok(catalog) => (catalog, None),
             Err(err) => (Catalog::new(), Some(err.to_string())),

@@ -2,7 +2,7 @@
 //! minutes across every process, with their denials and rates, each linked
 //! to its subject page and (with writes on) to its reset.
 //!
-//! Cost: [`admin::throttled`](crate::admin::throttled()) — two calls to one
+//! Cost: [`admin::throttled`](shardlimit::admin::throttled()) — two calls to one
 //! master, no `SCAN`. A reset is the existing reset (confirmation, CSRF
 //! token, POST). The reset does not clear the reports: a subject leaves
 //! the view once its denials are older than its limiter's window — at
@@ -19,7 +19,7 @@ use super::http::{Base, Failure, Format, respond};
 use super::params::{percent, reset_link, subject_display, subject_query};
 use super::state::Shared;
 use super::{layout, words};
-use crate::admin::{self, Throttled, ThrottledName, json as j};
+use shardlimit::admin::{self, Throttled, ThrottledName, json as j};
 
 /// `?name=api` (only limiters of that name), `?watch=1` (the page reloads
 /// itself every 5 s, when the reports are published).

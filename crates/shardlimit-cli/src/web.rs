@@ -1,4 +1,4 @@
-//! `shardlimit web`: the Limits page (`shardlimit::web::router`) on a
+//! `shardlimit web`: the Limits page (`shardlimit_web::router`) on a
 //! local port.
 //!
 //! Binds to `127.0.0.1:8080` unless `--listen` says otherwise. Read-only
@@ -15,7 +15,7 @@
 //! and read the page (DNS rebinding).
 
 use shardlimit::Cluster;
-use shardlimit::web::{WebOptions, router};
+use shardlimit_web::{WebOptions, router};
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::process::ExitCode;

@@ -8,14 +8,14 @@ use std::sync::Arc;
 
 use super::auth::BasicAuth;
 use super::host::AllowedHosts;
-use crate::Quota;
-use crate::admin::DEFAULT_SCAN_COUNT;
-use crate::error::{Error, Result};
+use shardlimit::Quota;
+use shardlimit::admin::DEFAULT_SCAN_COUNT;
+use shardlimit::{Error, Result};
 
 /// The largest page the limiters view serves (rows asked for per page).
 ///
 /// ```
-/// assert_eq!(shardlimit::web::MAX_PAGE_SIZE, 1000);
+/// assert_eq!(shardlimit_web::MAX_PAGE_SIZE, 1000);
 /// ```
 pub const MAX_PAGE_SIZE: usize = 1000;
 
@@ -23,7 +23,7 @@ pub const MAX_PAGE_SIZE: usize = 1000;
 /// [`WebOptionsBuilder::page_budget`]).
 ///
 /// ```
-/// assert_eq!(shardlimit::web::DEFAULT_PAGE_BUDGET.as_millis(), 250);
+/// assert_eq!(shardlimit_web::DEFAULT_PAGE_BUDGET.as_millis(), 250);
 /// ```
 pub const DEFAULT_PAGE_BUDGET: Duration = Duration::from_millis(250);
 
@@ -34,7 +34,7 @@ const MAX_PAGE_BUDGET: Duration = Duration::from_secs(10);
 ///
 /// ```
 /// use std::time::Duration;
-/// use shardlimit::web::WebOptions;
+/// use shardlimit_web::WebOptions;
 ///
 /// let options = WebOptions::builder()
 ///     .writes(true) // the reset action; off by default
@@ -82,7 +82,7 @@ impl WebOptions {
     /// A builder starting from the defaults each setter states.
     ///
     /// ```
-    /// let options = shardlimit::web::WebOptions::builder().build()?;
+    /// let options = shardlimit_web::WebOptions::builder().build()?;
     /// assert!(!options.writes(), "read-only unless told otherwise");
     /// # Ok::<(), shardlimit::Error>(())
     /// ```
@@ -97,7 +97,7 @@ impl WebOptions {
     /// Whether the reset action is enabled.
     ///
     /// ```
-    /// assert!(!shardlimit::web::WebOptions::default().writes());
+    /// assert!(!shardlimit_web::WebOptions::default().writes());
     /// ```
     #[must_use]
     pub fn writes(&self) -> bool {
@@ -108,7 +108,7 @@ impl WebOptions {
     /// is answered; see [`WebOptionsBuilder::allow_host`].
     ///
     /// ```
-    /// let options = shardlimit::web::WebOptions::default();
+    /// let options = shardlimit_web::WebOptions::default();
     /// assert!(options.allows_host("localhost:8080") && options.allows_host("[::1]:8080"));
     /// assert!(!options.allows_host("evil.example:8080"), "DNS rebinding");
     /// ```
@@ -122,7 +122,7 @@ impl WebOptions {
 ///
 /// ```
 /// use std::num::NonZeroUsize;
-/// let options = shardlimit::web::WebOptions::builder()
+/// let options = shardlimit_web::WebOptions::builder()
 ///     .page_size(NonZeroUsize::new(100).unwrap())
 ///     .build()?;
 /// # Ok::<(), shardlimit::Error>(())
@@ -156,7 +156,7 @@ impl WebOptionsBuilder {
     /// this on (see [`router`](super::router)).
     ///
     /// ```
-    /// let options = shardlimit::web::WebOptions::builder().writes(true).build()?;
+    /// let options = shardlimit_web::WebOptions::builder().writes(true).build()?;
     /// assert!(options.writes());
     /// # Ok::<(), shardlimit::Error>(())
     /// ```
@@ -169,12 +169,12 @@ impl WebOptionsBuilder {
     /// Default 50; at most [`MAX_PAGE_SIZE`]. A page may hold fewer rows
     /// (its SCAN budget ran out on a sparse filter) or a few more (a SCAN
     /// call's keys are never split between pages); see
-    /// [`Scanner::page`](crate::admin::Scanner::page).
+    /// [`Scanner::page`](shardlimit::admin::Scanner::page).
     ///
     /// ```
     /// use std::num::NonZeroUsize;
     /// let rows = NonZeroUsize::new(200).unwrap();
-    /// shardlimit::web::WebOptions::builder().page_size(rows).build()?;
+    /// shardlimit_web::WebOptions::builder().page_size(rows).build()?;
     /// # Ok::<(), shardlimit::Error>(())
     /// ```
     pub fn page_size(mut self, rows: NonZeroUsize) -> Self {
@@ -184,16 +184,16 @@ impl WebOptionsBuilder {
 
     /// How long the limiters view keeps walking to fill a page whose filter
     /// is sparse (see
-    /// [`Scanner::page_within`](crate::admin::Scanner::page_within)): rounds
-    /// of at most [`PAGE_SCANS_PER_MASTER`](crate::admin::PAGE_SCANS_PER_MASTER)
+    /// [`Scanner::page_within`](shardlimit::admin::Scanner::page_within)): rounds
+    /// of at most [`PAGE_SCANS_PER_MASTER`](shardlimit::admin::PAGE_SCANS_PER_MASTER)
     /// `SCAN`s per master until the page is full, the namespace walked, this
-    /// budget spent or [`MAX_PAGE_ROUNDS`](crate::admin::MAX_PAGE_ROUNDS)
+    /// budget spent or [`MAX_PAGE_ROUNDS`](shardlimit::admin::MAX_PAGE_ROUNDS)
     /// rounds made. Default [`DEFAULT_PAGE_BUDGET`] (250 ms); zero makes
     /// every page one round; at most 10 s.
     ///
     /// ```
     /// use std::time::Duration;
-    /// shardlimit::web::WebOptions::builder().page_budget(Duration::from_millis(500)).build()?;
+    /// shardlimit_web::WebOptions::builder().page_budget(Duration::from_millis(500)).build()?;
     /// # Ok::<(), shardlimit::Error>(())
     /// ```
     pub fn page_budget(mut self, budget: Duration) -> Self {
@@ -202,11 +202,11 @@ impl WebOptionsBuilder {
     }
 
     /// `COUNT` of each SCAN call, at most (see
-    /// [`Scanner::count`](crate::admin::Scanner::count)). Default
+    /// [`Scanner::count`](shardlimit::admin::Scanner::count)). Default
     /// [`DEFAULT_SCAN_COUNT`] (100).
     ///
     /// ```
-    /// shardlimit::web::WebOptions::builder().scan_count(50).build()?;
+    /// shardlimit_web::WebOptions::builder().scan_count(50).build()?;
     /// # Ok::<(), shardlimit::Error>(())
     /// ```
     pub fn scan_count(mut self, count: u32) -> Self {
@@ -223,7 +223,7 @@ impl WebOptionsBuilder {
     ///
     /// ```
     /// use std::time::Duration;
-    /// shardlimit::web::WebOptions::builder().count_refresh(Duration::from_secs(600)).build()?;
+    /// shardlimit_web::WebOptions::builder().count_refresh(Duration::from_secs(600)).build()?;
     /// # Ok::<(), shardlimit::Error>(())
     /// ```
     pub fn count_refresh(mut self, age: Duration) -> Self {
@@ -237,7 +237,7 @@ impl WebOptionsBuilder {
     ///
     /// ```
     /// use std::time::Duration;
-    /// shardlimit::web::WebOptions::builder().first_wait(Duration::from_secs(2)).build()?;
+    /// shardlimit_web::WebOptions::builder().first_wait(Duration::from_secs(2)).build()?;
     /// # Ok::<(), shardlimit::Error>(())
     /// ```
     pub fn first_wait(mut self, wait: Duration) -> Self {
@@ -253,7 +253,7 @@ impl WebOptionsBuilder {
     ///
     /// ```
     /// use std::time::Duration;
-    /// shardlimit::web::WebOptions::builder().node_timeout(Duration::from_secs(1)).build()?;
+    /// shardlimit_web::WebOptions::builder().node_timeout(Duration::from_secs(1)).build()?;
     /// # Ok::<(), shardlimit::Error>(())
     /// ```
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
@@ -266,7 +266,7 @@ impl WebOptionsBuilder {
     ///
     /// ```
     /// use std::time::Duration;
-    /// shardlimit::web::WebOptions::builder().confirm_ttl(Duration::from_secs(120)).build()?;
+    /// shardlimit_web::WebOptions::builder().confirm_ttl(Duration::from_secs(120)).build()?;
     /// # Ok::<(), shardlimit::Error>(())
     /// ```
     pub fn confirm_ttl(mut self, ttl: Duration) -> Self {
@@ -278,7 +278,7 @@ impl WebOptionsBuilder {
     /// 200.
     ///
     /// ```
-    /// shardlimit::web::WebOptions::builder().audit_list_limit(1000).build()?;
+    /// shardlimit_web::WebOptions::builder().audit_list_limit(1000).build()?;
     /// # Ok::<(), shardlimit::Error>(())
     /// ```
     pub fn audit_list_limit(mut self, keys: usize) -> Self {
@@ -288,16 +288,17 @@ impl WebOptionsBuilder {
 
     /// The quota of your rate limiters named `name` (any algorithm),
     /// which wins over what they publish to the
-    /// [catalog](crate::limit#the-catalog): for limiters of versions that
+    /// [catalog](shardlimit::limit#the-catalog): for limiters of versions that
     /// do not publish theirs. Default: none given; every limiter that
     /// publishes is known without it. Rows then say how many units remain
     /// of the limit, whether the subject is at it, and when it is full
-    /// again (see [`Catalog::headroom`](crate::admin::Catalog::headroom):
+    /// again (see [`Catalog::headroom`](shardlimit::admin::Catalog::headroom):
     /// a lower bound for a sliding log and a sliding window counter).
     ///
     /// ```
     /// use std::num::NonZeroU32;
-    /// use shardlimit::{Quota, web::WebOptions};
+    /// use shardlimit::Quota;
+    /// use shardlimit_web::WebOptions;
     ///
     /// let options = WebOptions::builder()
     ///     .quota("api", Quota::per_minute(NonZeroU32::new(100).unwrap()))
@@ -320,7 +321,7 @@ impl WebOptionsBuilder {
     /// passes on.
     ///
     /// ```
-    /// let options = shardlimit::web::WebOptions::builder()
+    /// let options = shardlimit_web::WebOptions::builder()
     ///     .allow_host("limits.internal")
     ///     .allow_host("10.0.0.7")
     ///     .build()?;
@@ -345,7 +346,7 @@ impl WebOptionsBuilder {
     /// printed (`Debug` shows `<redacted>`).
     ///
     /// ```
-    /// let options = shardlimit::web::WebOptions::builder()
+    /// let options = shardlimit_web::WebOptions::builder()
     ///     .writes(true)
     ///     .basic_auth("ops", "correct horse battery staple")
     ///     .build()?;
@@ -365,7 +366,7 @@ impl WebOptionsBuilder {
     /// credentials a browser could not send.
     ///
     /// ```
-    /// let err = shardlimit::web::WebOptions::builder().scan_count(0).build().unwrap_err();
+    /// let err = shardlimit_web::WebOptions::builder().scan_count(0).build().unwrap_err();
     /// assert!(err.to_string().contains("scan_count"));
     /// # Ok::<(), shardlimit::Error>(())
     /// ```

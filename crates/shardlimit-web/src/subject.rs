@@ -2,7 +2,7 @@
 //! serving it.
 //!
 //! Cost: one `CLUSTER SLOTS`, `GETKEYSINSLOT` on the subject's slot (see
-//! [`Scanner::subject`](crate::admin::Scanner::subject) for a slot of over
+//! [`Scanner::subject`](shardlimit::admin::Scanner::subject) for a slot of over
 //! 1,000 keys) and one state pipeline (two when the subject has a rate
 //! limiter's override or block), and the catalog's slot read the same way:
 //! 6 commands for a subject with one limiter, at any cluster size. A rate limiter's override and block for the subject
@@ -20,8 +20,8 @@ use super::params::{SubjectQuery, reset_link, subject_display};
 use super::state::Shared;
 use super::words::Quotas;
 use super::{json as j, layout, words};
-use crate::admin::LimiterInfo;
-use crate::keys::{KeyId, slot};
+use shardlimit::admin::LimiterInfo;
+use shardlimit::keys::{KeyId, slot};
 
 struct SubjectView {
     subject: Vec<u8>,
@@ -56,7 +56,7 @@ async fn serve(
     let subject = query
         .bytes()
         .map_err(|msg| Failure::bad_request(msg, format, &base))?;
-    let fail = |err: crate::Error| Failure::cluster(&err, format, &base);
+    let fail = |err: shardlimit::Error| Failure::cluster(&err, format, &base);
     // The slot of any key of the subject: they share its hash tag.
     let probe = KeyId::new("probe", "probe")
         .and_then(|id| state.cluster.keys().key(&subject, &id))
