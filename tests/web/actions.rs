@@ -41,13 +41,7 @@ async fn acme(cluster: &Cluster) -> RateLimiter {
 
 /// Submits the confirmation's form and waits for the result page.
 async fn confirm(b: &Browser) {
-    b.client
-        .find(Locator::Css("#confirm button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click("#confirm button").await;
     settle(b, "#done").await;
 }
 

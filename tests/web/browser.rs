@@ -118,6 +118,17 @@ impl Browser {
             .unwrap();
     }
 
+    /// The text of the element `css`.
+    pub async fn text(&self, css: &str) -> String {
+        self.client
+            .find(fantoccini::Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("no {css}: {e}"))
+            .text()
+            .await
+            .unwrap()
+    }
+
     /// Saves a screenshot of the current page as `target/web/<name>.png`.
     pub async fn screenshot(&self, name: &str) {
         let png = self.client.screenshot().await.unwrap();

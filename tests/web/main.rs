@@ -248,13 +248,7 @@ async fn overview_filter_follow_reset_and_escape_in_a_browser() {
         .send_keys("api")
         .await
         .unwrap();
-    b.client
-        .find(Locator::Css("form.filters button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click("form.filters button").await;
     // The form's GET builds the URL; wait for it, then load it whole.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while !b
@@ -308,26 +302,8 @@ async fn overview_filter_follow_reset_and_escape_in_a_browser() {
         .key("user:1", &KeyId::new("fw", "api").unwrap())
         .unwrap();
     let the_slot = slot(&key);
-    assert_eq!(
-        b.client
-            .find(Locator::Css("#slot"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap(),
-        the_slot.to_string()
-    );
-    assert_eq!(
-        b.client
-            .find(Locator::Css("#node"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap(),
-        common::owner(the_slot).await.addr
-    );
+    assert_eq!(b.text("#slot").await, the_slot.to_string());
+    assert_eq!(b.text("#node").await, common::owner(the_slot).await.addr);
     let rows = texts(&b, "table#primitives tbody tr").await;
     assert_eq!(rows.len(), 2, "{rows:?}");
     assert!(
@@ -351,13 +327,7 @@ async fn overview_filter_follow_reset_and_escape_in_a_browser() {
         .send_keys("user:2")
         .await
         .unwrap();
-    b.client
-        .find(Locator::Css("form.find button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click("form.find button").await;
     settle(&b, "#slot").await;
     let url = b.client.current_url().await.unwrap();
     assert!(url.as_str().ends_with("/subject?subject=user%3A2"), "{url}");
@@ -388,22 +358,10 @@ async fn overview_filter_follow_reset_and_escape_in_a_browser() {
             .contains(&String::from_utf8(key.clone()).unwrap())
     );
     b.screenshot("reset-confirm").await;
-    b.client
-        .find(Locator::Css("form#confirm button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click("form#confirm button").await;
     settle(&b, "#deleted").await;
     assert_eq!(
-        b.client
-            .find(Locator::Css("#deleted"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap(),
+        b.text("#deleted").await,
         "Deleted 1 key: fw api of subject user:1."
     );
     assert_eq!(
@@ -423,47 +381,17 @@ async fn overview_filter_follow_reset_and_escape_in_a_browser() {
         .goto(&format!("{base}/reset?subject=user%3A1&kind=lock&name=job"))
         .await
         .unwrap();
-    assert!(
-        b.client
-            .find(Locator::Css("#in-use"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-            .contains("lock job is held")
-    );
+    assert!(b.text("#in-use").await.contains("lock job is held"));
     assert!(
         b.client.find(Locator::Css("form#confirm")).await.is_err(),
         "no way to delete a held lock without forcing"
     );
     b.screenshot("reset-refused").await;
-    b.client
-        .find(Locator::Css("a#force"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click("a#force").await;
     settle(&b, "form#confirm button").await;
-    b.client
-        .find(Locator::Css("form#confirm button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click("form#confirm button").await;
     settle(&b, "#deleted").await;
-    assert!(
-        b.client
-            .find(Locator::Css("#deleted"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-            .starts_with("Deleted 2 keys")
-    );
+    assert!(b.text("#deleted").await.starts_with("Deleted 2 keys"));
     drop(guard);
 
     // The XSS subject is text: no alert, the markup escaped.
@@ -488,24 +416,9 @@ async fn overview_filter_follow_reset_and_escape_in_a_browser() {
             .contains("&lt;script&gt;alert(1)&lt;/script&gt;")
     );
     b.screenshot("xss").await;
-    b.client
-        .find(Locator::Css("a.subject"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click("a.subject").await;
     settle(&b, "#subject").await;
-    assert_eq!(
-        b.client
-            .find(Locator::Css("#subject"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap(),
-        XSS
-    );
+    assert_eq!(b.text("#subject").await, XSS);
     assert!(b.client.get_alert_text().await.is_err(), "no script ran");
 
     // The audit: the stranger, counted on its master; and a counter written

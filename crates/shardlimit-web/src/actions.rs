@@ -357,16 +357,7 @@ pub(super) async fn execute_ttl(
 pub(super) mod route {
     use super::*;
 
-    macro_rules! handlers {
-        ($($get:ident $post:ident: $confirm:ident $execute:ident ($($setting:expr)?) $q:ty, $format:expr;)*) => {$(
-            pub(crate) async fn $get(state: State<Shared>, base: Base, Query(q): Query<$q>) -> Result<Response, Failure> {
-                $confirm($($setting,)? state, base, q, $format).await
-            }
-            pub(crate) async fn $post(state: State<Shared>, base: Base, Form(q): Form<$q>) -> Result<Response, Failure> {
-                $execute($($setting,)? state, base, q, $format).await
-            }
-        )*};
-    }
+    use super::super::write::handlers;
 
     handlers! {
         unblock_page unblock_post: confirm_setting execute_setting (Setting::Block) SettingQuery, Format::Html;

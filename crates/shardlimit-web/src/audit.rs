@@ -14,7 +14,7 @@ use maud::{Markup, html};
 use serde_json::{Value, json};
 
 use super::csrf::hex;
-use super::http::{Base, Failure, Format, respond};
+use super::http::{Base, Failure, Format, page_and_api, respond};
 use super::jobs::Snapshot;
 use super::params::{Refresh, reset_link, subject_query};
 use super::state::Shared;
@@ -22,21 +22,7 @@ use super::{json as j, layout, words};
 use shardlimit::admin::AuditReport;
 use shardlimit::keys::ParsedKey;
 
-pub(super) async fn page(
-    state: State<Shared>,
-    base: Base,
-    refresh: Query<Refresh>,
-) -> Result<Response, Failure> {
-    serve(state, base, refresh, Format::Html).await
-}
-
-pub(super) async fn api(
-    state: State<Shared>,
-    base: Base,
-    refresh: Query<Refresh>,
-) -> Result<Response, Failure> {
-    serve(state, base, refresh, Format::Json).await
-}
+page_and_api!(Refresh);
 
 async fn serve(
     State(state): State<Shared>,

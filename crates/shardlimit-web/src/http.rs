@@ -112,3 +112,30 @@ pub(super) async fn security_headers(mut response: Response) -> Response {
     }
     response
 }
+
+/// A read page's two handlers, `page` (HTML) and `api` (its JSON twin
+/// under `/api/`), from the module's `serve(state, base, query, format)`;
+/// `$query` is what the query string parses into. The caller has `State`,
+/// `Query`, `Response`, `Shared`, `Base`, `Failure` and `Format` in scope.
+macro_rules! page_and_api {
+    ($query:ty) => {
+        /// The HTML page.
+        pub(super) async fn page(
+            state: State<Shared>,
+            base: Base,
+            query: Query<$query>,
+        ) -> Result<Response, Failure> {
+            serve(state, base, query, Format::Html).await
+        }
+
+        /// The same as JSON.
+        pub(super) async fn api(
+            state: State<Shared>,
+            base: Base,
+            query: Query<$query>,
+        ) -> Result<Response, Failure> {
+            serve(state, base, query, Format::Json).await
+        }
+    };
+}
+pub(super) use page_and_api;

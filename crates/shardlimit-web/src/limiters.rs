@@ -21,7 +21,7 @@ use maud::{Markup, html};
 use serde_json::{Value, json};
 
 use super::actions::row_actions;
-use super::http::{Base, Failure, Format, respond};
+use super::http::{Base, Failure, Format, page_and_api, respond};
 use super::params::{Filters, subject_display, subject_query};
 use super::state::Shared;
 use super::words::Quotas;
@@ -29,21 +29,7 @@ use super::{json as j, layout, words};
 use shardlimit::admin::{Page, PageCursor};
 use shardlimit::keys::Kind;
 
-pub(super) async fn page(
-    state: State<Shared>,
-    base: Base,
-    filters: Query<Filters>,
-) -> Result<Response, Failure> {
-    serve(state, base, filters, Format::Html).await
-}
-
-pub(super) async fn api(
-    state: State<Shared>,
-    base: Base,
-    filters: Query<Filters>,
-) -> Result<Response, Failure> {
-    serve(state, base, filters, Format::Json).await
-}
+page_and_api!(Filters);
 
 async fn serve(
     State(state): State<Shared>,

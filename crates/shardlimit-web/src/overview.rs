@@ -21,7 +21,7 @@ use axum::response::Response;
 use maud::{Markup, html};
 use serde_json::{Value, json};
 
-use super::http::{Base, Failure, Format, respond};
+use super::http::{Base, Failure, Format, page_and_api, respond};
 use super::jobs::Snapshot;
 use super::params::{Refresh, percent};
 use super::state::Shared;
@@ -39,21 +39,7 @@ struct Overview {
     counts: Snapshot<CountReport>,
 }
 
-pub(super) async fn page(
-    state: State<Shared>,
-    base: Base,
-    refresh: Query<Refresh>,
-) -> Result<Response, Failure> {
-    serve(state, base, refresh, Format::Html).await
-}
-
-pub(super) async fn api(
-    state: State<Shared>,
-    base: Base,
-    refresh: Query<Refresh>,
-) -> Result<Response, Failure> {
-    serve(state, base, refresh, Format::Json).await
-}
+page_and_api!(Refresh);
 
 async fn serve(
     State(state): State<Shared>,

@@ -17,45 +17,17 @@ use super::http::{Base, Failure, Format};
 use super::params::{ResetQuery, percent, subject_display, subject_field, subject_query};
 use super::state::Shared;
 use super::words::Quotas;
-use super::write::{self, writable};
+use super::write::{self, handlers, writable};
 use super::{json as j, layout, words};
 use shardlimit::Error;
 use shardlimit::admin::ResetPlan;
 
-/// `GET /reset`: the confirmation page.
-pub(super) async fn confirm_page(
-    state: State<Shared>,
-    base: Base,
-    Query(q): Query<ResetQuery>,
-) -> Result<Response, Failure> {
-    confirm(state, base, q, Format::Html).await
-}
-
-/// `GET /api/reset`: the plan and, with writes on, its token.
-pub(super) async fn confirm_api(
-    state: State<Shared>,
-    base: Base,
-    Query(q): Query<ResetQuery>,
-) -> Result<Response, Failure> {
-    confirm(state, base, q, Format::Json).await
-}
-
-/// `POST /reset`: the reset itself.
-pub(super) async fn execute_page(
-    state: State<Shared>,
-    base: Base,
-    Form(q): Form<ResetQuery>,
-) -> Result<Response, Failure> {
-    execute(state, base, q, Format::Html).await
-}
-
-/// `POST /api/reset` (the same form fields).
-pub(super) async fn execute_api(
-    state: State<Shared>,
-    base: Base,
-    Form(q): Form<ResetQuery>,
-) -> Result<Response, Failure> {
-    execute(state, base, q, Format::Json).await
+// `GET /reset` (the confirmation page), `POST /reset` (the reset itself),
+// and their JSON twins under `/api/` (the plan and, with writes on, its
+// token; the same form fields).
+handlers! {
+    confirm_page execute_page: confirm execute () ResetQuery, Format::Html;
+    confirm_api execute_api: confirm execute () ResetQuery, Format::Json;
 }
 
 async fn plan(

@@ -15,7 +15,7 @@ use maud::{Markup, html};
 use serde_json::{Value, json};
 
 use super::actions::row_actions;
-use super::http::{Base, Failure, Format, respond};
+use super::http::{Base, Failure, Format, page_and_api, respond};
 use super::params::{SubjectQuery, reset_link, subject_display};
 use super::state::Shared;
 use super::words::Quotas;
@@ -31,21 +31,7 @@ struct SubjectView {
     writes: bool,
 }
 
-pub(super) async fn page(
-    state: State<Shared>,
-    base: Base,
-    query: Query<SubjectQuery>,
-) -> Result<Response, Failure> {
-    serve(state, base, query, Format::Html).await
-}
-
-pub(super) async fn api(
-    state: State<Shared>,
-    base: Base,
-    query: Query<SubjectQuery>,
-) -> Result<Response, Failure> {
-    serve(state, base, query, Format::Json).await
-}
+page_and_api!(SubjectQuery);
 
 async fn serve(
     State(state): State<Shared>,

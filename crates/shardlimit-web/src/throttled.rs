@@ -15,7 +15,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::http::{Base, Failure, Format, respond};
+use super::http::{Base, Failure, Format, page_and_api, respond};
 use super::params::{percent, reset_link, subject_display, subject_query};
 use super::state::Shared;
 use super::{layout, words};
@@ -29,21 +29,7 @@ pub(super) struct ThrottledQuery {
     watch: Option<String>,
 }
 
-pub(super) async fn page(
-    state: State<Shared>,
-    base: Base,
-    query: Query<ThrottledQuery>,
-) -> Result<Response, Failure> {
-    serve(state, base, query, Format::Html).await
-}
-
-pub(super) async fn api(
-    state: State<Shared>,
-    base: Base,
-    query: Query<ThrottledQuery>,
-) -> Result<Response, Failure> {
-    serve(state, base, query, Format::Json).await
-}
+page_and_api!(ThrottledQuery);
 
 async fn serve(
     State(state): State<Shared>,

@@ -76,3 +76,21 @@ pub(super) fn form(
         }
     }
 }
+
+/// The handlers the router mounts for one write action, HTML and JSON
+/// alike: `$get` answers the confirmation (`$confirm`, from the query) and
+/// `$post` the action (`$execute`, from the form), each with the action's
+/// `$setting` (if any) and the `$format` the route answers in. The caller
+/// has `State`, `Query`, `Form`, `Response`, `Shared`, `Base` and
+/// `Failure` in scope.
+macro_rules! handlers {
+    ($($get:ident $post:ident: $confirm:ident $execute:ident ($($setting:expr)?) $q:ty, $format:expr;)*) => {$(
+        pub(crate) async fn $get(state: State<Shared>, base: Base, Query(q): Query<$q>) -> Result<Response, Failure> {
+            $confirm($($setting,)? state, base, q, $format).await
+        }
+        pub(crate) async fn $post(state: State<Shared>, base: Base, Form(q): Form<$q>) -> Result<Response, Failure> {
+            $execute($($setting,)? state, base, q, $format).await
+        }
+    )*};
+}
+pub(super) use handlers;
