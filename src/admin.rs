@@ -22,7 +22,7 @@
 //!
 //! [`throttled()`] merges what every process reports of the subjects its
 //! limiters deny most ("throttled now"; opt-in per limiter with
-//! [`report_throttled`](crate::RateLimiterBuilder::report_throttled)).
+//! [`report_throttled`](crate::limit::RateLimiterBuilder::report_throttled)).
 //!
 //! The `shardlimit` command-line tool (crates/shardlimit-cli) and the Limits
 //! page (crates/shardlimit-web) are built on it.

@@ -362,7 +362,7 @@ impl Cluster {
     ///
     /// ```no_run
     /// # async fn demo(cluster: shardlimit::Cluster) {
-    /// if cluster.deployment() == shardlimit::Deployment::Standalone {
+    /// if cluster.deployment() == shardlimit::cluster::Deployment::Standalone {
     ///     println!("one redis-server serves every slot");
     /// }
     /// # }

@@ -311,7 +311,7 @@ impl Permit {
     /// and return `Ok(true)` — there is nothing to lose.
     ///
     /// ```no_run
-    /// # fn demo(permit: &shardlimit::Permit) {
+    /// # fn demo(permit: &shardlimit::concurrency::Permit) {
     /// if let Some(reason) = permit.bypassed() {
     ///     eprintln!("concurrency limit bypassed: {reason}");
     /// }
@@ -328,7 +328,7 @@ impl Permit {
     /// The subject the permit was granted on, as given.
     ///
     /// ```no_run
-    /// # fn demo(permit: &shardlimit::Permit) {
+    /// # fn demo(permit: &shardlimit::concurrency::Permit) {
     /// assert_eq!(permit.subject(), b"tenant:42");
     /// # }
     /// ```
@@ -345,7 +345,7 @@ impl Permit {
     /// or when Redis did not answer (never bypassed: the permit exists).
     ///
     /// ```no_run
-    /// # async fn demo(permit: shardlimit::Permit) -> shardlimit::Result<()> {
+    /// # async fn demo(permit: shardlimit::concurrency::Permit) -> shardlimit::Result<()> {
     /// use std::time::Duration;
     /// if !permit.extend(Duration::from_secs(60)).await? {
     ///     eprintln!("lease expired: another worker may have taken the slot");
@@ -372,7 +372,7 @@ impl Permit {
     /// run out anyway.
     ///
     /// ```no_run
-    /// # async fn demo(permit: shardlimit::Permit) -> shardlimit::Result<()> {
+    /// # async fn demo(permit: shardlimit::concurrency::Permit) -> shardlimit::Result<()> {
     /// if !permit.release().await? {
     ///     eprintln!("the work overran its lease");
     /// }

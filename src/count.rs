@@ -10,9 +10,9 @@ use crate::error::{Error, Result};
 /// Quotas and builders take any `Count`, so `Quota::per_second(10)` and
 /// `Quota::per_second(NonZeroU32::new(10).unwrap())` are the same quota. The
 /// value is checked where the builder checks everything else — in
-/// [`RateLimiterBuilder::build`](crate::RateLimiterBuilder::build),
-/// [`ConcurrencyLimiterBuilder::build`](crate::ConcurrencyLimiterBuilder::build),
-/// [`LockBuilder::build`](crate::LockBuilder::build) and the calls that
+/// [`RateLimiterBuilder::build`](crate::limit::RateLimiterBuilder::build),
+/// [`ConcurrencyLimiterBuilder::build`](crate::concurrency::ConcurrencyLimiterBuilder::build),
+/// [`LockBuilder::build`](crate::lock::LockBuilder::build) and the calls that
 /// take a quota — before anything is sent: 0, a negative number or one
 /// above `u32::MAX` is [`Error::Config`] naming the setting
 /// (`quota.limit`, `quota.burst`, `max_holders`, `replica_ack_count`).

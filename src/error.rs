@@ -114,7 +114,7 @@ pub enum Error {
         source: RedisError,
     },
 
-    /// A [lazily connected](crate::ClusterBuilder::lazy_connect) handle has
+    /// A [lazily connected](crate::cluster::ClusterBuilder::lazy_connect) handle has
     /// not read the cluster's topology yet, so nothing was sent: the
     /// cluster may be healthy and the connect still under way (or the
     /// seeds not answering yet). Transient.

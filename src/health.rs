@@ -3,7 +3,7 @@
 //! A lock lives in one master's memory. It survives a restart only with AOF
 //! on, and survives a failover only if a replica had it — which asynchronous
 //! replication does not promise unless the lock waits for one
-//! ([`LockBuilder::replica_ack`](crate::LockBuilder::replica_ack)), and which
+//! ([`LockBuilder::replica_ack`](crate::lock::LockBuilder::replica_ack)), and which
 //! is impossible without a connected replica. This report checks both, per
 //! master: a Redis restart without AOF loses every lock at once, and the
 //! jobs holding them do not find out.

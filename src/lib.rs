@@ -37,14 +37,14 @@
 //! its routes with the `tower` layer (feature `tower`).
 //!
 //! At scale: an exact local [deny cache](limit#deny-cache)
-//! ([`RateLimiterBuilder::deny_cache`]) answers repeated denials without
+//! ([`RateLimiterBuilder::deny_cache`](limit::RateLimiterBuilder::deny_cache)) answers repeated denials without
 //! Redis and never denies what Redis would admit;
 //! [`check_many`](RateLimiter::check_many) sends one pipeline per master;
 //! [`block`](RateLimiter::block), [`penalize`](RateLimiter::penalize) and
 //! [`reward`](RateLimiter::reward) adjust one subject, and
 //! [`set_override`](RateLimiter::set_override) gives it its own quota, read
 //! by the check's own script; [`set_quota`](RateLimiter::set_quota) changes
-//! a live limiter; [shadow mode](RateLimiterBuilder::shadow) counts what a
+//! a live limiter; [shadow mode](limit::RateLimiterBuilder::shadow) counts what a
 //! new limit would deny and refuses nothing.
 //!
 //! # Locks, leases and counters
@@ -83,7 +83,7 @@
 //! `KEYS`, never MULTI), audits for keys without a TTL, and resets one
 //! subject. The `shardlimit` command-line tool (crate `shardlimit-cli`) is
 //! built on it. "Who is throttled now" is no walk: limiters built with
-//! [`RateLimiterBuilder::report_throttled`] summarise their denials per
+//! [`RateLimiterBuilder::report_throttled`](limit::RateLimiterBuilder::report_throttled) summarise their denials per
 //! process and publish them every 5 s; [`admin::throttled()`] merges them
 //! (two calls to one master; `shardlimit top`, the Limits page).
 //!
@@ -97,10 +97,10 @@
 //! # Production connections
 //!
 //! `rediss://` seeds connect over TLS (rustls): a custom CA with
-//! [`ClusterBuilder::tls_ca_file`], mutual TLS with
-//! [`ClusterBuilder::tls_client_cert_files`]; every node the topology
+//! [`ClusterBuilder::tls_ca_file`](cluster::ClusterBuilder::tls_ca_file), mutual TLS with
+//! [`ClusterBuilder::tls_client_cert_files`](cluster::ClusterBuilder::tls_client_cert_files); every node the topology
 //! reveals is reached with the same settings. Credentials go apart from the
-//! URLs ([`ClusterBuilder::username`], [`ClusterBuilder::password_file`]) and
+//! URLs ([`ClusterBuilder::username`](cluster::ClusterBuilder::username), [`ClusterBuilder::password_file`](cluster::ClusterBuilder::password_file)) and
 //! are never shown: nodes print as `redis://user:***@host:port`. A TLS,
 //! authentication or permission refusal is not transient, so it is never
 //! bypassed. docs/production.md gives the least-privilege ACL rule.
@@ -119,15 +119,15 @@
 //! # Standalone Redis (a laptop, unit tests)
 //!
 //! One plain `redis-server` works too, as one shard owning every slot; the
-//! API is the same. By default ([`Deployment::Detect`]) a single seed that
+//! API is the same. By default ([`Deployment::Detect`](cluster::Deployment::Detect)) a single seed that
 //! says it has cluster support disabled is taken as standalone — nothing
 //! else is, so a cluster's traffic never goes to one node. Say it
-//! explicitly with [`ClusterBuilder::deployment`] or
+//! explicitly with [`ClusterBuilder::deployment`](cluster::ClusterBuilder::deployment) or
 //! [`DEPLOYMENT_ENV`](cluster::DEPLOYMENT_ENV):
 //!
 //! ```no_run
 //! # async fn demo() -> shardlimit::Result<()> {
-//! use shardlimit::{Cluster, Deployment};
+//! use shardlimit::{Cluster, cluster::Deployment};
 //! let redis = Cluster::builder(["redis://127.0.0.1:6379"])
 //!     .deployment(Deployment::Standalone)
 //!     .namespace("myapp")
@@ -139,8 +139,8 @@
 //!
 //! # Redis Sentinel
 //!
-//! With [`Deployment::Sentinel`] the seeds are sentinels and
-//! [`ClusterBuilder::sentinel_service`] (or
+//! With [`Deployment::Sentinel`](cluster::Deployment::Sentinel) the seeds are sentinels and
+//! [`ClusterBuilder::sentinel_service`](cluster::ClusterBuilder::sentinel_service) (or
 //! [`SENTINEL_SERVICE_ENV`](cluster::SENTINEL_SERVICE_ENV)) names
 //! the service: the primary they name (checked with `ROLE`) serves every
 //! slot, and after a failover the sentinels are asked again, so calls
@@ -149,7 +149,7 @@
 //!
 //! ```no_run
 //! # async fn demo() -> shardlimit::Result<()> {
-//! use shardlimit::{Cluster, Deployment};
+//! use shardlimit::{Cluster, cluster::Deployment};
 //! let redis = Cluster::builder(["redis://10.0.0.7:26379", "redis://10.0.0.8:26379"])
 //!     .deployment(Deployment::Sentinel)
 //!     .sentinel_service("mymaster")
@@ -199,21 +199,21 @@
 //!
 //! Each module's room, in one line:
 //!
-//! * `limit` — rate limiters: [`RateLimiter`], [`MultiLimiter`], [`Quota`],
+//! * [`limit`] — rate limiters: [`RateLimiter`], [`MultiLimiter`], [`Quota`],
 //!   [`Decision`], one file per algorithm and the script protocol.
-//! * `lock` — [`Lock`]: fenced locks, watchdog, replica acknowledgement.
-//! * `concurrency` — [`ConcurrencyLimiter`]: at most N leases per subject.
-//! * `counter` — [`Counter`]: add / drain / get, the drain keeps the TTL.
+//! * [`lock`] — [`Lock`]: fenced locks, watchdog, replica acknowledgement.
+//! * [`concurrency`] — [`ConcurrencyLimiter`]: at most N leases per subject.
+//! * [`counter`] — [`Counter`]: add / drain / get, the drain keeps the TTL.
 //! * `primitive` — the core every primitive holds (cluster, key id,
 //!   outcome counts) and the one acquire loop of locks and leases.
-//! * `policy` — [`FailurePolicy`]: when a fault is bypassed, and how it shows.
+//! * [`policy`] — [`FailurePolicy`]: when a fault is bypassed, and how it shows.
 //! * [`keys`] — key builder, CRC16 slot calculator, [`KeySet`](keys::KeySet), parser.
 //! * [`cluster`] — the connection: its own routing (one connection per
 //!   node, a node known down fails fast), [`Cluster::eval`] and
 //!   [`Cluster::transaction`] (the only two ways the crate talks to Redis),
 //!   topology, stats, environment variables.
 //! * `scripts` — the Lua scripts, one file per operation, and their loader.
-//! * `health` — [`Cluster::health`]: is the cluster fit to hold locks.
+//! * [`health`] — [`Cluster::health`]: is the cluster fit to hold locks.
 //! * [`admin`] — the scanner: every primitive on every master, audit, reset;
 //!   the merged throttled view.
 //! * `throttled` — what a process reports of its denials: the Space-Saving
@@ -239,17 +239,17 @@
 pub mod admin;
 mod backoff;
 pub mod cluster;
-mod concurrency;
+pub mod concurrency;
 mod count;
-mod counter;
+pub mod counter;
 mod error;
-mod health;
+pub mod health;
 pub mod keys;
 pub mod limit;
-mod lock;
+pub mod lock;
 mod metrics;
 mod outcomes;
-mod policy;
+pub mod policy;
 mod primitive;
 mod scripts;
 mod throttled;
@@ -261,18 +261,16 @@ mod warn;
 
 #[cfg(feature = "metrics")]
 pub use self::metrics::describe_metrics;
-pub use cluster::{Cluster, ClusterBuilder, Deployment};
-pub use concurrency::{ConcurrencyLimiter, ConcurrencyLimiterBuilder, Permit};
+// The names nearly every user writes; everything else lives in the module
+// of its concept (`shardlimit::lock::LockGuard`, `shardlimit::health::Health`).
+pub use cluster::Cluster;
+pub use concurrency::ConcurrencyLimiter;
 pub use count::Count;
-pub use counter::{Counter, CounterBuilder};
+pub use counter::Counter;
 pub use error::{Error, Result};
-pub use health::{Health, MasterHealth, NodeHealth, ReplicaLink};
-pub use limit::{
-    Algorithm, Decision, MultiDecision, MultiLimiter, Quota, RateLimiter, RateLimiterBuilder,
-    Slices, SubjectSettings,
-};
-pub use lock::{Lock, LockBuilder, LockGuard};
-pub use policy::{BypassReason, FailurePolicy};
+pub use limit::{Algorithm, Decision, MultiLimiter, Quota, RateLimiter};
+pub use lock::Lock;
+pub use policy::FailurePolicy;
 
 // The README's examples are compiled (and run: they only define functions)
 // as doctests, so the front door cannot drift from the API.

@@ -2,7 +2,7 @@
 //! process, without a key any check touches.
 //!
 //! A limiter built with
-//! [`report_throttled`](crate::RateLimiterBuilder::report_throttled) feeds
+//! [`report_throttled`](crate::limit::RateLimiterBuilder::report_throttled) feeds
 //! each denial (by Redis or by the deny cache, from every entry point of the
 //! one check pipeline) to a [`Recorder`](recorder::Recorder) of its kind and
 //! name: a window of Space-Saving sketches ([`sketch`]), top

@@ -177,7 +177,7 @@ mod tests {
         let mut decision = Decision::bypass(
             Quota::with_period(3, Duration::from_secs(6)),
             3,
-            crate::BypassReason::Timeout,
+            crate::policy::BypassReason::Timeout,
         );
         let v = violation("api", &decision);
         assert_eq!((v.subject.as_str(), v.quota_id.as_str()), ("api", "api"));

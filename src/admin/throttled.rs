@@ -82,7 +82,7 @@ impl ThrottledSubject {
 
 /// The subjects denied most in the last minutes, per limiter kind and
 /// name, across every process whose limiters were built with
-/// [`report_throttled`](crate::RateLimiterBuilder::report_throttled), and
+/// [`report_throttled`](crate::limit::RateLimiterBuilder::report_throttled), and
 /// their allowed / denied / cached / bypassed rates.
 ///
 /// Cost: two calls to the one master holding the reports' slot (the index

@@ -71,7 +71,7 @@ impl Cluster {
     ///   affected. Calls for a master known down fail at once with
     ///   [`Error::NodeDown`].
     /// * **One deadline:** the whole batch, resends included, returns
-    ///   within [`command_timeout`](crate::ClusterBuilder::command_timeout).
+    ///   within [`command_timeout`](crate::cluster::ClusterBuilder::command_timeout).
     /// * **Order:** the results are in the order of `calls`. On the server,
     ///   a master runs its pipeline in the order given, and a call resent
     ///   (after `NOSCRIPT` or a redirect) later; calls on different masters

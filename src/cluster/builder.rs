@@ -151,7 +151,7 @@ impl ClusterBuilder {
     ///
     /// ```no_run
     /// # async fn demo() -> shardlimit::Result<()> {
-    /// use shardlimit::{Cluster, Deployment};
+    /// use shardlimit::{Cluster, cluster::Deployment};
     /// let redis = Cluster::builder(["redis://127.0.0.1:6379"])
     ///     .deployment(Deployment::Standalone)
     ///     .build()
@@ -173,7 +173,7 @@ impl ClusterBuilder {
     ///
     /// ```no_run
     /// # async fn demo() -> shardlimit::Result<()> {
-    /// use shardlimit::{Cluster, Deployment};
+    /// use shardlimit::{Cluster, cluster::Deployment};
     /// let redis = Cluster::builder([
     ///     "redis://127.0.0.1:26400",
     ///     "redis://127.0.0.1:26401",

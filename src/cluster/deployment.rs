@@ -7,7 +7,7 @@ use std::str::FromStr;
 use crate::error::Error;
 
 /// The kind of Redis deployment a [`Cluster`](crate::Cluster) talks to, set
-/// with [`ClusterBuilder::deployment`](crate::ClusterBuilder::deployment) or
+/// with [`ClusterBuilder::deployment`](crate::cluster::ClusterBuilder::deployment) or
 /// [`DEPLOYMENT_ENV`](crate::cluster::DEPLOYMENT_ENV).
 ///
 /// A **standalone** server (one `redis-server` without `cluster-enabled`)
@@ -25,7 +25,7 @@ use crate::error::Error;
 /// cluster node are a configuration error.
 ///
 /// With **Sentinel**, the seeds are the sentinels and
-/// [`ClusterBuilder::sentinel_service`](crate::ClusterBuilder::sentinel_service)
+/// [`ClusterBuilder::sentinel_service`](crate::cluster::ClusterBuilder::sentinel_service)
 /// names the service: the primary is asked of the sentinels
 /// (`SENTINEL GET-MASTER-ADDR-BY-NAME`), checked with `ROLE` to be a
 /// primary, and then serves every slot like a standalone server. On a
@@ -36,7 +36,7 @@ use crate::error::Error;
 ///
 /// ```no_run
 /// # async fn demo() -> shardlimit::Result<()> {
-/// use shardlimit::{Cluster, Deployment};
+/// use shardlimit::{Cluster, cluster::Deployment};
 /// // A laptop's redis-server, or a service's unit-test server.
 /// let redis = Cluster::builder(["redis://127.0.0.1:6379"])
 ///     .deployment(Deployment::Standalone)
@@ -59,7 +59,7 @@ pub enum Deployment {
     Standalone,
     /// One primary found and followed through the sentinels given as the
     /// seeds; needs
-    /// [`ClusterBuilder::sentinel_service`](crate::ClusterBuilder::sentinel_service).
+    /// [`ClusterBuilder::sentinel_service`](crate::cluster::ClusterBuilder::sentinel_service).
     Sentinel,
 }
 

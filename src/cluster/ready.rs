@@ -14,7 +14,7 @@ const POLL: Duration = Duration::from_millis(10);
 impl Cluster {
     /// Waits until the handle has read the cluster's topology, at most
     /// `timeout`: at once for a handle built without
-    /// [`lazy_connect`](crate::ClusterBuilder::lazy_connect), which read it
+    /// [`lazy_connect`](crate::cluster::ClusterBuilder::lazy_connect), which read it
     /// in `build`. Until then every call fails with
     /// [`Error::NotConnectedYet`].
     ///

@@ -27,7 +27,7 @@
 //! (else the operating system's trust store), the client certificate if
 //! one is given, and the server's name checked against its certificate.
 //!
-//! [`ClusterBuilder::tls_ca_pem`]: crate::ClusterBuilder::tls_ca_pem
+//! [`ClusterBuilder::tls_ca_pem`]: crate::cluster::ClusterBuilder::tls_ca_pem
 
 mod counted;
 

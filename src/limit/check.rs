@@ -437,7 +437,11 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn waiting_stops_when_allowed_or_past_the_deadline() {
-        let mut d = Decision::bypass(Quota::per_second(1), 1, crate::BypassReason::Timeout);
+        let mut d = Decision::bypass(
+            Quota::per_second(1),
+            1,
+            crate::policy::BypassReason::Timeout,
+        );
         let later = deadline_after(Duration::from_secs(10));
         assert_eq!(wait_for(&d, later), None);
         d.allowed = false;
@@ -458,7 +462,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn waiting_forever_has_no_deadline() {
         assert_eq!(deadline_after(Duration::MAX), None);
-        let mut d = Decision::bypass(Quota::per_second(1), 1, crate::BypassReason::Timeout);
+        let mut d = Decision::bypass(
+            Quota::per_second(1),
+            1,
+            crate::policy::BypassReason::Timeout,
+        );
         d.allowed = false;
         // Even a wait the clock cannot represent is waited for, not refused.
         for retry in [Duration::from_secs(3600), Duration::MAX] {

@@ -46,13 +46,13 @@ pub struct Decision {
     /// why Redis did not decide.
     pub local: bool,
     /// Answered from the local deny cache, without Redis (see
-    /// [`RateLimiterBuilder::deny_cache`](crate::RateLimiterBuilder::deny_cache)):
+    /// [`RateLimiterBuilder::deny_cache`](crate::limit::RateLimiterBuilder::deny_cache)):
     /// `allowed` is then `false`, and `retry_after` counts down to the end
     /// of the cached denial: the wait Redis gave, or sooner if an override
     /// or block the denial was decided under expires first.
     pub cached: bool,
     /// Shadow mode (see
-    /// [`RateLimiterBuilder::shadow`](crate::RateLimiterBuilder::shadow)):
+    /// [`RateLimiterBuilder::shadow`](crate::limit::RateLimiterBuilder::shadow)):
     /// Redis denied the request and it was let through; `allowed` is then
     /// `true`, and `retry_after` is the wait a limiter not in shadow mode
     /// would have imposed.
@@ -66,7 +66,7 @@ pub struct Decision {
     pub overridden: bool,
     /// Decided by this process from its quota slice of a hot subject,
     /// without Redis (see
-    /// [`RateLimiterBuilder::slices`](crate::RateLimiterBuilder::slices)):
+    /// [`RateLimiterBuilder::slices`](crate::limit::RateLimiterBuilder::slices)):
     /// admitted from the slice (`remaining` is what the slice has left), or
     /// denied because the subject's limit is spent, until `retry_after`.
     pub sliced: bool,

@@ -88,7 +88,7 @@ impl MultiLimiter {
     }
 
     /// Keeps up to `max_entries` subjects' denials in this process, as
-    /// [`RateLimiterBuilder::deny_cache`](crate::RateLimiterBuilder::deny_cache)
+    /// [`RateLimiterBuilder::deny_cache`](crate::limit::RateLimiterBuilder::deny_cache)
     /// does for one limiter: a denial is answered again, without Redis,
     /// until the longest wait of the limits that denied it, for requests of
     /// the same or a higher cost under the same quotas. A change to any of

@@ -36,7 +36,7 @@ use crate::error::{Error, Result};
 /// # Bounds
 ///
 /// A `Quota` is a plain value; the limiter's
-/// [`build`](crate::RateLimiterBuilder::build) (and every call that takes a
+/// [`build`](crate::limit::RateLimiterBuilder::build) (and every call that takes a
 /// quota: [`set_quota`](crate::RateLimiter::set_quota),
 /// [`set_override`](crate::RateLimiter::set_override)) checks it against
 /// these bounds and returns [`Error::Config`] (field `quota.period`,

@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 /// ```no_run
 /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
 /// use std::time::Duration;
-/// use shardlimit::{Quota, RateLimiter, Slices};
+/// use shardlimit::{Quota, RateLimiter, limit::Slices};
 ///
 /// // 200,000 requests per second for one tenant: ten times what one master
 /// // decides. At most 10% (20,000 units) is ever held in slices.

@@ -101,7 +101,7 @@ impl LockBuilder {
     /// short (a healthy replica confirms in about a millisecond).
     ///
     /// At least 1 ms, and at least 100 ms shorter than the cluster's
-    /// [command timeout](crate::ClusterBuilder::command_timeout), which bounds
+    /// [command timeout](crate::cluster::ClusterBuilder::command_timeout), which bounds
     /// the `WAIT` reply: Redis answers a `WAIT` that timed out on its next
     /// server-cron tick, up to 100 ms late at the default `hz 10`. With the
     /// default 250 ms command timeout, at most 149 ms.

@@ -103,7 +103,7 @@ impl LockGuard {
     /// still expire. Fencing tokens are the proof.
     ///
     /// ```no_run
-    /// # async fn demo(guard: shardlimit::LockGuard) {
+    /// # async fn demo(guard: shardlimit::lock::LockGuard) {
     /// for batch in 0..10 {
     ///     if !guard.is_held() {
     ///         break; // stop writing: someone else may hold it now
@@ -123,7 +123,7 @@ impl LockGuard {
     /// extending. Cancel-safe.
     ///
     /// ```no_run
-    /// # async fn demo(guard: shardlimit::LockGuard) {
+    /// # async fn demo(guard: shardlimit::lock::LockGuard) {
     /// # async fn export() {}
     /// tokio::select! {
     ///     () = export() => {}
@@ -164,7 +164,7 @@ impl LockGuard {
     /// happened then, and the guard's local validity is left as it was.
     ///
     /// ```no_run
-    /// # async fn demo(guard: shardlimit::LockGuard) -> shardlimit::Result<()> {
+    /// # async fn demo(guard: shardlimit::lock::LockGuard) -> shardlimit::Result<()> {
     /// use std::time::Duration;
     /// if !guard.extend(Duration::from_secs(30)).await? {
     ///     eprintln!("lost the lock");
@@ -180,7 +180,7 @@ impl LockGuard {
     /// ours any more.
     ///
     /// ```no_run
-    /// # async fn demo(guard: shardlimit::LockGuard) -> shardlimit::Result<()> {
+    /// # async fn demo(guard: shardlimit::lock::LockGuard) -> shardlimit::Result<()> {
     /// if let Some(left) = guard.remaining_ttl().await? {
     ///     println!("lock TTL {} s", left.as_secs());
     /// }
@@ -199,7 +199,7 @@ impl LockGuard {
     /// How many times the watchdog has extended this lock.
     ///
     /// ```no_run
-    /// # fn demo(guard: shardlimit::LockGuard) {
+    /// # fn demo(guard: shardlimit::lock::LockGuard) {
     /// println!("watchdog extended the lock {} times", guard.watchdog_extensions());
     /// # }
     /// ```
@@ -220,7 +220,7 @@ impl LockGuard {
     /// than the outage.
     ///
     /// ```no_run
-    /// # async fn demo(guard: shardlimit::LockGuard) -> shardlimit::Result<()> {
+    /// # async fn demo(guard: shardlimit::lock::LockGuard) -> shardlimit::Result<()> {
     /// if !guard.release().await? {
     ///     eprintln!("the lock had expired before the work finished");
     /// }

@@ -21,7 +21,7 @@ pub(crate) const CAPACITY: usize = 100;
 const SLICES: u32 = 6;
 
 /// The shortest and longest window
-/// ([`RateLimiterBuilder::report_throttled`](crate::RateLimiterBuilder::report_throttled)).
+/// ([`RateLimiterBuilder::report_throttled`](crate::limit::RateLimiterBuilder::report_throttled)).
 pub(crate) const MIN_WINDOW: Duration = Duration::from_secs(6);
 pub(crate) const MAX_WINDOW: Duration = Duration::from_secs(3600);
 

@@ -230,7 +230,7 @@ mod tests {
         let mut d = Decision::bypass(
             crate::Quota::per_second(10),
             10,
-            crate::BypassReason::Timeout,
+            crate::policy::BypassReason::Timeout,
         );
         d.allowed = allowed;
         d.remaining = remaining;

@@ -163,7 +163,9 @@ pub async fn counter_add_and_drain_keep_the_ttl(setup: Setup) {
 
 /// One of every primitive under `cluster`'s namespace, for the scanner and
 /// the CLI: seven, all of subject `user:1`.
-async fn one_of_each(cluster: &Cluster) -> (shardlimit::LockGuard, shardlimit::Permit) {
+async fn one_of_each(
+    cluster: &Cluster,
+) -> (shardlimit::lock::LockGuard, shardlimit::concurrency::Permit) {
     let quota = Quota::per_hour(NonZeroU32::new(10).unwrap());
     for algorithm in Algorithm::ALL {
         let l = RateLimiter::builder(cluster, "api", quota)

@@ -26,7 +26,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use shardlimit::{Cluster, ClusterBuilder, Deployment};
+use shardlimit::{Cluster, cluster::ClusterBuilder, cluster::Deployment};
 
 use crate::common;
 

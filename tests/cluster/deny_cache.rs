@@ -296,7 +296,7 @@ async fn an_admin_reset_elsewhere_lifts_a_cached_denial() {
 }
 
 /// Checks a multi-limiter on `subject` until a denial comes from the cache.
-async fn until_multi_cached(m: &MultiLimiter, subject: &str) -> shardlimit::MultiDecision {
+async fn until_multi_cached(m: &MultiLimiter, subject: &str) -> shardlimit::limit::MultiDecision {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let d = m.check(subject).await.unwrap();

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use shardlimit::keys::KeyId;
-use shardlimit::{BypassReason, Cluster, ConcurrencyLimiter, Error, FailurePolicy};
+use shardlimit::{Cluster, ConcurrencyLimiter, Error, FailurePolicy, policy::BypassReason};
 
 fn nz(n: u32) -> NonZeroU32 {
     NonZeroU32::new(n).unwrap()

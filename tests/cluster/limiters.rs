@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use shardlimit::{
-    Algorithm, BypassReason, Cluster, Error, FailurePolicy, MultiLimiter, Quota, RateLimiter,
-    limit::Invocation,
+    Algorithm, Cluster, Error, FailurePolicy, MultiLimiter, Quota, RateLimiter, limit::Invocation,
+    policy::BypassReason,
 };
 
 const SLACK: Duration = Duration::from_millis(20);

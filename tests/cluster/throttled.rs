@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use shardlimit::admin::{self, Throttled, ThrottledName};
 use shardlimit::keys::KeyId;
-use shardlimit::{Cluster, MultiLimiter, Quota, RateLimiter, Slices};
+use shardlimit::{Cluster, MultiLimiter, Quota, RateLimiter, limit::Slices};
 
 fn one_per_minute(cluster: &Cluster, name: &str, window: Duration) -> RateLimiter {
     RateLimiter::builder(

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use rand::Rng;
 use redis::Value;
-use shardlimit::{Cluster, ClusterBuilder};
+use shardlimit::{Cluster, cluster::ClusterBuilder};
 
 /// Seed node URLs: `SHARDLIMIT_NODES`, else the six local nodes at
 /// `SHARDLIMIT_CLUSTER_PORT`, else those at 7000 (the library itself has no

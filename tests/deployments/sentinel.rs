@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use behaviour::{SENTINEL_COMMAND_TIMEOUT as COMMAND_TIMEOUT, Setup, sentinels};
-use shardlimit::{Cluster, Counter, Deployment, Error, Lock};
+use shardlimit::{Cluster, Counter, Error, Lock, cluster::Deployment};
 
 behaviour::suite!(
     Setup::Sentinel,

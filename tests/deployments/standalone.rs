@@ -25,7 +25,7 @@ use std::num::NonZeroU32;
 use std::process::Command;
 
 use behaviour::{Setup, standalone_url as url};
-use shardlimit::{Cluster, Deployment, Error, Quota, RateLimiter};
+use shardlimit::{Cluster, Error, Quota, RateLimiter, cluster::Deployment};
 
 behaviour::suite!(
     Setup::Standalone,

@@ -25,7 +25,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use behaviour::{Setup, acl_password_file, tls_ca as ca, tls_file, tls_seed as seed};
-use shardlimit::{Cluster, ClusterBuilder, Counter, FailurePolicy, Lock, Quota, RateLimiter};
+use shardlimit::{
+    Cluster, Counter, FailurePolicy, Lock, Quota, RateLimiter, cluster::ClusterBuilder,
+};
 
 behaviour::suite!(
     Setup::Tls,
@@ -148,7 +150,7 @@ async fn wrong_ca_and_wrong_scheme_fail_fast_and_never_bypass() {
         !err.is_transient(),
         "wrong CA must not look transient: {err}"
     );
-    assert!(shardlimit::BypassReason::of(&err).is_none());
+    assert!(shardlimit::policy::BypassReason::of(&err).is_none());
 
     // Lazily: calls fail with the refusal, never a bypass, even fail-open.
     let cluster = builder()

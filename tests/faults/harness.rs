@@ -292,7 +292,7 @@ pub(crate) fn report(scenario: &str, lines: &[String]) {
     std::fs::write(format!("{dir}/{scenario}.txt"), text + "\n").unwrap();
 }
 
-pub(crate) fn cluster_builder(prefix: &str) -> shardlimit::ClusterBuilder {
+pub(crate) fn cluster_builder(prefix: &str) -> shardlimit::cluster::ClusterBuilder {
     common::builder(prefix).command_timeout(COMMAND_TIMEOUT)
 }
 

@@ -30,7 +30,9 @@ use shardlimit::keys::HashedSubject;
 use shardlimit::tower::{
     ForwardedIp, HeaderKey, MissingKey, PeerIp, ProxyHeader, RateLimitBypassed, RateLimitLayer,
 };
-use shardlimit::{BypassReason, Cluster, Error, FailurePolicy, MultiLimiter, Quota, RateLimiter};
+use shardlimit::{
+    Cluster, Error, FailurePolicy, MultiLimiter, Quota, RateLimiter, policy::BypassReason,
+};
 use tower::{Layer, Service, ServiceExt, service_fn};
 
 fn nz(n: u32) -> NonZeroU32 {

@@ -6,7 +6,7 @@
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::time::{Duration, Instant};
 
-use shardlimit::{Algorithm, Cluster, Counter, Lock, LockGuard, Quota, RateLimiter};
+use shardlimit::{Algorithm, Cluster, Counter, Lock, Quota, RateLimiter, lock::LockGuard};
 use shardlimit_web::WebOptions;
 
 use super::browser::Browser;

@@ -22,7 +22,7 @@ pub(crate) struct Cli {
     /// node given has cluster support disabled), cluster, standalone, or
     /// sentinel (the nodes are sentinels; needs --sentinel-service).
     #[arg(long, env = "SHARDLIMIT_DEPLOYMENT", global = true)]
-    pub(crate) deployment: Option<shardlimit::Deployment>,
+    pub(crate) deployment: Option<shardlimit::cluster::Deployment>,
     /// With --deployment sentinel: the name the sentinels monitor the
     /// primary under.
     #[arg(long, env = "SHARDLIMIT_SENTINEL_SERVICE", global = true)]

@@ -26,9 +26,9 @@ use super::jobs::Snapshot;
 use super::params::{Refresh, percent};
 use super::state::Shared;
 use super::{layout, words};
-use shardlimit::Health;
 use shardlimit::admin::CountReport;
 use shardlimit::cluster::Topology;
+use shardlimit::health::Health;
 
 /// Everything the overview shows.
 struct Overview {
@@ -82,7 +82,7 @@ async fn serve(
 /// The replicas of master `m` as the topology lists them, each with its
 /// link as the master reports it (`online, lag 0 s`, or `not connected`),
 /// then those connected that the topology does not list.
-fn replicas_of(o: &Overview, m: &shardlimit::MasterHealth) -> Vec<String> {
+fn replicas_of(o: &Overview, m: &shardlimit::health::MasterHealth) -> Vec<String> {
     let listed: Vec<String> = o
         .topology
         .shards
@@ -94,7 +94,7 @@ fn replicas_of(o: &Overview, m: &shardlimit::MasterHealth) -> Vec<String> {
         return listed;
     };
     let link = |addr: &str| status.replicas.iter().find(|r| r.addr == addr);
-    let describe = |r: &shardlimit::ReplicaLink| match r.lag {
+    let describe = |r: &shardlimit::health::ReplicaLink| match r.lag {
         Some(lag) => format!("{} ({}, lag {lag} s)", r.addr, r.state),
         None => format!("{} ({})", r.addr, r.state),
     };
