@@ -90,21 +90,36 @@ impl<'a> Pipeline<'a> {
         consume: bool,
     ) -> Result<MultiDecision> {
         let span = self.span(consume);
-        async {
+        let check = async {
             crate::metrics::span_subject(subject);
-            let owned = self.specs();
-            let specs = refs(&owned);
-            let round = Round::new(*self, &specs, consume);
+            // One limit, the usual case, reads its spec without a
+            // collection on the heap.
+            let (one, many, one_ref, many_refs);
+            let specs: &[&LimitSpec] = if let [limiter] = self.limiters {
+                one = limiter.spec();
+                one_ref = [&*one];
+                &one_ref
+            } else {
+                many = self.specs();
+                many_refs = refs(&many);
+                &many_refs
+            };
+            let round = Round::new(*self, specs, consume);
             let invocation = match round.prepare(subject, cost) {
                 Prepared::Send(invocation) => invocation,
                 Prepared::Answered(answer) => return answer,
             };
             let ticket = round.cache().map(DenyCache::ticket);
-            let reply = invocation.send(self.cluster(), &specs).await;
+            let reply = invocation.send(self.cluster(), specs).await;
             round.conclude(subject, cost, ticket, reply)
+        };
+        // As `#[tracing::instrument]` does: no span entered on every poll
+        // when no subscriber records it.
+        if span.is_disabled() {
+            check.await
+        } else {
+            check.instrument(span).await
         }
-        .instrument(span)
-        .await
     }
 
     /// Checks until admitted by every limit, or until the next admission
