@@ -34,13 +34,13 @@ use axum::routing::{get, post};
 use futures::StreamExt;
 use shardlimit::admin::{ScanEvent, Scanner};
 use shardlimit::tower::{HeaderKey, MissingKey, PeerIp, RateLimitLayer};
-use shardlimit::{Cluster, ConcurrencyLimiter, Counter, FailurePolicy, Lock, Quota, RateLimiter};
+use shardlimit::{Cluster, Counter, FailurePolicy, LeaseLimiter, Lock, Quota, RateLimiter};
 use tokio::sync::watch;
 
 /// What the handlers share.
 #[derive(Clone)]
 struct App {
-    exports: ConcurrencyLimiter,
+    exports: LeaseLimiter,
     billing: Counter,
     /// Units whose `add` failed, folded into the next one.
     unbilled: Arc<Mutex<Vec<(String, i64)>>>,
@@ -75,8 +75,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .failure_policy(FailurePolicy::FailOpen)
         .build()?;
     let app = App {
-        exports: ConcurrencyLimiter::builder(&cluster, "exports")
-            .max_holders(3)
+        exports: LeaseLimiter::builder(&cluster, "exports")
+            .max_leases(3)
             .lease_ttl(Duration::from_secs(120))
             .build()?,
         billing: Counter::builder(&cluster, "billing")

@@ -11,11 +11,11 @@ use crate::error::{Error, Result};
 /// `Quota::per_second(NonZeroU32::new(10).unwrap())` are the same quota. The
 /// value is checked where the builder checks everything else — in
 /// [`RateLimiterBuilder::build`](crate::limit::RateLimiterBuilder::build),
-/// [`ConcurrencyLimiterBuilder::build`](crate::concurrency::ConcurrencyLimiterBuilder::build),
+/// [`LeaseLimiterBuilder::build`](crate::lease::LeaseLimiterBuilder::build),
 /// [`LockBuilder::build`](crate::lock::LockBuilder::build) and the calls that
 /// take a quota — before anything is sent: 0, a negative number or one
 /// above `u32::MAX` is [`Error::Config`] naming the setting
-/// (`quota.limit`, `quota.burst`, `max_holders`, `replica_ack_count`).
+/// (`quota.limit`, `quota.burst`, `max_leases`, `replica_ack_count`).
 ///
 /// ```
 /// # fn demo(cluster: shardlimit::Cluster) {

@@ -52,7 +52,7 @@
 //! ```no_run
 //! # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
 //! use std::time::Duration;
-//! use shardlimit::{ConcurrencyLimiter, Counter, Lock};
+//! use shardlimit::{Counter, LeaseLimiter, Lock};
 //!
 //! // One cron host out of three runs the export; the fencing token only grows.
 //! let lock = Lock::builder(&cluster, "job").ttl(Duration::from_secs(3600)).build()?;
@@ -62,8 +62,8 @@
 //! }
 //!
 //! // At most five exports per tenant at once; a crashed holder's lease expires.
-//! let exports = ConcurrencyLimiter::builder(&cluster, "exports")
-//!     .max_holders(5) // default 1
+//! let exports = LeaseLimiter::builder(&cluster, "exports")
+//!     .max_leases(5) // default 1
 //!     .build()?;
 //! if let Some(permit) = exports.try_acquire("tenant:42").await? {
 //!     permit.release().await?;
@@ -202,7 +202,7 @@
 //! * [`limit`] — rate limiters: [`RateLimiter`], [`MultiLimiter`], [`Quota`],
 //!   [`Decision`], one file per algorithm and the script protocol.
 //! * [`lock`] — [`Lock`]: fenced locks, watchdog, replica acknowledgement.
-//! * [`concurrency`] — [`ConcurrencyLimiter`]: at most N leases per subject.
+//! * [`lease`] — [`LeaseLimiter`]: at most N leases per subject.
 //! * [`counter`] — [`Counter`]: add / drain / get, the drain keeps the TTL.
 //! * `primitive` — the core every primitive holds (cluster, key id,
 //!   outcome counts) and the one acquire loop of locks and leases.
@@ -239,12 +239,12 @@
 pub mod admin;
 mod backoff;
 pub mod cluster;
-pub mod concurrency;
 mod count;
 pub mod counter;
 mod error;
 pub mod health;
 pub mod keys;
+pub mod lease;
 pub mod limit;
 pub mod lock;
 mod metrics;
@@ -264,10 +264,10 @@ pub use self::metrics::describe_metrics;
 // The names nearly every user writes; everything else lives in the module
 // of its concept (`shardlimit::lock::LockGuard`, `shardlimit::health::Health`).
 pub use cluster::Cluster;
-pub use concurrency::ConcurrencyLimiter;
 pub use count::Count;
 pub use counter::Counter;
 pub use error::{Error, Result};
+pub use lease::LeaseLimiter;
 pub use limit::{Algorithm, Decision, MultiLimiter, Quota, RateLimiter};
 pub use lock::Lock;
 pub use policy::FailurePolicy;

@@ -201,9 +201,7 @@ async fn every_check_decides_while_its_slot_migrates() {
     use std::num::NonZeroU32;
     use std::time::Duration;
 
-    use shardlimit::{
-        Algorithm, ConcurrencyLimiter, Counter, Lock, MultiLimiter, Quota, RateLimiter,
-    };
+    use shardlimit::{Algorithm, Counter, LeaseLimiter, Lock, MultiLimiter, Quota, RateLimiter};
 
     let cluster = common::builder("migrating")
         .command_timeout(Duration::from_millis(500))
@@ -273,8 +271,8 @@ async fn every_check_decides_while_its_slot_migrates() {
         counter_total: 5,
     };
 
-    let leases = ConcurrencyLimiter::builder(&cluster, "m-lease")
-        .max_holders(NonZeroU32::new(3).unwrap())
+    let leases = LeaseLimiter::builder(&cluster, "m-lease")
+        .max_leases(NonZeroU32::new(3).unwrap())
         .build()
         .unwrap();
     let lease_subject = next();

@@ -3,7 +3,7 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use shardlimit::{Algorithm, Cluster, ConcurrencyLimiter, Counter, Lock, Quota, RateLimiter};
+use shardlimit::{Algorithm, Cluster, Counter, LeaseLimiter, Lock, Quota, RateLimiter};
 
 use crate::args::Args;
 use crate::drive::Reply;
@@ -14,7 +14,7 @@ use crate::drive::Reply;
 pub(crate) enum Target {
     Limiter(RateLimiter),
     Lock(Lock),
-    Lease(ConcurrencyLimiter),
+    Lease(LeaseLimiter),
     Counter(Counter),
 }
 
@@ -94,8 +94,8 @@ pub(crate) fn target(cluster: &Cluster, args: &Args) -> Target {
                 .unwrap(),
         ),
         "lease" => Target::Lease(
-            ConcurrencyLimiter::builder(cluster, "bench")
-                .max_holders(NonZeroU32::new(1_000_000).unwrap())
+            LeaseLimiter::builder(cluster, "bench")
+                .max_leases(NonZeroU32::new(1_000_000).unwrap())
                 .lease_ttl(Duration::from_secs(60))
                 .build()
                 .unwrap(),

@@ -41,7 +41,7 @@ pub struct Catalog {
 #[non_exhaustive]
 pub struct PublishedSpec {
     /// The limiter's kind (`fw`, `slog`, `swc`, `gcra`; `lease` for a
-    /// [`ConcurrencyLimiter`](crate::ConcurrencyLimiter)).
+    /// [`LeaseLimiter`](crate::LeaseLimiter)).
     pub kind: String,
     /// Its name.
     pub name: String,

@@ -3,7 +3,7 @@
 //!
 //! Each [`RateLimiter`](super::RateLimiter) publishes its spec — kind,
 //! name, algorithm, limit, period, burst, shadow — and each
-//! [`ConcurrencyLimiter`](crate::ConcurrencyLimiter) its most holders and
+//! [`LeaseLimiter`](crate::LeaseLimiter) its most holders and
 //! lease (as limit and period) to one small string key per kind and name,
 //! `<ns>:{shardlimit.catalog}:catalog:<kind>:<name>`, holding the specs
 //! published (`limit period_us burst shadow`), each with when it was last
@@ -206,8 +206,8 @@ pub(crate) fn limit_entry(spec: &LimitSpec) -> (KeyId, String) {
 
 /// A concurrency limiter's entry: its most holders as the limit and burst,
 /// its lease (ms) as the period (never shadow).
-pub(crate) fn lease_entry(id: &KeyId, max_holders: NonZeroU32, lease_ms: u64) -> (KeyId, String) {
-    let lease = Quota::with_period(max_holders, Duration::from_millis(lease_ms));
+pub(crate) fn lease_entry(id: &KeyId, max_leases: NonZeroU32, lease_ms: u64) -> (KeyId, String) {
+    let lease = Quota::with_period(max_leases, Duration::from_millis(lease_ms));
     (id.clone(), encode(&lease, false))
 }
 

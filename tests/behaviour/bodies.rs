@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use shardlimit::admin::{ScanEvent, Scanner};
 use shardlimit::{
-    Algorithm, Cluster, ConcurrencyLimiter, Counter, Error, Lock, MultiLimiter, Quota, RateLimiter,
+    Algorithm, Cluster, Counter, Error, LeaseLimiter, Lock, MultiLimiter, Quota, RateLimiter,
 };
 
 use super::Setup;
@@ -128,8 +128,8 @@ pub async fn lock_is_held_once_and_fenced(setup: Setup) {
 
 pub async fn lease_caps_holders(setup: Setup) {
     let cluster = setup.connect("be-lease").await;
-    let lease = ConcurrencyLimiter::builder(&cluster, "exports")
-        .max_holders(NonZeroU32::new(2).unwrap())
+    let lease = LeaseLimiter::builder(&cluster, "exports")
+        .max_leases(NonZeroU32::new(2).unwrap())
         .lease_ttl(Duration::from_secs(30))
         .build()
         .unwrap();
@@ -163,9 +163,7 @@ pub async fn counter_add_and_drain_keep_the_ttl(setup: Setup) {
 
 /// One of every primitive under `cluster`'s namespace, for the scanner and
 /// the CLI: seven, all of subject `user:1`.
-async fn one_of_each(
-    cluster: &Cluster,
-) -> (shardlimit::lock::LockGuard, shardlimit::concurrency::Permit) {
+async fn one_of_each(cluster: &Cluster) -> (shardlimit::lock::LockGuard, shardlimit::lease::Lease) {
     let quota = Quota::per_hour(NonZeroU32::new(10).unwrap());
     for algorithm in Algorithm::ALL {
         let l = RateLimiter::builder(cluster, "api", quota)
@@ -183,7 +181,7 @@ async fn one_of_each(
         .await
         .unwrap()
         .unwrap();
-    let permit = ConcurrencyLimiter::builder(cluster, "exports")
+    let permit = LeaseLimiter::builder(cluster, "exports")
         .lease_ttl(hour)
         .build()
         .unwrap()

@@ -164,7 +164,7 @@ async fn reset_dry_runs_and_refuses_held_locks_live_permits_and_counts_unless_fo
         .build()
         .unwrap();
     let guard = lock.try_acquire("busy").await.unwrap().unwrap();
-    let lease = shardlimit::ConcurrencyLimiter::builder(&cluster, "exports")
+    let lease = shardlimit::LeaseLimiter::builder(&cluster, "exports")
         .lease_ttl(hour)
         .build()
         .unwrap();

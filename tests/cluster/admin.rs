@@ -14,7 +14,7 @@ use shardlimit::admin::{LimiterInfo, ScanEvent, Scanner, Usage};
 use shardlimit::keys::slot;
 use std::time::Duration;
 
-use shardlimit::{Algorithm, Cluster, ConcurrencyLimiter, Counter, Lock, Quota, RateLimiter};
+use shardlimit::{Algorithm, Cluster, Counter, LeaseLimiter, Lock, Quota, RateLimiter};
 
 type Id = (String, String, Vec<u8>);
 
@@ -78,7 +78,7 @@ fn limiters(cluster: &Cluster) -> Vec<RateLimiter> {
 #[derive(Clone)]
 struct Others {
     lock: Lock,
-    lease: ConcurrencyLimiter,
+    lease: LeaseLimiter,
     counter: Counter,
 }
 
@@ -86,8 +86,8 @@ fn others(cluster: &Cluster) -> Others {
     let hour = Duration::from_secs(3600);
     Others {
         lock: Lock::builder(cluster, "job").ttl(hour).build().unwrap(),
-        lease: ConcurrencyLimiter::builder(cluster, "exports")
-            .max_holders(NonZeroU32::new(3).unwrap())
+        lease: LeaseLimiter::builder(cluster, "exports")
+            .max_leases(NonZeroU32::new(3).unwrap())
             .lease_ttl(hour)
             .build()
             .unwrap(),

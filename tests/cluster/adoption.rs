@@ -9,7 +9,7 @@ use std::error::Error as _;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use shardlimit::{Cluster, ConcurrencyLimiter, Error, Lock, Quota, RateLimiter};
+use shardlimit::{Cluster, Error, LeaseLimiter, Lock, Quota, RateLimiter};
 
 /// Plain integers configure the same limits as `NonZeroU32`, and 0 is
 /// refused by the build with the setting's name before anything is sent.
@@ -32,8 +32,8 @@ async fn plain_integers_configure_limits_and_zero_is_refused_by_name() {
     );
 
     // Three exports per tenant, given as a usize.
-    let exports = ConcurrencyLimiter::builder(&cluster, "exports")
-        .max_holders(3_usize)
+    let exports = LeaseLimiter::builder(&cluster, "exports")
+        .max_leases(3_usize)
         .build()
         .unwrap();
     let mut permits = Vec::new();
@@ -60,8 +60,8 @@ async fn plain_integers_configure_limits_and_zero_is_refused_by_name() {
         RateLimiter::builder(&cluster, "zero", Quota::per_second(u64::MAX))
             .build()
             .map(drop),
-        ConcurrencyLimiter::builder(&cluster, "zero")
-            .max_holders(0)
+        LeaseLimiter::builder(&cluster, "zero")
+            .max_leases(0)
             .build()
             .map(drop),
         Lock::builder(&cluster, "zero")
@@ -84,7 +84,7 @@ async fn plain_integers_configure_limits_and_zero_is_refused_by_name() {
             "quota.burst",
             "quota.limit",
             "quota.limit",
-            "max_holders",
+            "max_leases",
             "replica_ack_count"
         ]
     );

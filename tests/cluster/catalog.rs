@@ -201,8 +201,8 @@ async fn a_publication_that_fails_never_fails_a_check() {
 #[tokio::test]
 async fn a_lease_publishes_its_most_holders_and_reads_at_limit_when_all_are_held() {
     let cluster = common::cluster("catalog-lease").await;
-    let exports = shardlimit::ConcurrencyLimiter::builder(&cluster, "exports")
-        .max_holders(2)
+    let exports = shardlimit::LeaseLimiter::builder(&cluster, "exports")
+        .max_leases(2)
         .lease_ttl(Duration::from_secs(60))
         .build()
         .unwrap();

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use shardlimit::keys::KeyId;
-use shardlimit::{Cluster, ConcurrencyLimiter, Error, FailurePolicy, policy::BypassReason};
+use shardlimit::{Cluster, Error, FailurePolicy, LeaseLimiter, policy::BypassReason};
 
 fn nz(n: u32) -> NonZeroU32 {
     NonZeroU32::new(n).unwrap()
@@ -40,8 +40,8 @@ async fn sixty_four_tasks_never_exceed_five_holders() {
     const TASKS: usize = 64;
     const ROUNDS: usize = 4;
     let cluster = common::cluster("lease-race").await;
-    let limiter = ConcurrencyLimiter::builder(&cluster, "exports")
-        .max_holders(nz(5))
+    let limiter = LeaseLimiter::builder(&cluster, "exports")
+        .max_leases(nz(5))
         .lease_ttl(Duration::from_secs(30))
         .retry_backoff(Duration::from_millis(1), Duration::from_millis(20))
         .build()
@@ -92,8 +92,8 @@ async fn sixty_four_tasks_never_exceed_five_holders() {
 #[tokio::test]
 async fn a_crashed_holder_is_reclaimed_after_its_lease() {
     let cluster = common::cluster("lease-crash").await;
-    let limiter = ConcurrencyLimiter::builder(&cluster, "jobs")
-        .max_holders(nz(2))
+    let limiter = LeaseLimiter::builder(&cluster, "jobs")
+        .max_leases(nz(2))
         .lease_ttl(Duration::from_millis(500))
         .build()
         .unwrap();
@@ -135,8 +135,8 @@ async fn a_crashed_holder_is_reclaimed_after_its_lease() {
 #[tokio::test]
 async fn key_ttl_follows_the_longest_lease_and_an_idle_subject_leaves_nothing() {
     let cluster = common::cluster("lease-ttl").await;
-    let limiter = ConcurrencyLimiter::builder(&cluster, "jobs")
-        .max_holders(nz(3))
+    let limiter = LeaseLimiter::builder(&cluster, "jobs")
+        .max_leases(nz(3))
         .lease_ttl(Duration::from_millis(400))
         .build()
         .unwrap();
@@ -173,7 +173,7 @@ async fn key_ttl_follows_the_longest_lease_and_an_idle_subject_leaves_nothing() 
 #[tokio::test]
 async fn acquire_gives_up_at_the_deadline_when_all_are_taken() {
     let cluster = common::cluster("lease-deadline").await;
-    let limiter = ConcurrencyLimiter::builder(&cluster, "jobs")
+    let limiter = LeaseLimiter::builder(&cluster, "jobs")
         .lease_ttl(Duration::from_secs(30))
         .build()
         .unwrap();
@@ -199,7 +199,7 @@ async fn acquire_gives_up_at_the_deadline_when_all_are_taken() {
 #[tokio::test]
 async fn builder_refuses_bad_settings() {
     let cluster = common::cluster("lease-config").await;
-    let b = || ConcurrencyLimiter::builder(&cluster, "jobs");
+    let b = || LeaseLimiter::builder(&cluster, "jobs");
     assert!(matches!(
         b().lease_ttl(Duration::ZERO).build(),
         Err(Error::Config {
@@ -215,7 +215,7 @@ async fn builder_refuses_bad_settings() {
         })
     ));
     assert!(matches!(
-        ConcurrencyLimiter::builder(&cluster, "a:b").build(),
+        LeaseLimiter::builder(&cluster, "a:b").build(),
         Err(Error::InvalidIdent { field: "name", .. })
     ));
     let limiter = b().failure_policy(FailurePolicy::FailOpen).build().unwrap();
@@ -243,8 +243,8 @@ async fn builder_refuses_bad_settings() {
 async fn a_permit_whose_acquisition_failed_midway_is_returned() {
     let user = common::AclUser::without("+pexpire").await;
     let cluster = user.builder().build().await.unwrap();
-    let limiter = ConcurrencyLimiter::builder(&cluster, "jobs")
-        .max_holders(nz(2))
+    let limiter = LeaseLimiter::builder(&cluster, "jobs")
+        .max_leases(nz(2))
         .failure_policy(FailurePolicy::FailOpen)
         .build()
         .unwrap();
@@ -276,10 +276,8 @@ async fn unreachable_cluster_fails_closed_or_bypasses_as_configured() {
         .build()
         .await
         .unwrap();
-    let closed = ConcurrencyLimiter::builder(&cluster, "closed")
-        .build()
-        .unwrap();
-    let open = ConcurrencyLimiter::builder(&cluster, "open")
+    let closed = LeaseLimiter::builder(&cluster, "closed").build().unwrap();
+    let open = LeaseLimiter::builder(&cluster, "open")
         .failure_policy(FailurePolicy::FailOpen)
         .build()
         .unwrap();

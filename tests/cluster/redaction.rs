@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use shardlimit::keys::KeyId;
-use shardlimit::{ConcurrencyLimiter, Counter, Lock};
+use shardlimit::{Counter, LeaseLimiter, Lock};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Subscriber};
@@ -86,9 +86,7 @@ async fn run_everything(prefix: &str, subject: &str, max: LevelFilter) -> Vec<(L
         .await
         .expect("the watchdog reports the loss");
 
-    let lease = ConcurrencyLimiter::builder(&cluster, "exports")
-        .build()
-        .unwrap();
+    let lease = LeaseLimiter::builder(&cluster, "exports").build().unwrap();
     let permit = lease.try_acquire(subject).await.unwrap().unwrap();
     assert!(permit.release().await.unwrap());
     let counter = Counter::builder(&cluster, "billing").build().unwrap();
@@ -143,9 +141,7 @@ async fn at_trace_the_subject_is_in_trace_events_only() {
 #[tokio::test]
 async fn a_permits_debug_hides_its_id() {
     let cluster = common::cluster("redact-permit").await;
-    let lease = ConcurrencyLimiter::builder(&cluster, "exports")
-        .build()
-        .unwrap();
+    let lease = LeaseLimiter::builder(&cluster, "exports").build().unwrap();
     let permit = lease.try_acquire("s").await.unwrap().unwrap();
     let key = cluster
         .keys()

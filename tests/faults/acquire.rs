@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use shardlimit::keys::KeyId;
-use shardlimit::{ConcurrencyLimiter, Lock};
+use shardlimit::{LeaseLimiter, Lock};
 
 use crate::common;
 use crate::harness::*;
@@ -27,12 +27,12 @@ fn keys_of(cluster: &shardlimit::Cluster, subjects: &[String]) -> Vec<Vec<u8>> {
 
 /// A lock `job` and a concurrency limiter `jobs`, both with a 60 s TTL: a
 /// lock or permit left held by no one is still there when looked for.
-fn lock_and_leases(cluster: &shardlimit::Cluster) -> (Lock, ConcurrencyLimiter) {
+fn lock_and_leases(cluster: &shardlimit::Cluster) -> (Lock, LeaseLimiter) {
     let lock = Lock::builder(cluster, "job")
         .ttl(Duration::from_secs(60))
         .build()
         .unwrap();
-    let leases = ConcurrencyLimiter::builder(cluster, "jobs")
+    let leases = LeaseLimiter::builder(cluster, "jobs")
         .lease_ttl(Duration::from_secs(60))
         .build()
         .unwrap();

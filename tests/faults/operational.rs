@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use shardlimit::keys::slot;
 use shardlimit::{
-    Algorithm, Cluster, ConcurrencyLimiter, Counter, Lock, MultiLimiter, Quota, RateLimiter,
+    Algorithm, Cluster, Counter, LeaseLimiter, Lock, MultiLimiter, Quota, RateLimiter,
 };
 
 use crate::common::{self, Master};
@@ -57,7 +57,7 @@ struct Rig {
     multi: MultiLimiter,
     batch: RateLimiter,
     lock: Lock,
-    leases: ConcurrencyLimiter,
+    leases: LeaseLimiter,
     counter: Counter,
     hot: Vec<String>,
     cold: Vec<String>,
@@ -153,8 +153,8 @@ async fn rig() -> Rig {
             .replica_ack(Duration::from_millis(100))
             .build()
             .unwrap(),
-        leases: ConcurrencyLimiter::builder(&cluster, "op-lease")
-            .max_holders(nz(2))
+        leases: LeaseLimiter::builder(&cluster, "op-lease")
+            .max_leases(nz(2))
             .lease_ttl(Duration::from_secs(60))
             .build()
             .unwrap(),

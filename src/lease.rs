@@ -1,6 +1,6 @@
 //! The concurrency limiter: at most N holders per subject (Sidekiq's
 //! "concurrent" limiter). The public documentation lives on
-//! [`ConcurrencyLimiter`].
+//! [`LeaseLimiter`].
 
 use std::fmt;
 use std::num::NonZeroU32;
@@ -23,8 +23,8 @@ use crate::scripts::{LEASE_ACQUIRE, LEASE_EXTEND, LEASE_RELEASE};
 /// permits expire, so a crashed holder's permit comes back on its own.
 ///
 /// The words, once: a concurrency limiter grants **permits**; a permit is
-/// held for a **lease** ([`lease_ttl`](ConcurrencyLimiterBuilder::lease_ttl),
-/// renewed by [`Permit::extend`]) after which it is reclaimed. Its keys,
+/// held for a **lease** ([`lease_ttl`](LeaseLimiterBuilder::lease_ttl),
+/// renewed by [`Lease::extend`]) after which it is reclaimed. Its keys,
 /// stats and metrics carry the kind `lease`.
 ///
 /// State per subject is one sorted set `<ns>:{<subject>}:lease:<name>`:
@@ -37,10 +37,10 @@ use crate::scripts::{LEASE_ACQUIRE, LEASE_EXTEND, LEASE_RELEASE};
 /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
 /// use std::num::NonZeroU32;
 /// use std::time::Duration;
-/// use shardlimit::ConcurrencyLimiter;
+/// use shardlimit::LeaseLimiter;
 ///
-/// let exports = ConcurrencyLimiter::builder(&cluster, "exports")
-///     .max_holders(NonZeroU32::new(5).expect("non-zero"))
+/// let exports = LeaseLimiter::builder(&cluster, "exports")
+///     .max_leases(NonZeroU32::new(5).expect("non-zero"))
 ///     .lease_ttl(Duration::from_secs(120))
 ///     .build()?;
 /// if let Some(permit) = exports.try_acquire("tenant:42").await? {
@@ -55,9 +55,9 @@ use crate::scripts::{LEASE_ACQUIRE, LEASE_EXTEND, LEASE_RELEASE};
 /// * Never more than N live permits per subject: the count and the grant
 ///   are one atomic script on the subject's master, with expiry judged by
 ///   the server's clock.
-/// * A holder that crashes (or drops its [`Permit`] — dropping sends nothing)
+/// * A holder that crashes (or drops its [`Lease`] — dropping sends nothing)
 ///   keeps its slot only until its lease runs out; the next acquisition
-///   reclaims it. Long work must [`extend`](Permit::extend) its permit.
+///   reclaims it. Long work must [`extend`](Lease::extend) its permit.
 /// * As with locks, a failover can lose a just-granted permit (replication is
 ///   asynchronous), letting N+1 run for at most one lease.
 ///
@@ -66,21 +66,21 @@ use crate::scripts::{LEASE_ACQUIRE, LEASE_EXTEND, LEASE_RELEASE};
 /// With [`FailurePolicy::FailClosed`] (the default) errors are returned.
 /// With [`FailurePolicy::FailOpen`] a transient fault (timeout, connection,
 /// cluster reconfiguring) yields a **bypassed** permit
-/// ([`Permit::bypassed`] is `Some`): the work runs unlimited, the bypass is
+/// ([`Lease::bypassed`] is `Some`): the work runs unlimited, the bypass is
 /// counted and warned about. Configuration faults are always errors.
 ///
 /// [`Cluster::stats`](crate::Cluster::stats) counts under kind `lease`:
 /// granted as `allowed`, all N taken as `denied`, `bypassed`, and every error
 /// returned by any lease operation as `errors`.
 #[derive(Clone, Debug)]
-pub struct ConcurrencyLimiter {
+pub struct LeaseLimiter {
     inner: Arc<LeaseInner>,
 }
 
 #[derive(Debug)]
 struct LeaseInner {
     core: Core,
-    max_holders: NonZeroU32,
+    max_leases: NonZeroU32,
     lease_ms: u64,
     policy: FailurePolicy,
     retry: RetryBackoff,
@@ -94,7 +94,7 @@ impl Publishes for LeaseInner {
     }
 
     fn entry(&self) -> (KeyId, String) {
-        lease_entry(self.core.id(), self.max_holders, self.lease_ms)
+        lease_entry(self.core.id(), self.max_leases, self.lease_ms)
     }
 
     fn publication(&self) -> &Publication {
@@ -102,25 +102,25 @@ impl Publishes for LeaseInner {
     }
 }
 
-impl ConcurrencyLimiter {
+impl LeaseLimiter {
     /// A builder for the limiter named `name` (`[A-Za-z0-9_.-]{1,64}`).
     /// Limiters with the same name on the same namespace share their permits.
     ///
     /// ```no_run
     /// # fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
     /// use std::num::NonZeroU32;
-    /// use shardlimit::{ConcurrencyLimiter, FailurePolicy};
-    /// let limiter = ConcurrencyLimiter::builder(&cluster, "uploads")
-    ///     .max_holders(NonZeroU32::new(3).expect("non-zero"))
+    /// use shardlimit::{FailurePolicy, LeaseLimiter};
+    /// let limiter = LeaseLimiter::builder(&cluster, "uploads")
+    ///     .max_leases(NonZeroU32::new(3).expect("non-zero"))
     ///     .failure_policy(FailurePolicy::FailOpen)
     ///     .build()?;
     /// # Ok(()) }
     /// ```
-    pub fn builder(cluster: &Cluster, name: impl Into<String>) -> ConcurrencyLimiterBuilder {
-        ConcurrencyLimiterBuilder {
+    pub fn builder(cluster: &Cluster, name: impl Into<String>) -> LeaseLimiterBuilder {
+        LeaseLimiterBuilder {
             cluster: cluster.clone(),
             name: name.into(),
-            max_holders: Checked::new(NonZeroU32::MIN),
+            max_leases: Checked::new(NonZeroU32::MIN),
             lease_ttl: Duration::from_secs(60),
             policy: FailurePolicy::default(),
             retry: RetryBackoff::DEFAULT,
@@ -130,7 +130,7 @@ impl ConcurrencyLimiter {
     /// The limiter's name.
     ///
     /// ```no_run
-    /// # fn demo(limiter: shardlimit::ConcurrencyLimiter) {
+    /// # fn demo(limiter: shardlimit::LeaseLimiter) {
     /// assert_eq!(limiter.name(), "exports");
     /// # }
     /// ```
@@ -149,13 +149,13 @@ impl ConcurrencyLimiter {
     /// The most permits held at once per subject.
     ///
     /// ```no_run
-    /// # fn demo(limiter: shardlimit::ConcurrencyLimiter) {
-    /// println!("up to {} at once", limiter.max_holders());
+    /// # fn demo(limiter: shardlimit::LeaseLimiter) {
+    /// println!("up to {} at once", limiter.max_leases());
     /// # }
     /// ```
     #[must_use]
-    pub fn max_holders(&self) -> NonZeroU32 {
-        self.inner.max_holders
+    pub fn max_leases(&self) -> NonZeroU32 {
+        self.inner.max_leases
     }
 
     /// One attempt: a permit if fewer than N are held on `subject`, `None`
@@ -172,7 +172,7 @@ impl ConcurrencyLimiter {
     /// that one broke), so the permit does not stay taken for its lease.
     ///
     /// ```no_run
-    /// # async fn demo(limiter: shardlimit::ConcurrencyLimiter) -> shardlimit::Result<()> {
+    /// # async fn demo(limiter: shardlimit::LeaseLimiter) -> shardlimit::Result<()> {
     /// match limiter.try_acquire("tenant:42").await? {
     ///     Some(permit) => { permit.release().await?; }
     ///     None => println!("5 already running, try later"),
@@ -181,7 +181,7 @@ impl ConcurrencyLimiter {
     /// ```
     #[tracing::instrument(name = "shardlimit.lease.try_acquire", level = "debug", skip_all,
         fields(kind = Kind::Lease.as_str(), name = self.name(), slot, outcome, subject))]
-    pub async fn try_acquire(&self, subject: impl AsRef<[u8]>) -> Result<Option<Permit>> {
+    pub async fn try_acquire(&self, subject: impl AsRef<[u8]>) -> Result<Option<Lease>> {
         self.acquire_within(subject.as_ref(), Duration::ZERO).await
     }
 
@@ -189,13 +189,13 @@ impl ConcurrencyLimiter {
     /// `Ok(None)` means all N stayed taken until the deadline.
     ///
     /// Between attempts it sleeps with jittered exponential backoff
-    /// ([`retry_backoff`](ConcurrencyLimiterBuilder::retry_backoff)), never
+    /// ([`retry_backoff`](LeaseLimiterBuilder::retry_backoff)), never
     /// past the soonest lease expiry the server reported, nor past the
     /// deadline, where one last attempt is made. An error ends the wait at
     /// once (and is handled by the failure policy).
     ///
     /// ```no_run
-    /// # async fn demo(limiter: shardlimit::ConcurrencyLimiter) -> shardlimit::Result<()> {
+    /// # async fn demo(limiter: shardlimit::LeaseLimiter) -> shardlimit::Result<()> {
     /// use std::time::Duration;
     /// if let Some(permit) = limiter.acquire("tenant:42", Duration::from_secs(2)).await? {
     ///     permit.release().await?;
@@ -208,11 +208,11 @@ impl ConcurrencyLimiter {
         &self,
         subject: impl AsRef<[u8]>,
         wait: Duration,
-    ) -> Result<Option<Permit>> {
+    ) -> Result<Option<Lease>> {
         self.acquire_within(subject.as_ref(), wait).await
     }
 
-    async fn acquire_within(&self, subject: &[u8], wait: Duration) -> Result<Option<Permit>> {
+    async fn acquire_within(&self, subject: &[u8], wait: Duration) -> Result<Option<Lease>> {
         let inner = &self.inner;
         if !inner.publication.started() {
             start_publishing(inner);
@@ -223,8 +223,8 @@ impl ConcurrencyLimiter {
         .await;
         acquired.or_else(|err| {
             inner.policy.apply(err, &[inner.core.outcomes()], |reason| {
-                Some(Permit {
-                    state: PermitState::Bypassed(reason),
+                Some(Lease {
+                    state: LeaseState::Bypassed(reason),
                     subject: subject.to_vec(),
                 })
             })
@@ -232,13 +232,13 @@ impl ConcurrencyLimiter {
     }
 
     /// One attempt: a permit, or how long until the soonest lease expires.
-    async fn attempt(&self, subject: &[u8]) -> Result<Attempt<Permit>> {
+    async fn attempt(&self, subject: &[u8]) -> Result<Attempt<Lease>> {
         crate::metrics::span_subject(subject);
         let inner = &self.inner;
         let cluster = inner.core.cluster();
         let keys = cluster.keys().key_set(subject, [inner.core.id()])?;
         let id = random_id();
-        let args = (&id, inner.max_holders.get(), inner.lease_ms);
+        let args = (&id, inner.max_leases.get(), inner.lease_ms);
         // Whatever this acquisition may have taken is given back after any
         // error, behind it on its connection (see `Cluster::eval_or_undo`).
         let lease = Duration::from_millis(inner.lease_ms);
@@ -247,8 +247,8 @@ impl ConcurrencyLimiter {
             .eval_or_undo(&LEASE_ACQUIRE, &keys, args, None, undo.clone())
             .await?;
         match reply.as_slice() {
-            [1, _, _] => Ok(Attempt::Granted(Permit {
-                state: PermitState::Live {
+            [1, _, _] => Ok(Attempt::Granted(Lease {
+                state: LeaseState::Live {
                     limiter: Arc::clone(inner),
                     keys,
                     id,
@@ -270,14 +270,14 @@ impl ConcurrencyLimiter {
 }
 
 /// One of the N concurrent leases on a subject, from
-/// [`ConcurrencyLimiter::try_acquire`] or [`ConcurrencyLimiter::acquire`].
+/// [`LeaseLimiter::try_acquire`] or [`LeaseLimiter::acquire`].
 ///
 /// Return it with [`release`](Self::release). Dropping it sends nothing:
 /// its slot stays taken until the lease expires — exactly what happens when
 /// the holder crashes.
 ///
 /// ```no_run
-/// # async fn demo(limiter: shardlimit::ConcurrencyLimiter) -> shardlimit::Result<()> {
+/// # async fn demo(limiter: shardlimit::LeaseLimiter) -> shardlimit::Result<()> {
 /// use std::time::Duration;
 /// if let Some(permit) = limiter.try_acquire("tenant:42").await? {
 ///     if permit.bypassed().is_some() {
@@ -288,13 +288,13 @@ impl ConcurrencyLimiter {
 /// }
 /// # Ok(()) }
 /// ```
-#[must_use = "dropping a Permit keeps its slot taken until the lease expires; call release()"]
-pub struct Permit {
-    state: PermitState,
+#[must_use = "dropping a Lease keeps its slot taken until the lease expires; call release()"]
+pub struct Lease {
+    state: LeaseState,
     subject: Vec<u8>,
 }
 
-enum PermitState {
+enum LeaseState {
     Live {
         limiter: Arc<LeaseInner>,
         keys: KeySet,
@@ -304,14 +304,14 @@ enum PermitState {
     Bypassed(BypassReason),
 }
 
-impl Permit {
+impl Lease {
     /// `Some(reason)` when this permit was granted without Redis under
     /// [`FailurePolicy::FailOpen`]; it then holds nothing, and
     /// [`extend`](Self::extend) and [`release`](Self::release) send nothing
     /// and return `Ok(true)` — there is nothing to lose.
     ///
     /// ```no_run
-    /// # fn demo(permit: &shardlimit::concurrency::Permit) {
+    /// # fn demo(permit: &shardlimit::lease::Lease) {
     /// if let Some(reason) = permit.bypassed() {
     ///     eprintln!("concurrency limit bypassed: {reason}");
     /// }
@@ -320,15 +320,15 @@ impl Permit {
     #[must_use]
     pub fn bypassed(&self) -> Option<BypassReason> {
         match self.state {
-            PermitState::Bypassed(reason) => Some(reason),
-            PermitState::Live { .. } => None,
+            LeaseState::Bypassed(reason) => Some(reason),
+            LeaseState::Live { .. } => None,
         }
     }
 
     /// The subject the permit was granted on, as given.
     ///
     /// ```no_run
-    /// # fn demo(permit: &shardlimit::concurrency::Permit) {
+    /// # fn demo(permit: &shardlimit::lease::Lease) {
     /// assert_eq!(permit.subject(), b"tenant:42");
     /// # }
     /// ```
@@ -345,7 +345,7 @@ impl Permit {
     /// or when Redis did not answer (never bypassed: the permit exists).
     ///
     /// ```no_run
-    /// # async fn demo(permit: shardlimit::concurrency::Permit) -> shardlimit::Result<()> {
+    /// # async fn demo(permit: shardlimit::lease::Lease) -> shardlimit::Result<()> {
     /// use std::time::Duration;
     /// if !permit.extend(Duration::from_secs(60)).await? {
     ///     eprintln!("lease expired: another worker may have taken the slot");
@@ -354,7 +354,7 @@ impl Permit {
     /// ```
     pub async fn extend(&self, ttl: Duration) -> Result<bool> {
         let ttl_ms = millis("ttl", ttl)?;
-        let PermitState::Live { limiter, keys, id } = &self.state else {
+        let LeaseState::Live { limiter, keys, id } = &self.state else {
             return Ok(true);
         };
         let extended: i64 = limiter.core.eval(&LEASE_EXTEND, keys, (id, ttl_ms)).await?;
@@ -372,14 +372,14 @@ impl Permit {
     /// run out anyway.
     ///
     /// ```no_run
-    /// # async fn demo(permit: shardlimit::concurrency::Permit) -> shardlimit::Result<()> {
+    /// # async fn demo(permit: shardlimit::lease::Lease) -> shardlimit::Result<()> {
     /// if !permit.release().await? {
     ///     eprintln!("the work overran its lease");
     /// }
     /// # Ok(()) }
     /// ```
     pub async fn release(self) -> Result<bool> {
-        let PermitState::Live { limiter, keys, id } = &self.state else {
+        let LeaseState::Live { limiter, keys, id } = &self.state else {
             return Ok(true);
         };
         let lease = Duration::from_millis(limiter.lease_ms);
@@ -391,30 +391,30 @@ impl Permit {
     }
 }
 
-impl fmt::Debug for Permit {
+impl fmt::Debug for Lease {
     // The permit id is the proof of holding (whoever knows it can extend or
     // release the permit): kept out of logs, like a lock guard's token.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut s = f.debug_struct("Permit");
+        let mut s = f.debug_struct("Lease");
         s.field("subject", &String::from_utf8_lossy(&self.subject));
         match &self.state {
-            PermitState::Live { limiter, .. } => s.field("limiter", &limiter.core.name()),
-            PermitState::Bypassed(reason) => s.field("bypassed", reason),
+            LeaseState::Live { limiter, .. } => s.field("limiter", &limiter.core.name()),
+            LeaseState::Bypassed(reason) => s.field("bypassed", reason),
         };
         s.finish_non_exhaustive()
     }
 }
 
-/// Configures a [`ConcurrencyLimiter`]. Every setter states its default;
+/// Configures a [`LeaseLimiter`]. Every setter states its default;
 /// [`build`](Self::build) validates everything and contacts nothing.
 ///
 /// ```no_run
 /// # fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
 /// use std::num::NonZeroU32;
 /// use std::time::Duration;
-/// use shardlimit::{ConcurrencyLimiter, FailurePolicy};
-/// let limiter = ConcurrencyLimiter::builder(&cluster, "exports")
-///     .max_holders(NonZeroU32::new(5).expect("non-zero")) // default 1
+/// use shardlimit::{FailurePolicy, LeaseLimiter};
+/// let limiter = LeaseLimiter::builder(&cluster, "exports")
+///     .max_leases(NonZeroU32::new(5).expect("non-zero")) // default 1
 ///     .lease_ttl(Duration::from_secs(120))                 // default 60 s
 ///     .failure_policy(FailurePolicy::FailClosed)           // the default
 ///     .retry_backoff(Duration::from_millis(10), Duration::from_millis(250))
@@ -423,22 +423,22 @@ impl fmt::Debug for Permit {
 /// ```
 #[derive(Clone, Debug)]
 #[must_use]
-pub struct ConcurrencyLimiterBuilder {
+pub struct LeaseLimiterBuilder {
     cluster: Cluster,
     name: String,
-    max_holders: Checked,
+    max_leases: Checked,
     lease_ttl: Duration,
     policy: FailurePolicy,
     retry: RetryBackoff,
 }
 
-impl ConcurrencyLimiterBuilder {
+impl LeaseLimiterBuilder {
     /// The most permits held at once per subject: a plain integer or a
     /// [`NonZeroU32`], from 1 to `u32::MAX` (checked by
-    /// [`build`](Self::build), field `max_holders`). Default 1 (a mutex that
+    /// [`build`](Self::build), field `max_leases`). Default 1 (a mutex that
     /// fails over to its lease expiry).
-    pub fn max_holders(mut self, n: impl Count) -> Self {
-        self.max_holders = Checked::new(n);
+    pub fn max_leases(mut self, n: impl Count) -> Self {
+        self.max_leases = Checked::new(n);
         self
     }
 
@@ -460,7 +460,7 @@ impl ConcurrencyLimiterBuilder {
         self
     }
 
-    /// Backoff between attempts of [`ConcurrencyLimiter::acquire`]: the
+    /// Backoff between attempts of [`LeaseLimiter::acquire`]: the
     /// `n`th wait is random in `[d/2, d]`, `d = min(max, min × 2^n)`.
     /// Default 10 ms and 250 ms. `min` must be non-zero and at most `max`.
     pub fn retry_backoff(mut self, min: Duration, max: Duration) -> Self {
@@ -473,9 +473,9 @@ impl ConcurrencyLimiterBuilder {
     ///
     /// Errors with [`Error::InvalidIdent`] for a bad name and
     /// [`Error::Config`] naming the setting otherwise.
-    pub fn build(self) -> Result<ConcurrencyLimiter> {
+    pub fn build(self) -> Result<LeaseLimiter> {
         let id = KeyId::new(Kind::Lease.as_str(), &self.name)?;
-        let max_holders = self.max_holders.get("max_holders")?;
+        let max_leases = self.max_leases.get("max_leases")?;
         let lease_ms = millis("lease_ttl", self.lease_ttl)?;
         let retry = self.retry.checked()?;
         if let FailurePolicy::Local { .. } = self.policy {
@@ -488,13 +488,13 @@ impl ConcurrencyLimiterBuilder {
         }
         let inner = Arc::new(LeaseInner {
             core: Core::new(self.cluster, id),
-            max_holders,
+            max_leases,
             lease_ms,
             policy: self.policy,
             retry,
             publication: Publication::new(CATALOG_REFRESH),
         });
         start_publishing(&inner);
-        Ok(ConcurrencyLimiter { inner })
+        Ok(LeaseLimiter { inner })
     }
 }
