@@ -177,8 +177,8 @@ impl Catalog {
         let limit = u64::from(capacity(algorithm, &quota));
         let (remaining, exact, state_for) = match (&info.usage, algorithm) {
             (Usage::Unused, _) => (limit, true, Duration::ZERO),
-            (Usage::Lease { holders }, None) => {
-                (limit.saturating_sub(*holders), true, Duration::ZERO)
+            (Usage::Lease { leases_held }, None) => {
+                (limit.saturating_sub(*leases_held), true, Duration::ZERO)
             }
             (usage, Some(algorithm)) => {
                 let (n, exact) = (algorithm.rules().remaining)(usage, &quota, info.ttl)?;
@@ -314,7 +314,7 @@ mod tests {
         );
         // A lease: its most holders less the permits held.
         let lease = catalog
-            .headroom(&info("lease", Usage::Lease { holders: 1 }, 5_000))
+            .headroom(&info("lease", Usage::Lease { leases_held: 1 }, 5_000))
             .unwrap();
         assert_eq!(lease.describe(), "0/1 remaining, at limit");
         assert_eq!(lease.full_in, Duration::from_secs(5));

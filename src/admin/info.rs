@@ -108,11 +108,11 @@ pub enum Usage {
         /// The theoretical arrival time, microseconds since the Unix epoch.
         theoretical_arrival_us: u64,
     },
-    /// Concurrency lease: permits held (expired ones are reclaimed by the
-    /// next acquire).
+    /// Lease limiter: leases held (expired ones not yet reclaimed by the
+    /// next acquire count).
     Lease {
-        /// Permits.
-        holders: u64,
+        /// Leases held.
+        leases_held: u64,
     },
     /// Lock.
     Lock {
@@ -150,7 +150,7 @@ impl Usage {
             }
             Usage::Gcra { .. } => "refilling (full when the key expires)".to_owned(),
             Usage::Unused => "unused (full quota)".to_owned(),
-            Usage::Lease { holders } => format!("{holders} holders"),
+            Usage::Lease { leases_held } => format!("{leases_held} leases held"),
             Usage::Lock {
                 held,
                 fencing_token,

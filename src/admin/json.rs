@@ -22,8 +22,8 @@ use crate::limit::SubjectSettings;
 /// use shardlimit::admin::{LimiterInfo, Usage, json};
 /// # fn show(info: &LimiterInfo) {
 /// let value = json::limiter(info);
-/// if let Usage::Lease { holders } = info.usage {
-///     assert_eq!(value["state"]["holders"], holders);
+/// if let Usage::Lease { leases_held } = info.usage {
+///     assert_eq!(value["state"]["leases_held"], leases_held);
 /// }
 /// # }
 /// # }
@@ -91,7 +91,7 @@ pub fn usage(usage: &Usage) -> Value {
         Usage::Gcra {
             theoretical_arrival_us,
         } => json!({ "theoretical_arrival_us": theoretical_arrival_us }),
-        Usage::Lease { holders } => json!({ "holders": holders }),
+        Usage::Lease { leases_held } => json!({ "leases_held": leases_held }),
         Usage::Lock {
             held,
             fencing_token,

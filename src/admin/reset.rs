@@ -59,7 +59,7 @@ pub struct InUse {
 }
 
 impl fmt::Display for InUse {
-    /// `lock job is held`, `lease exports has 2 permit(s)`, `counter billing
+    /// `lock job is held`, `lease exports has 2 lease(s) held`, `counter billing
     /// holds 30`. The subject is left out: the caller named it.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (kind, name) = (&self.kind, &self.name);
@@ -84,7 +84,9 @@ impl fmt::Display for InUse {
         }
         match &self.usage {
             Usage::Lock { .. } => write!(f, "{kind} {name} is held"),
-            Usage::Lease { holders } => write!(f, "{kind} {name} has {holders} permit(s)"),
+            Usage::Lease { leases_held } => {
+                write!(f, "{kind} {name} has {leases_held} lease(s) held")
+            }
             Usage::Counter { value } => {
                 write!(f, "{kind} {name} holds {value} (not drained)")
             }
@@ -95,12 +97,12 @@ impl fmt::Display for InUse {
 
 /// Whether deleting the primitive in this state loses something (or a rate
 /// limiter's override or block for the subject). A lease's
-/// count includes expired permits not yet reclaimed (the scanner does not
+/// count includes expired leases not yet reclaimed (the scanner does not
 /// read the server clock): it errs on the side of refusing.
 fn in_use(info: &LimiterInfo) -> Option<InUse> {
     let busy = match info.usage {
         Usage::Lock { held, .. } => held,
-        Usage::Lease { holders } => holders > 0,
+        Usage::Lease { leases_held } => leases_held > 0,
         Usage::Counter { value } => value != 0,
         _ => false,
     };

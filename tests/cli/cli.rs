@@ -184,14 +184,14 @@ async fn reset_dry_runs_and_refuses_held_locks_live_permits_and_counts_unless_fo
     let keys_before = common::keys_with_pttl(&ns).await.len();
     assert_eq!(keys_before, 5, "gcra, lease, counter, lock and its fence");
     // Each state as the library's JSON names it (the Limits page's API
-    // serves the same shape): a lease's holders, a lock's fencing token.
+    // serves the same shape): a lease's `leases_held`, a lock's fencing token.
     let out = cli(&ns, &["list", "--json", "--subject", "busy"]);
     let rows: Vec<Value> = stdout(&out)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     let state = |kind: &str| rows.iter().find(|r| r["kind"] == kind).unwrap()["state"].clone();
-    assert_eq!(state("lease")["holders"], 1, "{rows:?}");
+    assert_eq!(state("lease")["leases_held"], 1, "{rows:?}");
     assert_eq!(state("lock")["held"], true, "{rows:?}");
     assert_eq!(state("counter")["value"], 30, "{rows:?}");
 
@@ -221,7 +221,7 @@ async fn reset_dry_runs_and_refuses_held_locks_live_permits_and_counts_unless_fo
     let err = String::from_utf8_lossy(&out.stderr);
     for reason in [
         "lock job is held",
-        "lease exports has 1 permit",
+        "lease exports has 1 lease(s) held",
         "counter billing holds 30",
     ] {
         assert!(err.contains(reason), "{err}");

@@ -191,7 +191,7 @@ async fn finds_exactly_every_primitive_spread_over_every_master() {
                 },
             )
             | ("gcra", Usage::Gcra { .. })
-            | ("lease", Usage::Lease { holders: 1 })
+            | ("lease", Usage::Lease { leases_held: 1 })
             | ("counter", Usage::Counter { value: 1 })
             | (
                 "lock",
@@ -552,7 +552,7 @@ async fn reset_refuses_what_is_in_use_unless_forced_and_plans_exactly_its_keys()
         reasons,
         [
             "counter billing holds 7 (not drained)",
-            "lease exports has 1 permit(s)",
+            "lease exports has 1 lease(s) held",
             "lock job is held",
         ]
     );

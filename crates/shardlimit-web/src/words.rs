@@ -106,8 +106,8 @@ fn used(info: &LimiterInfo) -> String {
             fencing_token.map_or(String::new(), |t| format!(", last fencing token {t}")),
             within("fence forgotten")
         ),
-        Usage::Lease { holders } => {
-            format!("{holders} permit(s) in use{}", within("idle set expires"))
+        Usage::Lease { leases_held } => {
+            format!("{leases_held} lease(s) held{}", within("idle set expires"))
         }
         Usage::Counter { value } => format!("value {value}{}", within("idle counter expires")),
         // The TTL is the override's or the block's, said by `state`.
@@ -292,8 +292,8 @@ mod tests {
             "held, fencing token 42, frees itself in 29.0 s"
         );
         assert_eq!(
-            used(&info(Usage::Lease { holders: 2 }, Some(61_000))),
-            "2 permit(s) in use, idle set expires in 1 min 1 s"
+            used(&info(Usage::Lease { leases_held: 2 }, Some(61_000))),
+            "2 lease(s) held, idle set expires in 1 min 1 s"
         );
         assert_eq!(
             used(&info(Usage::Counter { value: 30 }, None)),

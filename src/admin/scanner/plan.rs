@@ -123,9 +123,9 @@ impl Plan {
             Some(Kind::Counter) => StateReads::State(StateRead::Integer(|v| Usage::Counter {
                 value: v.unwrap_or(0),
             })),
-            Some(Kind::Lease) => {
-                StateReads::State(StateRead::Members(|holders| Usage::Lease { holders }))
-            }
+            Some(Kind::Lease) => StateReads::State(StateRead::Members(|leases_held| {
+                Usage::Lease { leases_held }
+            })),
             Some(Kind::Lock) => StateReads::Lock,
             Some(kind) => match Algorithm::from_key_kind(kind) {
                 Some(algorithm) => StateReads::State(algorithm.rules().state),
