@@ -170,7 +170,7 @@ async fn items(State(app): State<App>, headers: HeaderMap) -> &'static str {
     "[\"apple\", \"pear\"]\n"
 }
 
-/// At most 3 exports per tenant at once; the permit is held while it runs.
+/// At most 3 exports per tenant at once; the lease is held while it runs.
 async fn export(
     State(app): State<App>,
     Path(tenant): Path<String>,
@@ -183,16 +183,16 @@ async fn export(
         .and_then(|ms| ms.parse().ok())
         .unwrap_or(0);
     match app.exports.try_acquire(format!("tenant:{tenant}")).await {
-        Ok(Some(permit)) => {
+        Ok(Some(lease)) => {
             tokio::time::sleep(Duration::from_millis(ms)).await;
-            let _ = permit.release().await;
+            let _ = lease.release().await;
             (StatusCode::OK, format!("exported {tenant}\n"))
         }
         Ok(None) => (
             StatusCode::TOO_MANY_REQUESTS,
             "3 exports already running\n".into(),
         ),
-        // Leases fail closed by default: no export without a permit.
+        // Leases fail closed by default: no export without a lease.
         Err(err) => (StatusCode::SERVICE_UNAVAILABLE, format!("{err}\n")),
     }
 }

@@ -10,8 +10,8 @@
 //! audits the namespace for keys without a TTL — which never go away — and
 //! keys the parser does not recognise ([`Scanner::audit`]), and deletes one
 //! subject's keys in one slot-pinned transaction ([`Scanner::reset`]) —
-//! refusing a held lock, a lease with permits or an undrained counter unless
-//! forced, with a dry run first ([`Scanner::plan_reset`], [`ResetPlan`]).
+//! refusing a held lock, a lease limiter with leases held or an undrained
+//! counter unless forced, with a dry run first ([`Scanner::plan_reset`], [`ResetPlan`]).
 //! A page of the walk is bounded ([`Scanner::page`]), or fills itself
 //! within a time budget ([`Scanner::page_within`]) and says how much of the
 //! namespace it has walked ([`Page::walked`]). The operator's other

@@ -92,7 +92,7 @@ pub(crate) fn jitter(base: Duration, spread: Duration) -> Duration {
 }
 
 /// A fresh random 128-bit identifier in lowercase hex (32 characters): lock
-/// tokens and permit ids. `rand`'s thread RNG is a CSPRNG seeded from the
+/// tokens and lease ids. `rand`'s thread RNG is a CSPRNG seeded from the
 /// OS, so ids are unique across processes and hosts without coordination
 /// and cannot be guessed by another client.
 pub(crate) fn random_id() -> String {

@@ -276,7 +276,7 @@ impl Cluster {
     }
 
     /// Runs `script` like [`eval`](Self::eval), for an operation that takes
-    /// something (a lock, a permit) — and gives back what it may have taken
+    /// something (a lock, a lease) — and gives back what it may have taken
     /// if it fails.
     ///
     /// With `then`, that command goes right behind the script in one

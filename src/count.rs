@@ -4,7 +4,7 @@ use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
 
 use crate::error::{Error, Result};
 
-/// A number of units, permits or replicas: a plain integer (`10`, `n_u64`)
+/// A number of units, leases or replicas: a plain integer (`10`, `n_u64`)
 /// or a [`NonZeroU32`].
 ///
 /// Quotas and builders take any `Count`, so `Quota::per_second(10)` and

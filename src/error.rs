@@ -170,8 +170,8 @@ pub enum Error {
     },
 
     /// An admin reset was refused, and nothing deleted, because primitives
-    /// of the subject are in use (a held lock, a lease with permits, a
-    /// counter with a value); forcing it deletes them anyway.
+    /// of the subject are in use (a held lock, a lease limiter with leases
+    /// held, a counter with a value); forcing it deletes them anyway.
     #[error("reset refused, nothing deleted: {}; force it to delete them anyway", .in_use.join(", "))]
     ResetRefused {
         /// What is in use, e.g. `lock job is held` (without the subject).

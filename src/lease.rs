@@ -1,6 +1,5 @@
-//! The concurrency limiter: at most N holders per subject (Sidekiq's
-//! "concurrent" limiter). The public documentation lives on
-//! [`LeaseLimiter`].
+//! The lease limiter: at most N leases per subject (Sidekiq's "concurrent"
+//! limiter). The public documentation lives on [`LeaseLimiter`].
 
 use std::fmt;
 use std::num::NonZeroU32;
@@ -19,17 +18,18 @@ use crate::policy::{BypassReason, FailurePolicy};
 use crate::primitive::{self, Attempt, Core, RetryBackoff};
 use crate::scripts::{LEASE_ACQUIRE, LEASE_EXTEND, LEASE_RELEASE};
 
-/// At most N concurrent holders per subject: a distributed semaphore whose
-/// permits expire, so a crashed holder's permit comes back on its own.
+/// At most N leases per subject: a concurrency limiter (a distributed
+/// semaphore) whose leases expire, so a crashed process's lease frees itself.
 ///
-/// The words, once: a concurrency limiter grants **permits**; a permit is
-/// held for a **lease** ([`lease_ttl`](LeaseLimiterBuilder::lease_ttl),
-/// renewed by [`Lease::extend`]) after which it is reclaimed. Its keys,
-/// stats and metrics carry the kind `lease`.
+/// The words, once: a lease limiter grants **leases**; a lease lasts
+/// [`lease_ttl`](LeaseLimiterBuilder::lease_ttl), renewed by
+/// [`Lease::extend`], after which it is reclaimed; at most
+/// [`max_leases`](LeaseLimiterBuilder::max_leases) are held per subject.
+/// Its keys, stats and metrics carry the kind `lease`.
 ///
 /// State per subject is one sorted set `<ns>:{<subject>}:lease:<name>`:
-/// member = a permit's random 128-bit id, score = its expiry in the server's
-/// milliseconds. Acquire is one script that first reclaims expired permits,
+/// member = a lease's random 128-bit id, score = its expiry in the server's
+/// milliseconds. Acquire is one script that first reclaims expired leases,
 /// then grants one if fewer than N are live. The key's TTL follows the
 /// longest live lease, so an idle subject leaves nothing behind.
 ///
@@ -43,29 +43,29 @@ use crate::scripts::{LEASE_ACQUIRE, LEASE_EXTEND, LEASE_RELEASE};
 ///     .max_leases(NonZeroU32::new(5).expect("non-zero"))
 ///     .lease_ttl(Duration::from_secs(120))
 ///     .build()?;
-/// if let Some(permit) = exports.try_acquire("tenant:42").await? {
+/// if let Some(lease) = exports.try_acquire("tenant:42").await? {
 ///     // ... at most 5 of these run at once for tenant:42 ...
-///     permit.release().await?;
+///     lease.release().await?;
 /// }
 /// # Ok(()) }
 /// ```
 ///
 /// # Guarantees
 ///
-/// * Never more than N live permits per subject: the count and the grant
+/// * Never more than N live leases per subject: the count and the grant
 ///   are one atomic script on the subject's master, with expiry judged by
 ///   the server's clock.
-/// * A holder that crashes (or drops its [`Lease`] — dropping sends nothing)
-///   keeps its slot only until its lease runs out; the next acquisition
-///   reclaims it. Long work must [`extend`](Lease::extend) its permit.
-/// * As with locks, a failover can lose a just-granted permit (replication is
-///   asynchronous), letting N+1 run for at most one lease.
+/// * A process that crashes (or drops its [`Lease`] — dropping sends
+///   nothing) keeps its slot only until the lease runs out; the next
+///   acquisition reclaims it. Long work must [`extend`](Lease::extend) it.
+/// * As with locks, a failover can lose a just-granted lease (replication is
+///   asynchronous), letting N+1 run for at most one `lease_ttl`.
 ///
 /// # Failure policy and stats
 ///
 /// With [`FailurePolicy::FailClosed`] (the default) errors are returned.
 /// With [`FailurePolicy::FailOpen`] a transient fault (timeout, connection,
-/// cluster reconfiguring) yields a **bypassed** permit
+/// cluster reconfiguring) yields a **bypassed** lease
 /// ([`Lease::bypassed`] is `Some`): the work runs unlimited, the bypass is
 /// counted and warned about. Configuration faults are always errors.
 ///
@@ -84,7 +84,7 @@ struct LeaseInner {
     lease_ms: u64,
     policy: FailurePolicy,
     retry: RetryBackoff,
-    /// Its most holders' publication to the catalog, as a rate limiter's.
+    /// Its publication of `max_leases` to the catalog, as a rate limiter's.
     publication: Publication,
 }
 
@@ -104,7 +104,7 @@ impl Publishes for LeaseInner {
 
 impl LeaseLimiter {
     /// A builder for the limiter named `name` (`[A-Za-z0-9_.-]{1,64}`).
-    /// Limiters with the same name on the same namespace share their permits.
+    /// Limiters with the same name on the same namespace share their leases.
     ///
     /// ```no_run
     /// # fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
@@ -146,7 +146,7 @@ impl LeaseLimiter {
         self.inner.publication.counts()
     }
 
-    /// The most permits held at once per subject.
+    /// The most leases held at once per subject.
     ///
     /// ```no_run
     /// # fn demo(limiter: shardlimit::LeaseLimiter) {
@@ -158,23 +158,23 @@ impl LeaseLimiter {
         self.inner.max_leases
     }
 
-    /// One attempt: a permit if fewer than N are held on `subject`, `None`
+    /// One attempt: a lease if fewer than N are held on `subject`, `None`
     /// if all are.
     ///
     /// Errors with [`Error::EmptySubject`] / [`Error::SubjectTooLong`]
     /// before sending, and when Redis did not answer under
     /// [`FailurePolicy::FailClosed`], or refused (say, a command of the
     /// script the ACL does not allow). After any error that leaves it
-    /// possible that the script granted the permit — a timeout after
+    /// possible that the script granted the lease — a timeout after
     /// sending, a broken connection, a script that failed midway — a
     /// release of it is sent in the background, on the same connection
     /// right behind the acquisition (on a new one once the node answers, if
-    /// that one broke), so the permit does not stay taken for its lease.
+    /// that one broke), so the lease does not stay taken for its TTL.
     ///
     /// ```no_run
     /// # async fn demo(limiter: shardlimit::LeaseLimiter) -> shardlimit::Result<()> {
     /// match limiter.try_acquire("tenant:42").await? {
-    ///     Some(permit) => { permit.release().await?; }
+    ///     Some(lease) => { lease.release().await?; }
     ///     None => println!("5 already running, try later"),
     /// }
     /// # Ok(()) }
@@ -185,7 +185,7 @@ impl LeaseLimiter {
         self.acquire_within(subject.as_ref(), Duration::ZERO).await
     }
 
-    /// Tries until a permit on `subject` is granted or `wait` has passed;
+    /// Tries until a lease on `subject` is granted or `wait` has passed;
     /// `Ok(None)` means all N stayed taken until the deadline.
     ///
     /// Between attempts it sleeps with jittered exponential backoff
@@ -197,8 +197,8 @@ impl LeaseLimiter {
     /// ```no_run
     /// # async fn demo(limiter: shardlimit::LeaseLimiter) -> shardlimit::Result<()> {
     /// use std::time::Duration;
-    /// if let Some(permit) = limiter.acquire("tenant:42", Duration::from_secs(2)).await? {
-    ///     permit.release().await?;
+    /// if let Some(lease) = limiter.acquire("tenant:42", Duration::from_secs(2)).await? {
+    ///     lease.release().await?;
     /// }
     /// # Ok(()) }
     /// ```
@@ -231,7 +231,7 @@ impl LeaseLimiter {
         })
     }
 
-    /// One attempt: a permit, or how long until the soonest lease expires.
+    /// One attempt: a lease, or how long until the soonest lease expires.
     async fn attempt(&self, subject: &[u8]) -> Result<Attempt<Lease>> {
         crate::metrics::span_subject(subject);
         let inner = &self.inner;
@@ -269,22 +269,22 @@ impl LeaseLimiter {
     }
 }
 
-/// One of the N concurrent leases on a subject, from
+/// One of the at most N leases held on a subject, from
 /// [`LeaseLimiter::try_acquire`] or [`LeaseLimiter::acquire`].
 ///
 /// Return it with [`release`](Self::release). Dropping it sends nothing:
 /// its slot stays taken until the lease expires — exactly what happens when
-/// the holder crashes.
+/// its process crashes.
 ///
 /// ```no_run
 /// # async fn demo(limiter: shardlimit::LeaseLimiter) -> shardlimit::Result<()> {
 /// use std::time::Duration;
-/// if let Some(permit) = limiter.try_acquire("tenant:42").await? {
-///     if permit.bypassed().is_some() {
+/// if let Some(lease) = limiter.try_acquire("tenant:42").await? {
+///     if lease.bypassed().is_some() {
 ///         eprintln!("running without the limit: Redis is unavailable");
 ///     }
-///     permit.extend(Duration::from_secs(120)).await?;
-///     permit.release().await?;
+///     lease.extend(Duration::from_secs(120)).await?;
+///     lease.release().await?;
 /// }
 /// # Ok(()) }
 /// ```
@@ -305,15 +305,15 @@ enum LeaseState {
 }
 
 impl Lease {
-    /// `Some(reason)` when this permit was granted without Redis under
+    /// `Some(reason)` when this lease was granted without Redis under
     /// [`FailurePolicy::FailOpen`]; it then holds nothing, and
     /// [`extend`](Self::extend) and [`release`](Self::release) send nothing
     /// and return `Ok(true)` — there is nothing to lose.
     ///
     /// ```no_run
-    /// # fn demo(permit: &shardlimit::lease::Lease) {
-    /// if let Some(reason) = permit.bypassed() {
-    ///     eprintln!("concurrency limit bypassed: {reason}");
+    /// # fn demo(lease: &shardlimit::lease::Lease) {
+    /// if let Some(reason) = lease.bypassed() {
+    ///     eprintln!("lease limit bypassed: {reason}");
     /// }
     /// # }
     /// ```
@@ -325,11 +325,11 @@ impl Lease {
         }
     }
 
-    /// The subject the permit was granted on, as given.
+    /// The subject the lease was granted on, as given.
     ///
     /// ```no_run
-    /// # fn demo(permit: &shardlimit::lease::Lease) {
-    /// assert_eq!(permit.subject(), b"tenant:42");
+    /// # fn demo(lease: &shardlimit::lease::Lease) {
+    /// assert_eq!(lease.subject(), b"tenant:42");
     /// # }
     /// ```
     #[must_use]
@@ -337,17 +337,17 @@ impl Lease {
         &self.subject
     }
 
-    /// Sets the permit's lease to `ttl` from now, if it is still live:
-    /// `Ok(false)` means it had expired (and may have been reclaimed by
-    /// another holder). The subject key's TTL is raised to cover it.
+    /// Sets the lease to expire `ttl` from now, if it is still live:
+    /// `Ok(false)` means it had expired (and its slot may have been taken
+    /// by another lease). The subject key's TTL is raised to cover it.
     ///
     /// Errors with [`Error::Config`] for a `ttl` under 1 ms (nothing sent),
-    /// or when Redis did not answer (never bypassed: the permit exists).
+    /// or when Redis did not answer (never bypassed: the lease exists).
     ///
     /// ```no_run
-    /// # async fn demo(permit: shardlimit::lease::Lease) -> shardlimit::Result<()> {
+    /// # async fn demo(lease: shardlimit::lease::Lease) -> shardlimit::Result<()> {
     /// use std::time::Duration;
-    /// if !permit.extend(Duration::from_secs(60)).await? {
+    /// if !lease.extend(Duration::from_secs(60)).await? {
     ///     eprintln!("lease expired: another worker may have taken the slot");
     /// }
     /// # Ok(()) }
@@ -361,9 +361,9 @@ impl Lease {
         Ok(extended == 1)
     }
 
-    /// Returns the permit: `Ok(true)` when it was still live, `Ok(false)`
-    /// when its lease had expired before (its entry is removed either way).
-    /// Removing the last permit of a subject deletes its key.
+    /// Returns the lease: `Ok(true)` when it was still live, `Ok(false)`
+    /// when it had expired before (its entry is removed either way).
+    /// Removing the last lease of a subject deletes its key.
     ///
     /// An error means Redis did not answer: the release may or may not have
     /// happened. It is then sent again in the background while Redis
@@ -372,8 +372,8 @@ impl Lease {
     /// run out anyway.
     ///
     /// ```no_run
-    /// # async fn demo(permit: shardlimit::lease::Lease) -> shardlimit::Result<()> {
-    /// if !permit.release().await? {
+    /// # async fn demo(lease: shardlimit::lease::Lease) -> shardlimit::Result<()> {
+    /// if !lease.release().await? {
     ///     eprintln!("the work overran its lease");
     /// }
     /// # Ok(()) }
@@ -392,8 +392,8 @@ impl Lease {
 }
 
 impl fmt::Debug for Lease {
-    // The permit id is the proof of holding (whoever knows it can extend or
-    // release the permit): kept out of logs, like a lock guard's token.
+    // The lease id is the proof of holding (whoever knows it can extend or
+    // release the lease): kept out of logs, like a lock guard's token.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut s = f.debug_struct("Lease");
         s.field("subject", &String::from_utf8_lossy(&self.subject));
@@ -433,7 +433,7 @@ pub struct LeaseLimiterBuilder {
 }
 
 impl LeaseLimiterBuilder {
-    /// The most permits held at once per subject: a plain integer or a
+    /// The most leases held at once per subject: a plain integer or a
     /// [`NonZeroU32`], from 1 to `u32::MAX` (checked by
     /// [`build`](Self::build), field `max_leases`). Default 1 (a mutex that
     /// fails over to its lease expiry).
@@ -442,7 +442,7 @@ impl LeaseLimiterBuilder {
         self
     }
 
-    /// How long a permit lasts unless extended; a crashed holder's slot is
+    /// How long a lease lasts unless extended; a crashed process's slot is
     /// free again after this. Default 60 s. At least 1 ms (whole
     /// milliseconds).
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
@@ -452,8 +452,8 @@ impl LeaseLimiterBuilder {
 
     /// What a transient Redis fault does: return the error
     /// ([`FailurePolicy::FailClosed`], the default) or grant a bypassed
-    /// permit ([`FailurePolicy::FailOpen`]). [`FailurePolicy::Local`] is a
-    /// configuration error at [`build`](Self::build): permits cannot be
+    /// lease ([`FailurePolicy::FailOpen`]). [`FailurePolicy::Local`] is a
+    /// configuration error at [`build`](Self::build): leases cannot be
     /// split into local shares.
     pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
         self.policy = policy;
@@ -468,7 +468,7 @@ impl LeaseLimiterBuilder {
         self
     }
 
-    /// Validates the configuration. Its most holders and lease go to the
+    /// Validates the configuration. Its `max_leases` and `lease_ttl` go to the
     /// [catalog](crate::limit#the-catalog) from a background task.
     ///
     /// Errors with [`Error::InvalidIdent`] for a bad name and
@@ -481,7 +481,7 @@ impl LeaseLimiterBuilder {
         if let FailurePolicy::Local { .. } = self.policy {
             return Err(Error::Config {
                 field: "failure_policy",
-                reason: "a lease's permits are shared by every process and cannot be split \
+                reason: "the leases are shared by every process and cannot be split \
                          into local shares: use FailOpen or FailClosed"
                     .into(),
             });

@@ -61,12 +61,12 @@
 //!     guard.release().await?;
 //! }
 //!
-//! // At most five exports per tenant at once; a crashed holder's lease expires.
+//! // At most five exports per tenant at once; a crashed process's lease expires.
 //! let exports = LeaseLimiter::builder(&cluster, "exports")
 //!     .max_leases(5) // default 1
 //!     .build()?;
-//! if let Some(permit) = exports.try_acquire("tenant:42").await? {
-//!     permit.release().await?;
+//! if let Some(lease) = exports.try_acquire("tenant:42").await? {
+//!     lease.release().await?;
 //! }
 //!
 //! // A billing counter read and reset without ever losing its TTL.

@@ -44,7 +44,7 @@
 //! the same answer in every process. Both expire (an override after its
 //! TTL, at most [`MAX_OVERRIDE_TTL`]; a block when it ends, at most
 //! [`MAX_BLOCK`]). [`RateLimiter::penalize`] and [`RateLimiter::reward`]
-//! work for all four algorithms (concurrency leases and counters have no
+//! work for all four algorithms (lease limiters and counters have no
 //! quota to penalize: a lease is released, a counter is added to).
 //!
 //! # The catalog

@@ -39,8 +39,8 @@ pub enum FailurePolicy {
     /// sharing the limit, rounded up — so that the instances together
     /// admit about the quota (at most one share more per period, from
     /// rounding up and from the local windows not lining up), not
-    /// `instances` times it. A rate limiter's option only: a lease's
-    /// permits or a lock cannot be shared out (their builders refuse it).
+    /// `instances` times it. A rate limiter's option only: a lease
+    /// limiter's leases or a lock cannot be shared out (their builders refuse it).
     ///
     /// Each such decision is [`local`](crate::Decision::local), carries its
     /// [`bypassed`](crate::Decision::bypassed) reason, is counted as a

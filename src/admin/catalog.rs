@@ -47,8 +47,8 @@ pub struct PublishedSpec {
     pub name: String,
     /// A rate limiter's algorithm (the kind's); `None` for a lease.
     pub algorithm: Option<Algorithm>,
-    /// A rate limiter's default quota; a lease's most holders (its limit)
-    /// and lease TTL (its period).
+    /// A rate limiter's default quota; a lease limiter's `max_leases` (its
+    /// limit) and `lease_ttl` (its period).
     pub quota: Quota,
     /// Whether it runs in shadow mode (counts, never refuses).
     pub shadow: bool,
@@ -160,9 +160,9 @@ impl Catalog {
     /// A rate limiter's (or lease's) headroom for the subject of `info`,
     /// under the subject's override, else [`quota`](Self::quota); `None`
     /// for other kinds and when no quota is known. Each algorithm reads its
-    /// own state (its `remaining` rule); a lease has its most holders less
-    /// the permits held (expired ones not yet reclaimed count), and is full
-    /// again when its set expires.
+    /// own state (its `remaining` rule); a lease limiter has its
+    /// `max_leases` less the leases held (expired ones not yet reclaimed
+    /// count), and is full again when its set expires.
     #[must_use]
     pub fn headroom(&self, info: &LimiterInfo) -> Option<Headroom> {
         let kind = Kind::parse(&info.kind)?;
@@ -186,7 +186,7 @@ impl Catalog {
             }
             _ => return None,
         };
-        // A lease is full again when its permits expire: its set's TTL is
+        // A lease limiter is full again when its leases expire: its set's TTL is
         // the longest lease.
         let state_for = match algorithm {
             None if remaining < limit => info.ttl.unwrap_or(Duration::MAX),
@@ -204,8 +204,8 @@ impl Catalog {
     }
 }
 
-/// The most one request may take: a rate limiter's capacity, a lease's
-/// most holders.
+/// The most one request may take: a rate limiter's capacity, a lease
+/// limiter's `max_leases`.
 fn capacity(algorithm: Option<Algorithm>, quota: &Quota) -> u32 {
     algorithm.map_or(quota.limit().get(), |a| a.capacity(quota))
 }
@@ -312,7 +312,7 @@ mod tests {
             catalog.headroom(&info("counter", Usage::Counter { value: 1 }, 1)),
             None
         );
-        // A lease: its most holders less the permits held.
+        // A lease: its `max_leases` less the leases held.
         let lease = catalog
             .headroom(&info("lease", Usage::Lease { leases_held: 1 }, 5_000))
             .unwrap();

@@ -16,7 +16,7 @@ use crate::limit::{Algorithm, SubjectSettings};
 /// [`execute`](Self::execute).
 ///
 /// Deleting a held lock lets a second holder in while the first still
-/// works; deleting a lease frees permits that are in use; deleting a counter
+/// works; deleting a lease limiter's set frees leases that are held; deleting a counter
 /// with a value loses counted units (billable seconds, say); deleting a rate
 /// limiter's keys also deletes the subject's override (a paid quota, say)
 /// and lifts its block. Those are [`in_use`](Self::in_use) and need `force`
@@ -129,8 +129,8 @@ impl ResetPlan {
         &self.primitives
     }
 
-    /// The primitives in use: a held lock, a lease with permits, a counter
-    /// with a non-zero value. Empty when the reset is harmless.
+    /// The primitives in use: a held lock, a lease limiter with leases held,
+    /// a counter with a non-zero value. Empty when the reset is harmless.
     #[must_use]
     pub fn in_use(&self) -> &[InUse] {
         &self.in_use

@@ -366,8 +366,8 @@ impl Scanner {
 
     /// Deletes one subject's keys — all of them, or only those of `kind`
     /// and/or `name` — in one MULTI/EXEC on the subject's slot, unless one
-    /// of them is in use: a held lock, a lease with permits, a counter with
-    /// a non-zero value. Returns how many keys were deleted.
+    /// of them is in use: a held lock, a lease limiter with leases held, a
+    /// counter with a non-zero value. Returns how many keys were deleted.
     ///
     /// Errors with [`Error::ResetRefused`] (nothing deleted) when something
     /// is in use; [`plan_reset`](Self::plan_reset) shows what would be

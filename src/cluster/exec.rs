@@ -17,7 +17,7 @@
 //! | timeout, I/O error | **may have run** | never resent; reported to the node's health; returned to the caller |
 //! | anything else | configuration or script error | returned |
 //!
-//! An operation that takes something (a lock, a permit) carries an
+//! An operation that takes something (a lock, a lease) carries an
 //! [`Undo`]. After an attempt that may have run — no reply, a broken
 //! connection, an error reply other than those above that prove it did
 //! not — the undo is sent in the background, behind the operation on the

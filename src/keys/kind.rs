@@ -28,7 +28,7 @@ pub enum Kind {
     Gcra,
     /// A fenced lock (`lock`, and its `lock:<name>:fence` part).
     Lock,
-    /// A concurrency limiter's leases (`lease`).
+    /// A lease limiter's leases (`lease`).
     Lease,
     /// A TTL-preserving counter (`counter`).
     Counter,

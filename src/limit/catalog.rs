@@ -1,10 +1,10 @@
 //! The catalog of limiter specs: how the admin side learns a rate
-//! limiter's quota (and a lease's most holders) without being told.
+//! limiter's quota (and a lease limiter's `max_leases`) without being told.
 //!
 //! Each [`RateLimiter`](super::RateLimiter) publishes its spec — kind,
 //! name, algorithm, limit, period, burst, shadow — and each
-//! [`LeaseLimiter`](crate::LeaseLimiter) its most holders and
-//! lease (as limit and period) to one small string key per kind and name,
+//! [`LeaseLimiter`](crate::LeaseLimiter) its `max_leases` and
+//! `lease_ttl` (as limit and period) to one small string key per kind and name,
 //! `<ns>:{shardlimit.catalog}:catalog:<kind>:<name>`, holding the specs
 //! published (`limit period_us burst shadow`), each with when it was last
 //! published (server time, ms): `60 60000000 60 0 1796233532503,…`. Every
@@ -204,8 +204,8 @@ pub(crate) fn limit_entry(spec: &LimitSpec) -> (KeyId, String) {
     (spec.id.clone(), encode(&spec.quota, spec.shadow))
 }
 
-/// A concurrency limiter's entry: its most holders as the limit and burst,
-/// its lease (ms) as the period (never shadow).
+/// A lease limiter's entry: its `max_leases` as the limit and burst, its
+/// `lease_ttl` (ms) as the period (never shadow).
 pub(crate) fn lease_entry(id: &KeyId, max_leases: NonZeroU32, lease_ms: u64) -> (KeyId, String) {
     let lease = Quota::with_period(max_leases, Duration::from_millis(lease_ms));
     (id.clone(), encode(&lease, false))

@@ -119,8 +119,8 @@ pub(crate) enum Command {
     },
     /// Delete one subject's keys (all, or one kind / name) in one transaction.
     ///
-    /// Refuses (exit code 1) when a lock is held, a lease has permits or a
-    /// counter has a value, unless --force. Asks for confirmation when stdin
+    /// Refuses (exit code 1) when a lock is held, a lease limiter has leases
+    /// held or a counter has a value, unless --force. Asks for confirmation when stdin
     /// is a terminal, unless --yes.
     Reset(ResetArgs),
     /// A subject's own quota for one rate limiter: set, get or clear it.
@@ -174,7 +174,7 @@ pub(crate) struct ResetArgs {
     /// List exactly what would be deleted, and what is in use; delete nothing.
     #[arg(long)]
     pub(crate) dry_run: bool,
-    /// Delete held locks, leases with permits and undrained counters too.
+    /// Delete held locks, held leases and undrained counters too.
     #[arg(long)]
     pub(crate) force: bool,
     /// Do not ask for confirmation.

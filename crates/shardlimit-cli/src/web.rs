@@ -38,7 +38,7 @@ pub(crate) struct WebArgs {
     listen: SocketAddr,
     /// Enable the write actions — reset, unblock, clear an override, give
     /// a key a TTL — each a confirmation page and a single-use CSRF token
-    /// (a reset is refused for held locks, leases with permits and non-zero
+    /// (a reset is refused for held locks, held leases and non-zero
     /// counters unless forced). Requires SHARDLIMIT_WEB_USER and
     /// SHARDLIMIT_WEB_PASSWORD (basic auth) in the environment.
     #[arg(long)]

@@ -32,7 +32,7 @@
 //! * **Read-only** unless [`WebOptionsBuilder::writes`] is on; every
 //!   write (reset, unblock, clear an override, give a TTL) is then a
 //!   confirmation page and a POST carrying a CSRF token bound to that exact
-//!   action (its operation and argument); a reset is refused for a held lock, a lease with permits or a
+//!   action (its operation and argument); a reset is refused for a held lock, held leases or a
 //!   counter with a value unless forced (a separate confirmation) — the
 //!   library's own check, the same as `shardlimit reset`.
 //! * **Authentication**: basic auth on every page if the options say so

@@ -1,8 +1,8 @@
 //! The reset action: a confirmation page showing exactly what would be
 //! deleted, then a POST carrying a CSRF token bound to that action.
 //!
-//! The refusal is the library's ([`ResetPlan::execute`]): a held lock, a
-//! lease with permits or a counter with a value is deleted only when
+//! The refusal is the library's ([`ResetPlan::execute`]): a held lock,
+//! held leases or a counter with a value is deleted only when
 //! forced, as `shardlimit reset --force` does. A forced reset has its own
 //! confirmation (and token): a token for a plain reset never forces.
 
@@ -135,7 +135,7 @@ fn confirm_html(
                     strong { "In use:" }
                     ul { @for reason in plan.in_use() { li { (reason.to_string()) } } }
                     @if blocked {
-                        "Deleting them could let a second lock holder in, free permits in use or lose counted units, so this is refused unless forced. "
+                        "Deleting them could let a second lock holder in, free leases in use or lose counted units, so this is refused unless forced. "
                         a #force href=(base.to(&forced_url)) { "Review a forced reset…" }
                     } @else {
                         "Forced: they will be deleted anyway."

@@ -1,5 +1,5 @@
 //! Sending an [`Undo`]: taking back what an operation may have taken (a
-//! lock, a permit) after it failed, ordered after it on the wire.
+//! lock, a lease) after it failed, ordered after it on the wire.
 //!
 //! Redis runs one connection's commands in order. So the undo goes first on
 //! the very connection the operation was written on — the node's blocking
