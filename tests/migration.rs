@@ -276,7 +276,7 @@ async fn every_check_decides_while_its_slot_migrates() {
         .build()
         .unwrap();
     let lease_subject = next();
-    let mut permits = vec![
+    let mut taken = vec![
         leases.try_acquire(&lease_subject).await.unwrap().unwrap(),
         leases.try_acquire(&lease_subject).await.unwrap().unwrap(),
     ];
@@ -297,7 +297,7 @@ async fn every_check_decides_while_its_slot_migrates() {
             lock.try_acquire(&resource).await.unwrap().is_none(),
             "the lock is held"
         );
-        permits.push(leases.try_acquire(&lease_subject).await.unwrap().unwrap());
+        taken.push(leases.try_acquire(&lease_subject).await.unwrap().unwrap());
         assert!(leases.try_acquire(&lease_subject).await.unwrap().is_none());
 
         // Keys moved one at a time, a round after every few.
@@ -317,8 +317,8 @@ async fn every_check_decides_while_its_slot_migrates() {
         let drained = model.counter.drain(&model.counted).await.unwrap();
         assert_eq!(drained, Some(model.counter_total), "drain while migrating");
         model.counter_total = 0;
-        permits.pop().unwrap().release().await.unwrap();
-        permits.push(leases.try_acquire(&lease_subject).await.unwrap().unwrap());
+        taken.pop().unwrap().release().await.unwrap();
+        taken.push(leases.try_acquire(&lease_subject).await.unwrap().unwrap());
         held.release().await.unwrap();
         let again = lock.try_acquire(&resource).await.unwrap().unwrap();
         assert!(
@@ -336,8 +336,8 @@ async fn every_check_decides_while_its_slot_migrates() {
             }
         }
         assert!(model.multi_left.iter().all(|(_, left)| *left == 0));
-        for permit in permits.drain(..) {
-            permit.release().await.unwrap();
+        for lease in taken.drain(..) {
+            lease.release().await.unwrap();
         }
     };
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(result)).await;

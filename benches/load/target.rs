@@ -123,9 +123,9 @@ pub(crate) async fn lib_call(target: Target, k: u64) -> Reply {
             Err(e) => Err(e),
         }),
         Target::Lease(l) => match l.try_acquire(&subject).await {
-            Ok(Some(permit)) => {
-                let bypassed = permit.bypassed().is_some();
-                let mut reply = Reply::of(permit.release().await);
+            Ok(Some(lease)) => {
+                let bypassed = lease.bypassed().is_some();
+                let mut reply = Reply::of(lease.release().await);
                 reply.outcome.bypassed += u64::from(bypassed && reply.error.is_none());
                 reply
             }
@@ -135,7 +135,7 @@ pub(crate) async fn lib_call(target: Target, k: u64) -> Reply {
     }
 }
 
-/// Like `lib_call`, but leaves state behind (locks and permits are not
+/// Like `lib_call`, but leaves state behind (locks and leases are not
 /// released) so the memory they take can be measured.
 pub(crate) async fn lib_call_keep(target: Target, k: u64) -> Result<(), String> {
     let subject = format!("s{k}");

@@ -126,7 +126,7 @@ pub async fn lock_is_held_once_and_fenced(setup: Setup) {
     setup.assert_every_key_has_ttl(&cluster).await;
 }
 
-pub async fn lease_caps_holders(setup: Setup) {
+pub async fn lease_caps_leases_held(setup: Setup) {
     let cluster = setup.connect("be-lease").await;
     let lease = LeaseLimiter::builder(&cluster, "exports")
         .max_leases(NonZeroU32::new(2).unwrap())
@@ -181,7 +181,7 @@ async fn one_of_each(cluster: &Cluster) -> (shardlimit::lock::LockGuard, shardli
         .await
         .unwrap()
         .unwrap();
-    let permit = LeaseLimiter::builder(cluster, "exports")
+    let lease = LeaseLimiter::builder(cluster, "exports")
         .lease_ttl(hour)
         .build()
         .unwrap()
@@ -195,12 +195,12 @@ async fn one_of_each(cluster: &Cluster) -> (shardlimit::lock::LockGuard, shardli
         .add("user:1", 5)
         .await
         .unwrap();
-    (guard, permit)
+    (guard, lease)
 }
 
 pub async fn scanner_lists_counts_audits_and_resets(setup: Setup) {
     let cluster = setup.connect("be-scan").await;
-    let (guard, permit) = one_of_each(&cluster).await;
+    let (guard, lease) = one_of_each(&cluster).await;
     let scanner = Scanner::new(&cluster);
 
     let owner = owner_of(&cluster, "user:1").await.to_string();
@@ -260,7 +260,7 @@ pub async fn scanner_lists_counts_audits_and_resets(setup: Setup) {
         scanner.reset("user:1", None, None).await,
         Err(Error::ResetRefused { .. })
     ));
-    drop((guard, permit));
+    drop((guard, lease));
     let plan = scanner.plan_reset("user:1", None, None).await.unwrap();
     assert!(plan.execute(&scanner, true).await.unwrap() > 0);
     assert!(scanner.subject("user:1").await.unwrap().is_empty());

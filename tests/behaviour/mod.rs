@@ -293,7 +293,7 @@ macro_rules! suite {
             every_algorithm_checks_denies_peeks_and_resets
             multi_limit_binds_on_the_tightest
             lock_is_held_once_and_fenced
-            lease_caps_holders
+            lease_caps_leases_held
             counter_add_and_drain_keep_the_ttl
             scanner_lists_counts_audits_and_resets
             health_reports_every_master

@@ -155,7 +155,7 @@ fn unreachable_cluster_is_exit_code_2_with_the_cause() {
 }
 
 #[tokio::test]
-async fn reset_dry_runs_and_refuses_held_locks_live_permits_and_counts_unless_forced() {
+async fn reset_dry_runs_and_refuses_held_locks_live_leases_and_counts_unless_forced() {
     let cluster = common::cluster("cli-reset").await;
     let ns = cluster.namespace().to_owned();
     let hour = std::time::Duration::from_secs(3600);
@@ -164,11 +164,11 @@ async fn reset_dry_runs_and_refuses_held_locks_live_permits_and_counts_unless_fo
         .build()
         .unwrap();
     let guard = lock.try_acquire("busy").await.unwrap().unwrap();
-    let lease = shardlimit::LeaseLimiter::builder(&cluster, "exports")
+    let exports = shardlimit::LeaseLimiter::builder(&cluster, "exports")
         .lease_ttl(hour)
         .build()
         .unwrap();
-    let permit = lease.try_acquire("busy").await.unwrap().unwrap();
+    let lease = exports.try_acquire("busy").await.unwrap().unwrap();
     let counter = shardlimit::Counter::builder(&cluster, "billing")
         .build()
         .unwrap();
@@ -240,7 +240,7 @@ async fn reset_dry_runs_and_refuses_held_locks_live_permits_and_counts_unless_fo
     assert!(stdout(&out).contains("deleted 3 keys"), "{}", stdout(&out));
     assert!(common::keys_with_pttl(&ns).await.is_empty());
     assert!(!guard.release().await.unwrap());
-    assert!(!permit.release().await.unwrap());
+    assert!(!lease.release().await.unwrap());
 }
 
 fn json_line(out: &Output) -> Value {

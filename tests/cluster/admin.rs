@@ -531,7 +531,7 @@ async fn reset_refuses_what_is_in_use_unless_forced_and_plans_exactly_its_keys()
     let cluster = admin_cluster("adminreset-safe").await;
     let o = others(&cluster);
     let guard = o.lock.try_acquire("busy").await.unwrap().unwrap();
-    let permit = o.lease.try_acquire("busy").await.unwrap().unwrap();
+    let lease = o.lease.try_acquire("busy").await.unwrap().unwrap();
     o.counter.add("busy", 7).await.unwrap();
     let scanner = Scanner::new(&cluster);
 
@@ -566,7 +566,7 @@ async fn reset_refuses_what_is_in_use_unless_forced_and_plans_exactly_its_keys()
     // Released and drained: nothing in the way (the free lock's fence and
     // the drained counter remain).
     assert!(guard.release().await.unwrap());
-    assert!(permit.release().await.unwrap());
+    assert!(lease.release().await.unwrap());
     assert_eq!(o.counter.drain("busy").await.unwrap(), Some(7));
     assert!(
         scanner

@@ -36,15 +36,15 @@ async fn plain_integers_configure_limits_and_zero_is_refused_by_name() {
         .max_leases(3_usize)
         .build()
         .unwrap();
-    let mut permits = Vec::new();
+    let mut held = Vec::new();
     for _ in 0..5 {
-        if let Some(permit) = exports.try_acquire("tenant:1").await.unwrap() {
-            permits.push(permit);
+        if let Some(lease) = exports.try_acquire("tenant:1").await.unwrap() {
+            held.push(lease);
         }
     }
-    assert_eq!(permits.len(), 3);
-    for permit in permits {
-        permit.release().await.unwrap();
+    assert_eq!(held.len(), 3);
+    for lease in held {
+        lease.release().await.unwrap();
     }
 
     let refused = [

@@ -199,7 +199,7 @@ async fn a_publication_that_fails_never_fails_a_check() {
 }
 
 #[tokio::test]
-async fn a_lease_publishes_its_most_holders_and_reads_at_limit_when_all_are_held() {
+async fn a_lease_limiter_publishes_its_max_leases_and_reads_at_limit_when_all_are_held() {
     let cluster = common::cluster("catalog-lease").await;
     let exports = shardlimit::LeaseLimiter::builder(&cluster, "exports")
         .max_leases(2)

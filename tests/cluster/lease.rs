@@ -1,6 +1,6 @@
-//! Concurrency leases against the six-node cluster: never more than N
-//! holders under a 64-task race, crashed holders reclaimed after their
-//! lease, extend and release by id, the key's TTL following the longest
+//! Lease limiters against the six-node cluster: never more than N leases
+//! held under a 64-task race, crashed processes' leases reclaimed after
+//! their TTL, extend and release by id, the key's TTL following the longest
 //! lease, and the failure policy.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -36,7 +36,7 @@ async fn zcard(key: &[u8]) -> i64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sixty_four_tasks_never_exceed_five_holders() {
+async fn sixty_four_tasks_never_hold_more_than_five_leases() {
     const TASKS: usize = 64;
     const ROUNDS: usize = 4;
     let cluster = common::cluster("lease-race").await;
@@ -47,26 +47,26 @@ async fn sixty_four_tasks_never_exceed_five_holders() {
         .build()
         .unwrap();
     let key = lease_key(&cluster, "exports", "tenant:42");
-    let holders = Arc::new(AtomicUsize::new(0));
+    let held = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..TASKS {
-        let (limiter, holders, most) = (limiter.clone(), holders.clone(), most.clone());
+        let (limiter, held, most) = (limiter.clone(), held.clone(), most.clone());
         tasks.push(tokio::spawn(async move {
             for _ in 0..ROUNDS {
-                // 256 permits of ~10 ms over 5 slots; 2 minutes is generous.
-                let permit = limiter
+                // 256 leases of ~10 ms over 5 slots; 2 minutes is generous.
+                let lease = limiter
                     .acquire("tenant:42", Duration::from_secs(120))
                     .await
                     .unwrap()
-                    .expect("a permit within the wait");
-                assert!(permit.bypassed().is_none());
-                let now = holders.fetch_add(1, Ordering::SeqCst) + 1;
-                assert!(now <= 5, "{now} holders at once");
+                    .expect("a lease within the wait");
+                assert!(lease.bypassed().is_none());
+                let now = held.fetch_add(1, Ordering::SeqCst) + 1;
+                assert!(now <= 5, "{now} leases held at once");
                 most.fetch_max(now, Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(10)).await;
-                holders.fetch_sub(1, Ordering::SeqCst);
-                assert!(permit.release().await.unwrap(), "permit expired while held");
+                held.fetch_sub(1, Ordering::SeqCst);
+                assert!(lease.release().await.unwrap(), "lease expired while held");
             }
         }));
     }
@@ -74,7 +74,7 @@ async fn sixty_four_tasks_never_exceed_five_holders() {
         task.await.unwrap();
     }
     let most = most.load(Ordering::SeqCst);
-    eprintln!("lease race: at most {most} holders at once");
+    eprintln!("lease race: at most {most} leases held at once");
     // 64 contenders for 10 ms holds keep all 5 slots busy: seeing 5 proves
     // the test contended, not just that it was polite.
     assert_eq!(most, 5);
@@ -90,7 +90,7 @@ async fn sixty_four_tasks_never_exceed_five_holders() {
 }
 
 #[tokio::test]
-async fn a_crashed_holder_is_reclaimed_after_its_lease() {
+async fn a_crashed_process_lease_is_reclaimed_after_its_ttl() {
     let cluster = common::cluster("lease-crash").await;
     let limiter = LeaseLimiter::builder(&cluster, "jobs")
         .max_leases(nz(2))
@@ -100,18 +100,18 @@ async fn a_crashed_holder_is_reclaimed_after_its_lease() {
     let key = lease_key(&cluster, "jobs", "s");
     let before = Instant::now();
     let crashed = limiter.try_acquire("s").await.unwrap().unwrap();
-    let holder = limiter.try_acquire("s").await.unwrap().unwrap();
+    let kept = limiter.try_acquire("s").await.unwrap().unwrap();
     assert!(
         limiter.try_acquire("s").await.unwrap().is_none(),
         "2 of 2 taken"
     );
     // Keep one alive, let the other "crash": it is never released.
-    assert!(holder.extend(Duration::from_secs(30)).await.unwrap());
+    assert!(kept.extend(Duration::from_secs(30)).await.unwrap());
     let reclaimed = limiter
         .acquire("s", Duration::from_secs(10))
         .await
         .unwrap()
-        .expect("the crashed holder's slot comes back");
+        .expect("the crashed lease's slot comes back");
     // Not before its lease ran out (counted on the server from after
     // `before`).
     assert!(before.elapsed() >= Duration::from_millis(500));
@@ -119,15 +119,15 @@ async fn a_crashed_holder_is_reclaimed_after_its_lease() {
     assert!(!crashed.extend(Duration::from_secs(1)).await.unwrap());
     assert!(
         !crashed.release().await.unwrap(),
-        "a reclaimed permit is not ours"
+        "a reclaimed lease is not ours"
     );
     assert_eq!(
         zcard(&key).await,
         2,
-        "releasing a reclaimed permit took nothing"
+        "releasing a reclaimed lease took nothing"
     );
     assert!(reclaimed.release().await.unwrap());
-    assert!(holder.release().await.unwrap());
+    assert!(kept.release().await.unwrap());
     assert_eq!(common::pttl(&key).await, -2);
     common::assert_every_key_has_ttl(cluster.namespace()).await;
 }
@@ -234,13 +234,13 @@ async fn builder_refuses_bad_settings() {
 }
 
 /// Issue 23 (5), for leases. As a user without `+pexpire`, the acquire
-/// script adds the permit, then fails at its `PEXPIRE` (Redis checks a
+/// script adds the lease, then fails at its `PEXPIRE` (Redis checks a
 /// script's commands one by one and keeps what ran before). The caller gets
-/// that refusal — never a bypass, even fail-open — and the permit it did
+/// that refusal — never a bypass, even fail-open — and the lease it did
 /// not get must not stay taken; before the fix it did, in a key the failed
 /// `PEXPIRE` had left without a TTL.
 #[tokio::test]
-async fn a_permit_whose_acquisition_failed_midway_is_returned() {
+async fn a_lease_whose_acquisition_failed_midway_is_returned() {
     let user = common::AclUser::without("+pexpire").await;
     let cluster = user.builder().build().await.unwrap();
     let limiter = LeaseLimiter::builder(&cluster, "jobs")
@@ -288,24 +288,24 @@ async fn unreachable_cluster_fails_closed_or_bypasses_as_configured() {
     for _ in 0..3 {
         let err = closed.try_acquire("s").await.unwrap_err();
         assert!(err.is_transient(), "{err}");
-        let permit = open
+        let lease = open
             .try_acquire("s")
             .await
             .unwrap()
-            .expect("bypassed permit");
+            .expect("bypassed lease");
         // A timeout, or — once the node timed out `node_down_after` times —
         // refused at once as down.
         assert!(
             matches!(
-                permit.bypassed(),
+                lease.bypassed(),
                 Some(BypassReason::Timeout | BypassReason::Connection | BypassReason::NodeDown)
             ),
-            "{permit:?}"
+            "{lease:?}"
         );
-        assert_eq!(permit.subject(), b"s");
-        // A bypassed permit holds nothing: both send nothing and succeed.
-        assert!(permit.extend(Duration::from_secs(1)).await.unwrap());
-        assert!(permit.release().await.unwrap());
+        assert_eq!(lease.subject(), b"s");
+        // A bypassed lease holds nothing: both send nothing and succeed.
+        assert!(lease.extend(Duration::from_secs(1)).await.unwrap());
+        assert!(lease.release().await.unwrap());
     }
     let s = cluster.stats();
     let c = s.get("lease", "closed").unwrap();

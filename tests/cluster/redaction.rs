@@ -1,7 +1,7 @@
 //! Secrets and subjects stay out of logs: every tracing event and span a
 //! lock (with its watchdog losing the lock), a lease and a counter emit is
 //! captured at every level, and the subject appears only at `trace`; a
-//! permit's id never appears in its `Debug`.
+//! lease's id never appears in its `Debug`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
@@ -86,9 +86,9 @@ async fn run_everything(prefix: &str, subject: &str, max: LevelFilter) -> Vec<(L
         .await
         .expect("the watchdog reports the loss");
 
-    let lease = LeaseLimiter::builder(&cluster, "exports").build().unwrap();
-    let permit = lease.try_acquire(subject).await.unwrap().unwrap();
-    assert!(permit.release().await.unwrap());
+    let exports = LeaseLimiter::builder(&cluster, "exports").build().unwrap();
+    let lease = exports.try_acquire(subject).await.unwrap().unwrap();
+    assert!(lease.release().await.unwrap());
     let counter = Counter::builder(&cluster, "billing").build().unwrap();
     counter.add(subject, 3).await.unwrap();
     assert_eq!(counter.drain(subject).await.unwrap(), Some(3));
@@ -139,10 +139,10 @@ async fn at_trace_the_subject_is_in_trace_events_only() {
 }
 
 #[tokio::test]
-async fn a_permits_debug_hides_its_id() {
-    let cluster = common::cluster("redact-permit").await;
-    let lease = LeaseLimiter::builder(&cluster, "exports").build().unwrap();
-    let permit = lease.try_acquire("s").await.unwrap().unwrap();
+async fn a_leases_debug_hides_its_id() {
+    let cluster = common::cluster("redact-lease").await;
+    let exports = LeaseLimiter::builder(&cluster, "exports").build().unwrap();
+    let lease = exports.try_acquire("s").await.unwrap().unwrap();
     let key = cluster
         .keys()
         .key("s", &KeyId::new("lease", "exports").unwrap())
@@ -150,8 +150,8 @@ async fn a_permits_debug_hides_its_id() {
     let ids: Vec<String> =
         common::on_owner(&key, redis::cmd("ZRANGE").arg(&key).arg(0).arg(-1)).await;
     assert_eq!(ids.len(), 1);
-    let debug = format!("{permit:?}");
+    let debug = format!("{lease:?}");
     assert!(!debug.contains(&ids[0]), "{debug}");
     assert!(debug.contains("exports"), "{debug}");
-    assert!(permit.release().await.unwrap());
+    assert!(lease.release().await.unwrap());
 }

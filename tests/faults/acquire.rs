@@ -25,8 +25,8 @@ fn keys_of(cluster: &shardlimit::Cluster, subjects: &[String]) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// A lock `job` and a concurrency limiter `jobs`, both with a 60 s TTL: a
-/// lock or permit left held by no one is still there when looked for.
+/// A lock `job` and a lease limiter `jobs`, both with a 60 s TTL: a
+/// lock or lease left held by no one is still there when looked for.
 fn lock_and_leases(cluster: &shardlimit::Cluster) -> (Lock, LeaseLimiter) {
     let lock = Lock::builder(cluster, "job")
         .ttl(Duration::from_secs(60))
@@ -39,13 +39,13 @@ fn lock_and_leases(cluster: &shardlimit::Cluster) -> (Lock, LeaseLimiter) {
     (lock, leases)
 }
 
-/// Master 7000 hangs (paused) while locks and permits are taken on its
+/// Master 7000 hangs (paused) while locks and leases are taken on its
 /// slots: every call times out, and the handle marks the node down and
 /// drops its connection. The node resumes before the cluster would fail it
 /// over and runs its backlog: the acquisitions, and whatever was sent to
 /// release them. Before the fix those releases went through the router,
 /// which refused them at once once the node was marked down: 14 and 15 of
-/// the 16 locks and permits taken on resuming stayed held by no one for
+/// the 16 locks and leases taken on resuming stayed held by no one for
 /// their TTL in two runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "fault injection: run by scripts/test.sh, serially"]
@@ -60,18 +60,18 @@ async fn acquisitions_cut_off_by_a_hung_master_leave_nothing_held() {
     let warm_up = subjects.pop().unwrap();
     let guard = lock.try_acquire(&warm_up).await.unwrap().unwrap();
     assert!(guard.release().await.unwrap());
-    let permit = leases.try_acquire(&warm_up).await.unwrap().unwrap();
-    assert!(permit.release().await.unwrap());
+    let lease = leases.try_acquire(&warm_up).await.unwrap().unwrap();
+    assert!(lease.release().await.unwrap());
 
     node("pause", port(0)).await;
     let paused = Instant::now();
-    let (locks, permits) = futures::join!(
+    let (locks, taken) = futures::join!(
         join_all(subjects.iter().map(|s| lock.try_acquire(s))),
         join_all(subjects.iter().map(|s| leases.try_acquire(s))),
     );
     let took = paused.elapsed();
     assert!(locks.iter().all(Result::is_err), "{locks:?}");
-    assert!(permits.iter().all(Result::is_err), "{permits:?}");
+    assert!(taken.iter().all(Result::is_err), "{taken:?}");
     let marked_down = cluster
         .nodes()
         .iter()
@@ -95,7 +95,7 @@ async fn acquisitions_cut_off_by_a_hung_master_leave_nothing_held() {
         &[format!(
             "7000 paused; {CALLS} lock and {CALLS} lease acquisitions failed within {took:?} \
              (node marked down: {marked_down}); resumed after {resumed:?}; \
-             every lock and permit gone {:?} later",
+             every lock and lease gone {:?} later",
             gone.elapsed()
         )],
     );
@@ -192,11 +192,11 @@ impl Drop for ClusterDown {
     }
 }
 
-/// Locks and permits are held on master 7000's slots when every command it
+/// Locks and leases are held on master 7000's slots when every command it
 /// gets is answered `CLUSTERDOWN` for longer than the command timeout, and
 /// their holders release them then: each release fails. Once the master
 /// answers again, nothing is left held by no one. Before the fix a failed
-/// release was not sent again and every lock and permit stayed held for
+/// release was not sent again and every lock and lease stayed held for
 /// its TTL (60 s); the operational-events scenario met it as one lock left
 /// on a healthy master after a killed master's `CLUSTERDOWN` window.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -208,10 +208,10 @@ async fn releases_refused_during_clusterdown_are_sent_again() {
     let (lock, leases) = lock_and_leases(&cluster);
     let subjects = subjects_on(port(0), CALLS).await;
     let mut guards = Vec::new();
-    let mut permits = Vec::new();
+    let mut held = Vec::new();
     for s in &subjects {
         guards.push(lock.try_acquire(s).await.unwrap().unwrap());
-        permits.push(leases.try_acquire(s).await.unwrap().unwrap());
+        held.push(leases.try_acquire(s).await.unwrap().unwrap());
     }
     // An empty slot of 7000's that none of the subjects is in.
     let used: Vec<u16> = subjects
@@ -230,7 +230,7 @@ async fn releases_refused_during_clusterdown_are_sent_again() {
     let started = Instant::now();
     let (released, returned) = futures::join!(
         join_all(guards.into_iter().map(|g| g.release())),
-        join_all(permits.into_iter().map(|p| p.release())),
+        join_all(held.into_iter().map(|p| p.release())),
     );
     let took = started.elapsed();
     assert!(released.iter().all(Result::is_err), "{released:?}");
@@ -241,7 +241,7 @@ async fn releases_refused_during_clusterdown_are_sent_again() {
     let present = common::scan_keys(&mut conn, cluster.namespace()).await;
     assert!(
         keys.iter().all(|k| present.contains(k)),
-        "every lock and permit is still held while CLUSTERDOWN lasts"
+        "every lock and lease is still held while CLUSTERDOWN lasts"
     );
     drop(down);
 
@@ -251,8 +251,8 @@ async fn releases_refused_during_clusterdown_are_sent_again() {
     report(
         "releases_refused_during_clusterdown_are_sent_again",
         &[format!(
-            "{CALLS} locks and {CALLS} permits on 7000 released while it answered CLUSTERDOWN: \
-             every release failed within {took:?}; every lock and permit gone {:?} after \
+            "{CALLS} locks and {CALLS} leases on 7000 released while it answered CLUSTERDOWN: \
+             every release failed within {took:?}; every lock and lease gone {:?} after \
              the master answered again",
             gone.elapsed()
         )],

@@ -268,8 +268,8 @@ impl Rig {
             7 => {
                 let tenant = format!("tenant-{}", rand::rng().random_range(0..50));
                 match self.leases.try_acquire(&tenant).await {
-                    Ok(Some(permit)) => {
-                        if let Err(e) = permit.release().await {
+                    Ok(Some(lease)) => {
+                        if let Err(e) = lease.release().await {
                             self.fail(tally, &tenant, "lease release", e);
                         }
                     }
