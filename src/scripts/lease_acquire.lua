@@ -1,16 +1,16 @@
 -- Take one of at most N concurrent leases on a subject.
 --
--- KEYS[1]  sorted set of live permits: member = permit id, score = the
---          permit's expiry in server milliseconds
--- ARGV[1]  the new permit id (128 random bits, hex)
--- ARGV[2]  N, the most permits held at once (>= 1)
+-- KEYS[1]  sorted set of live leases: member = lease id, score = the
+--          lease's expiry in server milliseconds
+-- ARGV[1]  the new lease id (128 random bits, hex)
+-- ARGV[2]  N, the most leases held at once (>= 1)
 -- ARGV[3]  lease ttl in milliseconds (>= 1)
 --
--- Reply    {1, holders now, lease ttl in ms} when granted;
---          {0, holders now, ms until the soonest lease expires} when all N
+-- Reply    {1, leases held now, lease ttl in ms} when granted;
+--          {0, leases held now, ms until the soonest lease expires} when all N
 --          are held (a retry hint: nothing was written).
 --
--- Expired permits (crashed or stalled holders) are reclaimed first. The
+-- Expired leases (of crashed or stalled processes) are reclaimed first. The
 -- key's ttl is the longest live lease, so an idle subject leaves nothing.
 -- Numbers are passed to commands as '%.0f' strings: Redis would otherwise
 -- format them itself, possibly in exponent form, which PEXPIRE refuses.

@@ -1,10 +1,10 @@
--- Extend a permit, only if it is still live.
+-- Extend a lease, only if it is still live.
 --
--- KEYS[1]  sorted set of live permits (see lease_acquire.lua)
--- ARGV[1]  the permit id
+-- KEYS[1]  sorted set of live leases (see lease_acquire.lua)
+-- ARGV[1]  the lease id
 -- ARGV[2]  new lease ttl in milliseconds, counted from now (>= 1)
 --
--- Reply    1 when extended; 0 when the permit expired or was reclaimed (an
+-- Reply    1 when extended; 0 when the lease expired or was reclaimed (an
 --          expired entry still present is removed).
 --
 -- The key's ttl is raised to cover the new expiry, never lowered: it

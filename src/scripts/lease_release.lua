@@ -1,9 +1,9 @@
--- Return a permit.
+-- Return a lease.
 --
--- KEYS[1]  sorted set of live permits (see lease_acquire.lua)
--- ARGV[1]  the permit id
+-- KEYS[1]  sorted set of live leases (see lease_acquire.lua)
+-- ARGV[1]  the lease id
 --
--- Reply    1 when the permit was live and is now returned; 0 when it had
+-- Reply    1 when the lease was live and is now returned; 0 when it had
 --          expired (its entry, if still there, is removed anyway) or was
 --          already reclaimed.
 --
