@@ -13,7 +13,7 @@ use shardlimit::{Algorithm, Cluster, Quota, RateLimiter};
 use shardlimit_web::WebOptions;
 
 use super::browser::Browser;
-use super::{ONE_AT_A_TIME, common, follow, http, limits_app, settle, texts};
+use super::{ONE_AT_A_TIME, common, follow, http, limits_app, settle, texts, writable_app};
 
 /// `gcra api` (60 a day) with customer:acme given 600 a day for 29 days
 /// and blocked for a day. Per day: a GCRA key lives one emission interval
@@ -67,11 +67,7 @@ async fn unblock_clear_override_and_give_ttl_through_their_confirmations() {
         .key("user:immortal", &KeyId::new("fw", "login").unwrap())
         .unwrap();
     let _: () = common::on_owner(&immortal, redis::cmd("SET").arg(&immortal).arg(3)).await;
-    let base = limits_app(
-        &cluster,
-        WebOptions::builder().writes(true).build().unwrap(),
-    )
-    .await;
+    let base = writable_app(&cluster).await;
     let b = Browser::start().await;
 
     // Unblock, from the subject's page: the confirmation says what the
@@ -187,11 +183,7 @@ async fn forged_replayed_and_misdirected_tokens_and_read_only_pages_are_refused(
         assert!(body.contains("read-only"), "{body}");
     }
 
-    let base = limits_app(
-        &cluster,
-        WebOptions::builder().writes(true).build().unwrap(),
-    )
-    .await;
+    let base = writable_app(&cluster).await;
     let (status, body) = http(&base, "GET", &format!("/api/unblock?{acme}"), "").await;
     assert_eq!(status, 200, "{body}");
     let json: serde_json::Value = serde_json::from_str(&body).unwrap();

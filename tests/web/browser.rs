@@ -129,6 +129,13 @@ impl Browser {
             .unwrap()
     }
 
+    /// The JSON at `url`, as the browser shows it.
+    pub async fn json(&self, url: &str) -> serde_json::Value {
+        self.client.goto(url).await.unwrap();
+        let body = self.text("body").await;
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{url}: {e}: {body}"))
+    }
+
     /// Saves a screenshot of the current page as `target/web/<name>.png`.
     pub async fn screenshot(&self, name: &str) {
         let png = self.client.screenshot().await.unwrap();

@@ -47,6 +47,11 @@ async fn limits_app(cluster: &Cluster, options: WebOptions) -> String {
     format!("{}/limits", serve(app).await)
 }
 
+/// The Limits page with its write actions on, as [`limits_app`].
+async fn writable_app(cluster: &Cluster) -> String {
+    limits_app(cluster, WebOptions::builder().writes(true).build().unwrap()).await
+}
+
 /// A raw HTTP request to the test server: (status, body).
 async fn http(base: &str, method: &str, path: &str, form: &str) -> (u16, String) {
     http_to(base, None, method, path, form).await
@@ -455,19 +460,9 @@ async fn overview_filter_follow_reset_and_escape_in_a_browser() {
     let _: i64 = common::on_owner(immortal.as_bytes(), redis::cmd("DEL").arg(&immortal)).await;
 
     // The JSON API says the same.
-    b.client
-        .goto(&format!("{base}/api/subject?subject=user%3A2"))
-        .await
-        .unwrap();
-    let body = b
-        .client
-        .find(Locator::Css("body"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let json = b
+        .json(&format!("{base}/api/subject?subject=user%3A2"))
+        .await;
     assert_eq!(json["primitives"][0]["kind"], "counter");
     assert_eq!(json["primitives"][0]["state"]["value"], 30);
     b.close().await;

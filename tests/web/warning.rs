@@ -7,31 +7,22 @@ use std::time::Duration;
 
 use fantoccini::Locator;
 use shardlimit::{Algorithm, Quota, RateLimiter};
-use shardlimit_web::WebOptions;
 
 use super::browser::Browser;
-use super::{ONE_AT_A_TIME, common, follow, limits_app, settle, texts};
+use super::{ONE_AT_A_TIME, common, follow, settle, texts, writable_app};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reset_says_it_deletes_an_override_and_lifts_a_block_before_it_does() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let cluster = common::cluster("web-warning").await;
-    let api = RateLimiter::builder(
-        &cluster,
-        "api",
-        Quota::per_minute(NonZeroU32::new(60).unwrap()),
-    )
-    .algorithm(Algorithm::Gcra)
-    .build()
-    .unwrap();
-    let login = RateLimiter::builder(
-        &cluster,
-        "login",
-        Quota::per_minute(NonZeroU32::new(5).unwrap()),
-    )
-    .algorithm(Algorithm::FixedWindow)
-    .build()
-    .unwrap();
+    let per_minute = |name: &str, limit: u32, algorithm: Algorithm| {
+        RateLimiter::builder(&cluster, name, Quota::per_minute(limit))
+            .algorithm(algorithm)
+            .build()
+            .unwrap()
+    };
+    let api = per_minute("api", 60, Algorithm::Gcra);
+    let login = per_minute("login", 5, Algorithm::FixedWindow);
     let month = Duration::from_secs(29 * 86_400);
     let premium = Quota::per_minute(NonZeroU32::new(600).unwrap());
     api.set_override("customer:acme", premium, month)
@@ -42,11 +33,7 @@ async fn a_reset_says_it_deletes_an_override_and_lifts_a_block_before_it_does() 
         .block("customer:acme", Duration::from_secs(86_400))
         .await
         .unwrap();
-    let base = limits_app(
-        &cluster,
-        WebOptions::builder().writes(true).build().unwrap(),
-    )
-    .await;
+    let base = writable_app(&cluster).await;
     let b = Browser::start().await;
 
     // "Reset everything of customer:acme": the warning names both, and
