@@ -35,5 +35,9 @@ local until_end = window_end - NOW_US
 ADMITS = WRITE <= LIMIT and not never
 RETRY = (ADMITS or never) and -1 or until_end
 CAPACITY = LIMIT
-REMAINING_WRITTEN, RESET_WRITTEN = LIMIT - WRITE, until_end
-REMAINING_KEPT, RESET_KEPT = LIMIT - used, used > 0 and until_end or 0
+WRITES = ADMITS and COUNTS
+if WRITES then
+  REMAINING, RESET = LIMIT - WRITE, until_end
+else
+  REMAINING, RESET = LIMIT - used, used > 0 and until_end or 0
+end

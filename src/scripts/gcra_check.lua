@@ -29,13 +29,14 @@ WRITE = math.ceil(new_tat)
 if WRITE % 1 ~= 0 or WRITE < 0 or WRITE >= 9007199254740992 then
   return redis.error_reply('ERR shardlimit: number out of range: ' .. tostring(WRITE))
 end
-WRITE_AT_MS = math.ceil(WRITE / 1000)
 ADMITS = allow_at <= NOW_US and not never
 RETRY = (ADMITS or never) and -1 or math.ceil(allow_at - NOW_US)
 CAPACITY = BURST
+WRITES = ADMITS and COUNTS
 -- remaining and reset_after: the generic check's, from the TAT in force
 -- after this request.
-REMAINING_WRITTEN = math.floor((NOW_US + tolerance - new_tat + 1) / interval)
-RESET_WRITTEN = math.ceil(new_tat - NOW_US)
-REMAINING_KEPT = math.floor((NOW_US + tolerance - tat + 1) / interval)
-RESET_KEPT = math.ceil(tat - NOW_US)
+if WRITES then
+  tat, WRITE_AT_MS = new_tat, math.ceil(WRITE / 1000)
+end
+REMAINING = math.floor((NOW_US + tolerance - tat + 1) / interval)
+RESET = math.ceil(tat - NOW_US)

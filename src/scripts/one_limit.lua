@@ -23,10 +23,12 @@
 --       capacity, flags, settled_ms, override_limit, override_period_us }:
 --       see limit_prelude.lua.
 -- Sets: MODE, KEY, VALUE (the state key's value if it is a string, else
--- false), BLOCK (the block's value), COST, LIMIT, PERIOD, BURST (the
--- override's, if any), FLAGS (2 if the override applied), SETTLED
--- (settled_ms), APPLIED_LIMIT and APPLIED_PERIOD; declares what the
--- algorithm's part sets for one_limit_end.lua (see there).
+-- false), BLOCK_WAIT (how long the block in force still holds, us; false
+-- if none), COUNTS (an admitted request is counted: the mode consumes and
+-- no block holds), COST, LIMIT, PERIOD, BURST (the override's, if any),
+-- FLAGS (2 if the override applied), SETTLED (settled_ms), APPLIED_LIMIT
+-- and APPLIED_PERIOD; declares what the algorithm's part sets for
+-- one_limit_end.lua (see there).
 
 local MODE = ARGV[5] or '1'
 local KEY = KEYS[1]
@@ -79,7 +81,18 @@ if OVERRIDE and OVERRIDE ~= '' then
   APPLIED_LIMIT, APPLIED_PERIOD = LIMIT, PERIOD
 end
 
+-- The block, decided before the algorithm's part so that it knows whether
+-- an admitted request is written, and computes the remaining quota and
+-- reset of only that outcome (each costs Redis; see docs/performance.md).
+local BLOCK_WAIT = false
+if BLOCK then
+  local wait = (tonumber(BLOCK) or 0) - NOW_US
+  if wait > 0 then
+    BLOCK_WAIT = wait
+  end
+end
+local COUNTS = (MODE == '1' or MODE == 'i1') and not BLOCK_WAIT
+
 -- Set by the algorithm's part, read by one_limit_end.lua (see there).
 local ADMITS, RETRY, CAPACITY, WRITE, WRITE_AT_MS, SWC_W, SWC_C, SWC_P
-local SLOG_STAMP, SLOG_COUNT, SLOG_HORIZON
-local REMAINING_WRITTEN, RESET_WRITTEN, REMAINING_KEPT, RESET_KEPT
+local SLOG_STAMP, SLOG_COUNT, SLOG_HORIZON, WRITES, REMAINING, RESET

@@ -6,31 +6,28 @@
 --   ADMITS, RETRY  the limit's own verdict, and when the same request could
 --                  next be admitted (-1: admitted, or never)
 --   CAPACITY       the most one request may cost
---   WRITE, WRITE_AT_MS  a string state's new value and its expiry (PXAT);
+--   WRITE, WRITE_AT_MS  a string state's new value and its expiry (PXAT;
+--                  needed, so maybe set, only if WRITES);
 --                  a hash state (swc) sets SWC_W, SWC_C, SWC_P too; a
 --                  sorted set (slog) SLOG_STAMP, SLOG_COUNT (members to add,
 --                  scored SLOG_STAMP) and SLOG_HORIZON (trimmed up to)
---   REMAINING_WRITTEN, RESET_WRITTEN  remaining and reset_after_us if the
---                  request is consumed; REMAINING_KEPT, RESET_KEPT if not
+--   WRITES         the state is written: ADMITS and COUNTS (one_limit.lua)
+--   REMAINING, RESET  remaining and reset_after_us after this request:
+--                  with its units counted if WRITES, else without
 -- Every number written was checked to be an integer in [0, 2^53) by the
 -- algorithm's part, before anything is written.
 
 local ok, retry, flags = ADMITS, RETRY, FLAGS
-if BLOCK then
-  local until_us = tonumber(BLOCK) or 0
-  if until_us > NOW_US then
-    local wait = until_us - NOW_US
-    if ok or (retry >= 0 and wait > retry) then
-      retry = wait
-    end
-    ok = false
-    flags = flags + 1
+if BLOCK_WAIT then
+  if ok or (retry >= 0 and BLOCK_WAIT > retry) then
+    retry = BLOCK_WAIT
   end
+  ok = false
+  flags = flags + 1
 end
 -- Shadow mode refuses nothing.
 local all_ok = ok or ARGV[6] == '1'
-local remaining, reset = REMAINING_KEPT, RESET_KEPT
-if ok and (MODE == '1' or MODE == 'i1') then
+if WRITES then
   if SLOG_STAMP then
     -- sliding_log.lua's writes: trim what left the window, add one member
     -- per unit (at most 128: the limit's cap), expire with the newest.
@@ -60,8 +57,8 @@ if ok and (MODE == '1' or MODE == 'i1') then
     -- Read as absent by MGET, yet there: a key of another type.
     return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value: ' .. KEY)
   end
-  remaining, reset = REMAINING_WRITTEN, RESET_WRITTEN
 end
+local remaining, reset = REMAINING, RESET
 if remaining > CAPACITY then
   remaining = CAPACITY
 elseif remaining < 0 then

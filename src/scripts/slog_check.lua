@@ -41,6 +41,9 @@ if not ADMITS and not never then
   RETRY = tonumber(nth[2]) + PERIOD - NOW_US
 end
 CAPACITY = LIMIT
-REMAINING_WRITTEN, RESET_WRITTEN = LIMIT - used - cost, SLOG_STAMP + PERIOD - NOW_US
-REMAINING_KEPT = LIMIT - used
-RESET_KEPT = used > 0 and (newest + PERIOD - NOW_US) or 0
+WRITES = ADMITS and COUNTS
+if WRITES then
+  REMAINING, RESET = LIMIT - used - cost, SLOG_STAMP + PERIOD - NOW_US
+else
+  REMAINING, RESET = LIMIT - used, used > 0 and (newest + PERIOD - NOW_US) or 0
+end

@@ -61,11 +61,14 @@ if not ADMITS and not never then
   RETRY = math.ceil(RETRY)
 end
 CAPACITY = LIMIT
-REMAINING_WRITTEN = math.floor(LIMIT - estimate - cost)
-RESET_WRITTEN = window_end - NOW_US
-REMAINING_KEPT, RESET_KEPT = math.floor(LIMIT - estimate), 0
-if cur > 0 then
-  RESET_KEPT = window_end - NOW_US
-elseif prev > 0 then
-  RESET_KEPT = start + PERIOD - NOW_US
+WRITES = ADMITS and COUNTS
+if WRITES then
+  REMAINING, RESET = math.floor(LIMIT - estimate - cost), window_end - NOW_US
+else
+  REMAINING, RESET = math.floor(LIMIT - estimate), 0
+  if cur > 0 then
+    RESET = window_end - NOW_US
+  elseif prev > 0 then
+    RESET = start + PERIOD - NOW_US
+  end
 end
