@@ -1,11 +1,21 @@
 #!/usr/bin/env bash
 # Instructions per call that each check script costs redis-server itself,
-# counted by callgrind: deterministic for the same binary and inputs, so a
-# change to a script shows its cost exactly, whatever else the box is doing
+# counted by callgrind, whatever else the box is doing: the counts move by
+# up to 2% between runs (hash seeds, addresses) and the ratios between the
+# scripts of one run by under 0.5%, so compare scripts within one run
 # (`cargo bench --bench load -- --server-cost` gives the req/s, which move by
 # 10-20% between runs here).
 #
 #   benches/script_cost.sh [calls]      (default 3000 calls per script)
+#   SCRIPT_COST_VARIANTS="a.lua b.lua" benches/script_cost.sh
+#                                       (also count variants: each file's
+#                                        first "-- ARGS " line gives its
+#                                        numkeys, keys and args, RAND a
+#                                        random integer per call)
+#   SCRIPT_COST_REVS="a593015^" benches/script_cost.sh
+#                                       (also count the one-limit GCRA
+#                                        check as it was at each git
+#                                        revision, to compare side by side)
 #
 # Starts its own redis-server (Debian's, as in the test cluster) under
 # valgrind on port ${SCRIPT_COST_PORT:-7690}, in cluster mode owning every
@@ -14,6 +24,9 @@
 # random subjects with `redis-benchmark -c 1`. Prints instructions per call
 # (the EVALSHA's parsing and reply included), and the minimal one-key GCRA's
 # count over each check's: 1.0 or more means the check costs Redis no more.
+# The floor is the minimal GCRA whose GET becomes an MGET of the state, the
+# override and the block keys: no check that keeps them in keys of their
+# own can cost less.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 calls=${1:-3000}
@@ -55,6 +68,24 @@ add "shardlimit sliding log" "$(script clock one_limit slog_check one_limit_end)
 add "shardlimit gcra, generic check" "$(script clock limit_prelude fixed_window sliding_log sliding_window gcra limit_main)" "$(three x) 1 1 gcra 1000000 1000000 1000000 0"
 add "minimal gcra (1 key)" "$(cat benches/load/minimal_gcra.lua)" "1 $tag:m:__rand_int__ 1 1000000"
 add "bare INCR" "return redis.call('INCR', KEYS[1])" "1 $tag:i:__rand_int__"
+get="redis.call('GET', KEYS[1])"
+minimal=$(cat benches/load/minimal_gcra.lua)
+[[ $minimal == *"$get"* ]] || { echo "script_cost: minimal_gcra.lua no longer reads its key with $get" >&2; exit 1; }
+add "floor: minimal + override, block keys" \
+  "${minimal/"$get"/"redis.call('MGET', KEYS[1], KEYS[2], KEYS[3])[1]"}" "$(three m2) 1 1000000"
+for rev in ${SCRIPT_COST_REVS:-}; do
+  code=""
+  for part in clock one_limit gcra_check one_limit_end; do
+    code+=$(git show "$rev:src/scripts/$part.lua"); code+=$'\n'
+  done
+  add "shardlimit gcra at $rev" "$code" "$(three "r${#names[@]}") 1000000 1000000 1000000"
+done
+for file in ${SCRIPT_COST_VARIANTS:-}; do
+  [[ -f $file ]] || { echo "script_cost: no variant $file" >&2; exit 1; }
+  args=$(grep -m1 '^-- ARGS ' "$file" | sed -e 's/^-- ARGS //' -e 's/RAND/__rand_int__/g')
+  [[ -n $args ]] || { echo "script_cost: $file has no '-- ARGS ' line" >&2; exit 1; }
+  add "variant $(basename "$file" .lua)" "$(cat "$file")" "$args"
+done
 
 count() { # instructions since the last zeroing
   callgrind_control -d "$pid" >/dev/null 2>&1
@@ -75,7 +106,8 @@ for i in "${!names[@]}"; do
   printf '%-36s %9d instructions per call\n' "${names[$i]}" "${per_call[$i]}"
 done
 minimal=${per_call[5]}
-for i in 0 1 2 3; do
+for i in "${!names[@]}"; do
+  case $i in 4|5|6) continue ;; esac
   awk -v n="${names[$i]}" -v m="$minimal" -v c="${per_call[$i]}" \
     'BEGIN { printf "server cost vs minimal GCRA (%s, instructions): %.2f\n", n, m / c }'
 done

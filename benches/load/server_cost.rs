@@ -11,14 +11,19 @@
 //!   arguments), under a quota that never denies;
 //! * a minimal one-key GCRA of the classic shape (the theoretical arrival
 //!   time in one key, as redis_rate and redis-cell keep it; written here);
-//! * a bare `INCR` script, the floor of any script call.
+//! * a bare `INCR` script, the floor of any script call;
+//! * the floor of any check that honours overrides and blocks kept in keys
+//!   of their own: the minimal GCRA reading the override and block keys in
+//!   the `MGET` of its state, and nothing more (not a check, a lower bound).
 //!
 //! Per side: requests per second (median of its rounds) and the master's
 //! own microseconds per call from `INFO commandstats` (`cmdstat_evalsha`,
 //! the commands the script calls included), which no client cost distorts.
 //! The last lines, `server cost vs minimal GCRA: R`, are the minimal
 //! script's requests per second over the crate's GCRA check's: 1.0 or less
-//! means a check costs Redis no more than the minimal script.
+//! means a check costs Redis no more than the minimal script; the same
+//! ratio for the floor says how low any check with separate override and
+//! block keys could go.
 //!
 //! ```text
 //! cargo bench --bench load -- --server-cost --rounds 3 --round-secs 3
@@ -50,8 +55,6 @@ const SUBJECTS: usize = 100_000;
 /// arrival time (us), the server's clock, one GET and one SET with a TTL.
 const MINIMAL_GCRA: &str = include_str!("minimal_gcra.lua");
 
-/// The floor: one command in a script. Its keys have no TTL, so they are
-/// deleted when the run ends.
 /// The generic check of any number of limits (src/scripts.rs: `MULTI_LIMIT`).
 const GENERIC_CHECK: &str = concat!(
     include_str!("../../src/scripts/clock.lua"),
@@ -63,6 +66,8 @@ const GENERIC_CHECK: &str = concat!(
     include_str!("../../src/scripts/limit_main.lua"),
 );
 
+/// The floor of any script call: one command. Its keys have no TTL, so
+/// they are deleted when the run ends.
 const BARE_INCR: &str = "return redis.call('INCR', KEYS[1])";
 
 /// One kind of script call, made per random subject.
@@ -88,6 +93,7 @@ pub(crate) async fn server_cost(cluster: &Cluster, args: &Args) {
     let keys = cluster.keys().clone();
     let minimal = Script::new("minimal_gcra", MINIMAL_GCRA);
     let incr = Script::new("bare_incr", BARE_INCR);
+    let floor = Script::new("floor_gcra", floor_gcra());
     let mut sides: Vec<Side> = Algorithm::ALL
         .iter()
         .map(|&a| {
@@ -169,6 +175,24 @@ pub(crate) async fn server_cost(cluster: &Cluster, args: &Args) {
         name: "bare INCR".into(),
         make: one_key(incr.clone(), "incr", Vec::new()),
     });
+    // The floor reads the three keys a GCRA check of its own limiter
+    // declares (state, override, block), with the minimal script's ARGV.
+    let floor_limiter = RateLimiter::builder(cluster, "sc-floor", quota(args, Algorithm::Gcra))
+        .build()
+        .unwrap();
+    let floor_script = floor.clone();
+    let floor_args = vec![
+        interval_us.max(1).to_string().into_bytes(),
+        q.burst().to_string().into_bytes(),
+    ];
+    sides.push(Side {
+        name: "floor: minimal + override, block".into(),
+        make: Box::new(move |subject: &str| {
+            let call = floor_limiter.invocation(subject, 1).unwrap();
+            assert_eq!(call.keys.keys().len(), 3, "state, override, block");
+            evalsha(&floor_script, call.keys.keys(), &floor_args)
+        }),
+    });
 
     let client = redis::Client::open(format!("redis://{addr}")).unwrap();
     // No response timeout: 1,024 calls in flight on a loaded 2-core box can
@@ -195,7 +219,7 @@ pub(crate) async fn server_cost(cluster: &Cluster, args: &Args) {
                 .unwrap();
             l.invocation("x", 1).unwrap().script
         })
-        .chain([generic_script, minimal, incr])
+        .chain([generic_script, minimal, incr, floor])
         .collect();
     for script in &scripts {
         let _: String = redis::cmd("SCRIPT")
@@ -251,11 +275,11 @@ pub(crate) async fn server_cost(cluster: &Cluster, args: &Args) {
         args.rounds, round
     );
     println!(
-        "{:<32} {:>5} {:>12} {:>12}",
+        "{:<36} {:>5} {:>12} {:>12}",
         "script", "P", "req/s", "us/call"
     );
     for (name, depth, rate, us) in &rows {
-        println!("{name:<32} {depth:>5} {rate:>12.0} {us:>12.2}");
+        println!("{name:<36} {depth:>5} {rate:>12.0} {us:>12.2}");
     }
     let find = |name: &str, depth: usize| {
         rows.iter()
@@ -271,12 +295,17 @@ pub(crate) async fn server_cost(cluster: &Cluster, args: &Args) {
         println!(
             "P{depth}: server cost vs minimal GCRA: {r:.2} (us/call {ours_us:.2} against {minimal_us:.2})"
         );
+        let (floor, floor_us) = find("floor: minimal + override, block", depth);
+        println!(
+            "P{depth}: floor (minimal GCRA reading the override and block keys) vs minimal GCRA: {:.2} (us/call {floor_us:.2})",
+            minimal / floor
+        );
         let (generic, generic_us) = find("shardlimit gcra, generic check", depth);
         println!(
             "P{depth}: one-limit GCRA check vs the generic check: {:.2}x the req/s (us/call {ours_us:.2} against {generic_us:.2})",
             ours / generic
         );
-        ratios.push(json!({ "depth": depth, "ratio": r, "us_per_call": ours_us, "minimal_us_per_call": minimal_us, "generic_req_per_sec": generic, "generic_us_per_call": generic_us }));
+        ratios.push(json!({ "depth": depth, "ratio": r, "us_per_call": ours_us, "minimal_us_per_call": minimal_us, "floor_ratio": minimal / floor, "floor_us_per_call": floor_us, "generic_req_per_sec": generic, "generic_us_per_call": generic_us }));
     }
     write_report(
         "gcra",
@@ -290,6 +319,15 @@ pub(crate) async fn server_cost(cluster: &Cluster, args: &Args) {
             "server_cost_vs_minimal_gcra": ratios,
         }),
     );
+}
+
+/// The floor: the minimal GCRA whose one `GET` becomes an `MGET` of its
+/// state, override and block keys (KEYS[1..3]); nothing else changes, so it
+/// costs exactly what reading the two keys adds.
+fn floor_gcra() -> String {
+    const GET: &str = "redis.call('GET', KEYS[1])";
+    assert_eq!(MINIMAL_GCRA.matches(GET).count(), 1, "minimal_gcra.lua reads its key once");
+    MINIMAL_GCRA.replace(GET, "redis.call('MGET', KEYS[1], KEYS[2], KEYS[3])[1]")
 }
 
 fn evalsha(script: &Script, keys: &[Vec<u8>], args: &[Vec<u8>]) -> Cmd {
