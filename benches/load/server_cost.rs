@@ -326,7 +326,11 @@ pub(crate) async fn server_cost(cluster: &Cluster, args: &Args) {
 /// costs exactly what reading the two keys adds.
 fn floor_gcra() -> String {
     const GET: &str = "redis.call('GET', KEYS[1])";
-    assert_eq!(MINIMAL_GCRA.matches(GET).count(), 1, "minimal_gcra.lua reads its key once");
+    assert_eq!(
+        MINIMAL_GCRA.matches(GET).count(),
+        1,
+        "minimal_gcra.lua reads its key once"
+    );
     MINIMAL_GCRA.replace(GET, "redis.call('MGET', KEYS[1], KEYS[2], KEYS[3])[1]")
 }
 

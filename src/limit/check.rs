@@ -38,7 +38,7 @@ pub(crate) struct Pipeline<'a> {
 /// that checks them and the fingerprint a denial is cached under.
 struct Round<'r> {
     pipeline: Pipeline<'r>,
-    specs: &'r [&'r LimitSpec],
+    specs: &'r [Arc<LimitSpec>],
     script: &'static Script,
     /// 0 when nothing of this round is looked up in or offered to a cache.
     print: u64,
@@ -94,15 +94,13 @@ impl<'a> Pipeline<'a> {
             crate::metrics::span_subject(subject);
             // One limit, the usual case, reads its spec without a
             // collection on the heap.
-            let (one, many, one_ref, many_refs);
-            let specs: &[&LimitSpec] = if let [limiter] = self.limiters {
-                one = limiter.spec();
-                one_ref = [&*one];
-                &one_ref
+            let (one, many);
+            let specs: &[Arc<LimitSpec>] = if let [limiter] = self.limiters {
+                one = [limiter.spec()];
+                &one
             } else {
                 many = self.specs();
-                many_refs = refs(&many);
-                &many_refs
+                &many
             };
             let round = Round::new(*self, specs, consume);
             let invocation = match round.prepare(subject, cost) {
@@ -149,8 +147,7 @@ impl<'a> Pipeline<'a> {
         &self,
         requests: &[(S, u32)],
     ) -> Vec<Result<MultiDecision>> {
-        let owned = self.specs();
-        let specs = refs(&owned);
+        let specs = self.specs();
         let round = Round::new(*self, &specs, true);
         let ticket = round.cache().map(DenyCache::ticket);
         let mut results: Vec<Option<Result<MultiDecision>>> = Vec::with_capacity(requests.len());
@@ -208,15 +205,13 @@ impl<'a> Pipeline<'a> {
     /// `cost` (taking a quota slice), under the policy, exactly as the
     /// check's own failure would be met.
     pub(crate) fn fail(&self, err: Error, subject: &[u8], cost: u32) -> Result<MultiDecision> {
-        let owned = self.specs();
-        let specs = refs(&owned);
+        let specs = self.specs();
         Round::new(*self, &specs, true).fail(err, subject, cost)
     }
 
     /// Exactly what a check of `subject` for `cost` sends.
     pub(crate) fn invocation(&self, subject: &[u8], cost: u32) -> Result<Invocation> {
-        let owned = self.specs();
-        let specs = refs(&owned);
+        let specs = self.specs();
         let round = Round::new(*self, &specs, true);
         Invocation::new(
             self.cluster().keys(),
@@ -241,14 +236,10 @@ impl RateLimiter {
     }
 }
 
-fn refs(owned: &[Arc<LimitSpec>]) -> Vec<&LimitSpec> {
-    owned.iter().map(|s| &**s).collect()
-}
-
 impl<'r> Round<'r> {
     /// One limit is checked by its algorithm's own script, several by the
     /// multi-limit script.
-    fn new(pipeline: Pipeline<'r>, specs: &'r [&'r LimitSpec], consume: bool) -> Self {
+    fn new(pipeline: Pipeline<'r>, specs: &'r [Arc<LimitSpec>], consume: bool) -> Self {
         let script = match specs {
             [one] => one.algorithm.script(),
             _ => &scripts::MULTI_LIMIT,

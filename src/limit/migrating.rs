@@ -38,6 +38,8 @@
 //! a fixed window's units go back to the window current when they are given
 //! back). Calls: 2 reads per limit, then 1 check (or 2 per limit).
 
+use std::sync::Arc;
+
 use futures::future::join_all;
 
 use super::adjust;
@@ -57,7 +59,7 @@ impl Invocation {
     pub(crate) async fn run_migrating(
         &self,
         cluster: &Cluster,
-        specs: &[&LimitSpec],
+        specs: &[Arc<LimitSpec>],
     ) -> Result<Vec<i64>> {
         let keys = self.keys.keys();
         let optional = join_all(
@@ -87,7 +89,7 @@ impl Invocation {
     async fn limit_by_limit(
         &self,
         cluster: &Cluster,
-        specs: &[&LimitSpec],
+        specs: &[Arc<LimitSpec>],
         states: &[&Vec<u8>],
         optional: &[Optional],
     ) -> Result<Vec<i64>> {
@@ -124,7 +126,7 @@ impl Invocation {
         let given_back = join_all(
             wrote
                 .iter()
-                .map(|&i| give_back(cluster, specs[i], states[i], &optional[2 * i], cost)),
+                .map(|&i| give_back(cluster, &specs[i], states[i], &optional[2 * i], cost)),
         )
         .await;
         given_back.into_iter().collect::<Result<Vec<()>>>()?;
@@ -220,12 +222,12 @@ mod tests {
     use crate::limit::{Algorithm, Quota};
     use crate::scripts::Script;
 
-    fn spec(name: &str, limit: u32) -> LimitSpec {
+    fn spec(name: &str, limit: u32) -> Arc<LimitSpec> {
         let quota = Quota::per_second(NonZeroU32::new(limit).unwrap());
-        LimitSpec::new(name, Algorithm::Gcra, quota, false).unwrap()
+        Arc::new(LimitSpec::new(name, Algorithm::Gcra, quota, false).unwrap())
     }
 
-    fn invocation(specs: &[&LimitSpec], consume: bool) -> Invocation {
+    fn invocation(specs: &[Arc<LimitSpec>], consume: bool) -> Invocation {
         let keys = crate::keys::KeyBuilder::new("t").unwrap();
         Invocation::new(
             &keys,
@@ -241,7 +243,7 @@ mod tests {
     #[test]
     fn inline_args_carry_each_limits_override_and_block() {
         let (a, b) = (spec("a", 10), spec("b", 20));
-        let call = invocation(&[&a, &b], true);
+        let call = invocation(&[a.clone(), b.clone()], true);
         let optional: Vec<Optional> = vec![b"5 1000000 5".to_vec(), vec![], vec![], b"99".to_vec()];
         let text = |args: Vec<Vec<u8>>| {
             args.into_iter()
@@ -249,7 +251,7 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(
-            text(call.inline_args(&[&a, &b], &optional, 0..2, true)),
+            text(call.inline_args(&[a.clone(), b.clone()], &optional, 0..2, true)),
             [
                 "2",
                 "i1",
@@ -270,12 +272,12 @@ mod tests {
             ]
         );
         assert_eq!(
-            text(call.inline_args(&[&a, &b], &optional, 1..2, false)),
+            text(call.inline_args(&[a.clone(), b.clone()], &optional, 1..2, false)),
             ["2", "i0", "gcra", "20", "1000000", "20", "0", "", "99"]
         );
         assert!(call.consumes());
         assert_eq!(call.cost(), 2);
-        assert!(!invocation(&[&a], false).consumes());
+        assert!(!invocation(std::slice::from_ref(&a), false).consumes());
     }
 
     #[test]
@@ -288,7 +290,15 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         let one = |cost: u32, consume: bool| {
-            Invocation::new(&keys, &scripts::GCRA, &[&a], b"user", cost, consume).unwrap()
+            Invocation::new(
+                &keys,
+                &scripts::GCRA,
+                std::slice::from_ref(&a),
+                b"user",
+                cost,
+                consume,
+            )
+            .unwrap()
         };
         assert_eq!(text(one(1, true).args), ["10", "1000000", "10"]);
         assert_eq!(
@@ -299,17 +309,28 @@ mod tests {
             text(one(1, false).args),
             ["10", "1000000", "10", "1", "0", "0"]
         );
-        let shadow = a.with(a.quota, true).unwrap();
-        let call = Invocation::new(&keys, &scripts::GCRA, &[&shadow], b"user", 1, true).unwrap();
+        let shadow = Arc::new(a.with(a.quota, true).unwrap());
+        let call = Invocation::new(
+            &keys,
+            &scripts::GCRA,
+            std::slice::from_ref(&shadow),
+            b"user",
+            1,
+            true,
+        )
+        .unwrap();
         assert_eq!(text(call.args), ["10", "1000000", "10", "1", "1", "1"]);
         // Inline mode: all six, then the override's and block's values.
         let optional: Vec<Optional> = vec![b"5 1000000 5".to_vec(), vec![]];
         assert_eq!(
-            text(one(2, true).inline_args(&[&a], &optional, 0..1, true)),
+            text(one(2, true).inline_args(std::slice::from_ref(&a), &optional, 0..1, true)),
             ["10", "1000000", "10", "2", "i1", "0", "5 1000000 5", ""]
         );
         // The generic script of one limit keeps the generic layout.
-        assert_eq!(text(invocation(&[&a], true).args)[..3], ["2", "1", "gcra"]);
+        assert_eq!(
+            text(invocation(std::slice::from_ref(&a), true).args)[..3],
+            ["2", "1", "gcra"]
+        );
     }
 
     #[test]

@@ -137,8 +137,7 @@ impl MultiLimiter {
     /// ```
     #[must_use]
     pub fn capacity(&self) -> u32 {
-        let specs = self.specs();
-        max_cost(&specs.iter().map(|s| &**s).collect::<Vec<_>>())
+        max_cost(&self.specs())
     }
 
     /// The combined failure policy.

@@ -4,6 +4,7 @@
 //! its reply becomes decisions.
 
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::algorithm::Algorithm;
@@ -86,7 +87,7 @@ impl LimitSpec {
 
 /// One fingerprint for several limits checked together (a lone limit's
 /// own).
-pub(crate) fn fingerprint(specs: &[&LimitSpec]) -> u64 {
+pub(crate) fn fingerprint(specs: &[Arc<LimitSpec>]) -> u64 {
     if let [one] = specs {
         return one.fingerprint;
     }
@@ -102,7 +103,7 @@ pub(crate) fn fingerprint(specs: &[&LimitSpec]) -> u64 {
 /// no more than the sliding logs' shared budget of
 /// [`Algorithm::SLIDING_LOG_MAX_LIMIT`] members, which keeps the worst
 /// multi-limit check as short as the worst single one.
-pub(crate) fn max_cost(specs: &[&LimitSpec]) -> u32 {
+pub(crate) fn max_cost(specs: &[Arc<LimitSpec>]) -> u32 {
     let capacity = specs.iter().map(|s| s.capacity).min().unwrap_or(0);
     let logs = specs
         .iter()
@@ -115,7 +116,7 @@ pub(crate) fn max_cost(specs: &[&LimitSpec]) -> u32 {
 }
 
 /// A cost every limit of `specs` can admit at once: 1 to [`max_cost`].
-pub(crate) fn check_cost(specs: &[&LimitSpec], cost: u32) -> Result<()> {
+pub(crate) fn check_cost(specs: &[Arc<LimitSpec>], cost: u32) -> Result<()> {
     let max = max_cost(specs);
     if cost == 0 || cost > max {
         return Err(Error::InvalidCost {
@@ -163,7 +164,7 @@ impl Invocation {
     pub(crate) fn new(
         keys: &KeyBuilder,
         script: &Script,
-        specs: &[&LimitSpec],
+        specs: &[Arc<LimitSpec>],
         subject: &[u8],
         cost: u32,
         consume: bool,
@@ -221,7 +222,7 @@ impl Invocation {
     /// one-limit check's, all six fields then the two values.
     pub(crate) fn inline_args(
         &self,
-        specs: &[&LimitSpec],
+        specs: &[Arc<LimitSpec>],
         optional: &[Vec<u8>],
         limits: std::ops::Range<usize>,
         consume: bool,
@@ -253,7 +254,11 @@ impl Invocation {
     /// Sends the check (at most once); a check refused because its slot is
     /// migrating is done one key at a time. The script's reply, for
     /// [`parse_reply`].
-    pub(crate) async fn send(&self, cluster: &Cluster, specs: &[&LimitSpec]) -> Result<Vec<i64>> {
+    pub(crate) async fn send(
+        &self,
+        cluster: &Cluster,
+        specs: &[Arc<LimitSpec>],
+    ) -> Result<Vec<i64>> {
         match cluster
             .eval_unless_migrating(&self.script, &self.keys, &self.args)
             .await
@@ -277,7 +282,7 @@ const FLAG_OVERRIDDEN: i64 = 2;
 /// denied is reported admitted, with [`Decision::would_deny`] set.
 pub(crate) fn parse_reply(
     script: &Script,
-    specs: &[&LimitSpec],
+    specs: &[Arc<LimitSpec>],
     reply: &[i64],
 ) -> Result<(bool, Vec<Decision>)> {
     let bad = || Error::UnexpectedReply {
@@ -373,14 +378,16 @@ mod tests {
 
     use super::*;
 
-    fn spec(capacity: u32) -> LimitSpec {
-        LimitSpec::new(
-            "api",
-            Algorithm::Gcra,
-            Quota::per_second(NonZeroU32::new(capacity).unwrap()),
-            false,
+    fn spec(capacity: u32) -> Arc<LimitSpec> {
+        Arc::new(
+            LimitSpec::new(
+                "api",
+                Algorithm::Gcra,
+                Quota::per_second(NonZeroU32::new(capacity).unwrap()),
+                false,
+            )
+            .unwrap(),
         )
-        .unwrap()
     }
 
     #[test]
@@ -401,28 +408,30 @@ mod tests {
     #[test]
     fn costs_are_bounded_by_every_capacity_and_the_shared_log_budget() {
         let log = |limit| {
-            LimitSpec::new(
-                "log",
-                Algorithm::SlidingLog,
-                Quota::per_second(NonZeroU32::new(limit).unwrap()),
-                false,
+            Arc::new(
+                LimitSpec::new(
+                    "log",
+                    Algorithm::SlidingLog,
+                    Quota::per_second(NonZeroU32::new(limit).unwrap()),
+                    false,
+                )
+                .unwrap(),
             )
-            .unwrap()
         };
         let (big, small) = (spec(1000), spec(10));
-        let max = |specs: &[&LimitSpec]| match check_cost(specs, u32::MAX) {
+        let max = |specs: &[Arc<LimitSpec>]| match check_cost(specs, u32::MAX) {
             Err(Error::InvalidCost { max, .. }) => max,
             other => panic!("{other:?}"),
         };
-        assert_eq!(max(&[&big, &small]), 10);
+        assert_eq!(max(&[big.clone(), small.clone()]), 10);
         let (a, b, c) = (log(128), log(128), log(30));
-        assert_eq!(max(&[&a]), 128);
-        assert_eq!(max(&[&a, &big]), 128);
+        assert_eq!(max(std::slice::from_ref(&a)), 128);
+        assert_eq!(max(&[a.clone(), big.clone()]), 128);
         // Two logs share 128 members per check; three, and one is smaller.
-        assert_eq!(max(&[&a, &b]), 64);
-        assert_eq!(max(&[&a, &b, &c]), 30);
-        assert!(check_cost(&[&a, &b], 64).is_ok());
-        assert!(check_cost(&[&a, &b], 0).is_err());
+        assert_eq!(max(&[a.clone(), b.clone()]), 64);
+        assert_eq!(max(&[a.clone(), b.clone(), c.clone()]), 30);
+        assert!(check_cost(&[a.clone(), b.clone()], 64).is_ok());
+        assert!(check_cost(&[a.clone(), b.clone()], 0).is_err());
     }
 
     #[test]
@@ -431,7 +440,7 @@ mod tests {
         let script = Script::new("gcra", "");
         let (all, d) = parse_reply(
             &script,
-            &[&s],
+            std::slice::from_ref(&s),
             &[0, 0, 3, 250_000, 1_000_000, 10, 0, -1, 0, 0],
         )
         .unwrap();
@@ -442,19 +451,30 @@ mod tests {
         assert_eq!(d[0].reset_after, Duration::from_secs(1));
         assert_eq!(d[0].quota, s.quota);
         let reply = [1, 1, 9, -1, 100, 20, 2, 5000, 5, 60_000_000];
-        let (all, d) = parse_reply(&script, &[&s], &reply).unwrap();
+        let (all, d) = parse_reply(&script, std::slice::from_ref(&s), &reply).unwrap();
         assert!(all && d[0].allowed && d[0].retry_after.is_none());
         // The capacity and the quota are the reply's: an override's.
         assert_eq!(d[0].limit, 20);
         assert_eq!(d[0].quota, Quota::per_minute(5).allow_burst(20));
         assert!(d[0].overridden && !d[0].blocked);
         assert_eq!(d[0].settled, Settled::For(Duration::from_secs(5)));
-        let (_, d) =
-            parse_reply(&script, &[&s], &[0, 0, 0, 5, 0, 10, 3, -2, 10, 1_000_000]).unwrap();
+        let (_, d) = parse_reply(
+            &script,
+            std::slice::from_ref(&s),
+            &[0, 0, 0, 5, 0, 10, 3, -2, 10, 1_000_000],
+        )
+        .unwrap();
         assert!(d[0].blocked && d[0].overridden);
         assert_eq!(d[0].settled, Settled::Unknown);
         assert_eq!(d[0].quota, Quota::per_second(10));
-        assert!(parse_reply(&script, &[&s], &[1, 1, 9, -1, 100, 20, 0]).is_err());
+        assert!(
+            parse_reply(
+                &script,
+                std::slice::from_ref(&s),
+                &[1, 1, 9, -1, 100, 20, 0]
+            )
+            .is_err()
+        );
         // The compact reply of a check with no override and no block is
         // its full reply with the spec's capacity.
         for (compact, full) in [
@@ -463,15 +483,22 @@ mod tests {
             ([2, 0, 5, 7], [1, 0, 0, 5, 7, 10, 0, -1, 0, 0]),
         ] {
             assert_eq!(
-                parse_reply(&script, &[&s], &compact).unwrap(),
-                parse_reply(&script, &[&s], &full).unwrap(),
+                parse_reply(&script, std::slice::from_ref(&s), &compact).unwrap(),
+                parse_reply(&script, std::slice::from_ref(&s), &full).unwrap(),
                 "{compact:?}"
             );
         }
         // Compact is for one limit only.
-        assert!(parse_reply(&script, &[&s, &s], &[3, 9, -1, 100]).is_err());
+        assert!(parse_reply(&script, &[s.clone(), s.clone()], &[3, 9, -1, 100]).is_err());
         // An override flagged without a quota is a malformed reply.
-        assert!(parse_reply(&script, &[&s], &[1, 1, 9, -1, 100, 20, 2, -1, 0, 0]).is_err());
+        assert!(
+            parse_reply(
+                &script,
+                std::slice::from_ref(&s),
+                &[1, 1, 9, -1, 100, 20, 2, -1, 0, 0]
+            )
+            .is_err()
+        );
     }
 
     #[test]
@@ -480,7 +507,8 @@ mod tests {
             .with(Quota::per_second(NonZeroU32::new(10).unwrap()), true)
             .unwrap();
         let script = Script::new("gcra", "");
-        let (all, d) = parse_reply(&script, &[&s], &[1, 0, 0, 50, 60, 10, 0, -1, 0, 0]).unwrap();
+        let (all, d) =
+            parse_reply(&script, &[Arc::new(s)], &[1, 0, 0, 50, 60, 10, 0, -1, 0, 0]).unwrap();
         assert!(all && d[0].allowed && d[0].would_deny);
         assert_eq!(d[0].retry_after, Some(Duration::from_micros(50)));
     }
