@@ -7,6 +7,7 @@
 use crate::common;
 
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -103,12 +104,15 @@ async fn the_declared_bound_holds_across_handles_at_random_rates() {
         ));
     }
     let admitted: Arc<Mutex<Vec<(Instant, u32)>>> = Arc::default();
+    // Units asked for, admitted or not: how much the tasks could check on
+    // this machine, however loaded.
+    let asked = Arc::new(AtomicU64::new(0));
     let run_for = Duration::from_secs(3);
     let start = Instant::now();
     let mut tasks = Vec::new();
     for (h, limiter) in limiters.iter().enumerate() {
         for t in 0..4 {
-            let (limiter, admitted) = (limiter.clone(), admitted.clone());
+            let (limiter, admitted, asked) = (limiter.clone(), admitted.clone(), asked.clone());
             // Some tasks flood, some trickle; each its own pace and costs.
             let pause = if (h + t) % 3 == 0 {
                 Duration::ZERO
@@ -119,6 +123,7 @@ async fn the_declared_bound_holds_across_handles_at_random_rates() {
                 while start.elapsed() < run_for {
                     let cost = rand::rng().random_range(1..=3);
                     let d = limiter.check_n("tenant", cost).await.unwrap();
+                    asked.fetch_add(u64::from(cost), Ordering::Relaxed);
                     if d.allowed {
                         admitted.lock().unwrap().push((Instant::now(), cost));
                     }
@@ -191,8 +196,17 @@ async fn the_declared_bound_holds_across_handles_at_random_rates() {
     let total: u64 = admitted.iter().map(|a| u64::from(a.1)).sum();
     let most_total = u64::from(limit) + u64::from(limit) * 3 + u64::from(bound) + slack;
     assert!(total <= most_total, "{total} > {most_total}");
-    // At least the burst, however loaded the machine.
-    assert!(total >= u64::from(limit), "only {total} admitted");
+    // Not stuck denying: every unit asked for up to the burst is admitted,
+    // but for what other handles' slices held at the end. Counted against
+    // what was asked, not the burst alone: with the whole cluster binary
+    // running at once on 2 cores, one run admitted only 348 units in the
+    // 3 s (what was asked was not recorded then).
+    let asked = asked.load(Ordering::Relaxed);
+    let floor = asked.min(u64::from(limit)).saturating_sub(u64::from(bound));
+    assert!(
+        total >= floor,
+        "only {total} admitted of {asked} units asked (at least {floor})"
+    );
     common::assert_every_key_has_ttl(&namespace).await;
     for limiter in &limiters {
         limiter.return_slices().await.unwrap();
