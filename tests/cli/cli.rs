@@ -40,6 +40,7 @@ fn json_lines(out: &Output) -> Vec<Value> {
 
 #[tokio::test]
 async fn list_count_show_audit_and_reset() {
+    crate::cli_built();
     let cluster = common::cluster("cli").await;
     let ns = cluster.namespace().to_owned();
     let quota = Quota::per_hour(NonZeroU32::new(10).unwrap());
@@ -156,6 +157,7 @@ fn unreachable_cluster_is_exit_code_2_with_the_cause() {
 
 #[tokio::test]
 async fn reset_dry_runs_and_refuses_held_locks_live_leases_and_counts_unless_forced() {
+    crate::cli_built();
     let cluster = common::cluster("cli-reset").await;
     let ns = cluster.namespace().to_owned();
     let hour = std::time::Duration::from_secs(3600);
@@ -261,6 +263,7 @@ fn json_line(out: &Output) -> Value {
 /// they leave is byte for byte what the checks wrote.
 #[tokio::test]
 async fn override_set_get_clear_round_trip_and_checks_apply_it() {
+    crate::cli_built();
     let cluster = common::cluster("cli-override").await;
     let ns = cluster.namespace().to_owned();
     let one_a_day = Quota::with_period(NonZeroU32::MIN, std::time::Duration::from_secs(86_400));
@@ -410,6 +413,7 @@ async fn override_set_get_clear_round_trip_and_checks_apply_it() {
 /// Limits page.
 #[tokio::test]
 async fn override_publishes_no_spec_of_the_limiter() {
+    crate::cli_built();
     let cluster = common::cluster("cli-override-spec").await;
     let ns = cluster.namespace().to_owned();
     for args in [
@@ -443,6 +447,7 @@ async fn override_publishes_no_spec_of_the_limiter() {
 /// checked when the limiter is built: nothing is written.
 #[tokio::test]
 async fn override_refuses_bad_input_before_anything_is_sent() {
+    crate::cli_built();
     for (args, says) in [
         (
             &["set", "u", "leaky:api", "5/1h"][..],
@@ -509,6 +514,7 @@ async fn override_refuses_bad_input_before_anything_is_sent() {
 /// `SHARDLIMIT_NAMESPACE` (it had only `--namespace`, default `sl`).
 #[tokio::test]
 async fn the_namespace_comes_from_shardlimit_namespace() {
+    crate::cli_built();
     let cluster = common::cluster("cli-env-ns").await;
     let l = RateLimiter::builder(&cluster, "api", Quota::per_hour(10))
         .build()
@@ -537,6 +543,7 @@ async fn the_namespace_comes_from_shardlimit_namespace() {
 /// the six local test nodes.
 #[test]
 fn unset_nodes_is_an_error_that_says_what_to_set() {
+    crate::cli_built();
     let out = Command::new(crate::common::cli_exe())
         .env_remove("SHARDLIMIT_NODES")
         .env_remove("SHARDLIMIT_CLUSTER_PORT")
@@ -554,6 +561,7 @@ fn unset_nodes_is_an_error_that_says_what_to_set() {
 
 #[tokio::test]
 async fn top_shows_the_most_denied_subjects_once_and_watching() {
+    crate::cli_built();
     let cluster = common::cluster("cli-top").await;
     let ns = cluster.namespace().to_owned();
     let api = RateLimiter::builder(
@@ -640,6 +648,7 @@ async fn top_shows_the_most_denied_subjects_once_and_watching() {
 
 #[tokio::test]
 async fn list_and_show_say_remaining_of_the_published_or_given_limit() {
+    crate::cli_built();
     let cluster = common::cluster("cli-headroom").await;
     let ns = cluster.namespace().to_owned();
     let api = RateLimiter::builder(

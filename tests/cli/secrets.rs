@@ -73,6 +73,7 @@ impl<S: Subscriber> tracing_subscriber::Layer<S> for Capture {
 
 #[tokio::test]
 async fn builder_debug_and_config_errors_hide_the_password() {
+    crate::cli_built();
     let password = secret();
     let builder = Cluster::builder([format!("redis://app:{password}@127.0.0.1:1")])
         .username("app")
@@ -149,6 +150,7 @@ fn delimited_passwords() -> Vec<(String, Vec<String>)> {
 
 #[tokio::test]
 async fn unreachable_wrongpass_and_noauth_errors_hide_the_password() {
+    crate::cli_built();
     let password = secret();
     // Unreachable: nothing listens on port 1.
     let err = Cluster::builder([format!("redis://app:{password}@127.0.0.1:1")])
@@ -192,6 +194,7 @@ async fn unreachable_wrongpass_and_noauth_errors_hide_the_password() {
 
 #[tokio::test]
 async fn logs_of_a_failing_reconnect_bypasses_and_503s_hide_the_password() {
+    crate::cli_built();
     let password = secret();
     let capture = Capture::default();
     let _guard = tracing::subscriber::set_default(
@@ -261,6 +264,7 @@ fn all_output(out: &Output) -> String {
 
 #[tokio::test]
 async fn the_cli_never_prints_the_password() {
+    crate::cli_built();
     let password = secret();
     let url = format!("redis://app:{password}@127.0.0.1:1");
     let dir = std::env::temp_dir().join(format!("sl-secrets-{:08x}", rand::random::<u32>()));
