@@ -22,6 +22,13 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # start find the test cluster through this (cluster-compose/ reads it too).
 export SHARDLIMIT_CLUSTER_PORT=${SHARDLIMIT_CLUSTER_PORT:-7000}
 cluster-compose/up.sh
+# The programs tests run as child processes, built first with the very
+# commands the tests use (tests/common/mod.rs: cli_exe, cargo_built), so
+# those are no-ops then: a build inside a test takes this machine's 2 cores
+# from the tests around it for a minute or more, and their checks time out
+# (a clean-clone run, 2026-12-03).
+cargo build --quiet -p shardlimit-cli
+cargo build --quiet --example nightly_export
 cargo test --workspace --all-features --no-fail-fast
 if [ -d tests/faults ]; then
   cargo test --all-features --test faults -- --ignored --test-threads=1
