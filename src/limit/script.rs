@@ -375,19 +375,13 @@ fn applied_quota(limit: i64, period_us: i64, capacity: u32) -> Option<Quota> {
 #[cfg(test)]
 mod tests {
     use std::num::NonZeroU32;
+    use std::slice::from_ref as one;
 
     use super::*;
 
     fn spec(capacity: u32) -> Arc<LimitSpec> {
-        Arc::new(
-            LimitSpec::new(
-                "api",
-                Algorithm::Gcra,
-                Quota::per_second(NonZeroU32::new(capacity).unwrap()),
-                false,
-            )
-            .unwrap(),
-        )
+        let quota = Quota::per_second(NonZeroU32::new(capacity).unwrap());
+        Arc::new(LimitSpec::new("api", Algorithm::Gcra, quota, false).unwrap())
     }
 
     #[test]
@@ -408,15 +402,8 @@ mod tests {
     #[test]
     fn costs_are_bounded_by_every_capacity_and_the_shared_log_budget() {
         let log = |limit| {
-            Arc::new(
-                LimitSpec::new(
-                    "log",
-                    Algorithm::SlidingLog,
-                    Quota::per_second(NonZeroU32::new(limit).unwrap()),
-                    false,
-                )
-                .unwrap(),
-            )
+            let quota = Quota::per_second(NonZeroU32::new(limit).unwrap());
+            Arc::new(LimitSpec::new("log", Algorithm::SlidingLog, quota, false).unwrap())
         };
         let (big, small) = (spec(1000), spec(10));
         let max = |specs: &[Arc<LimitSpec>]| match check_cost(specs, u32::MAX) {
@@ -425,7 +412,7 @@ mod tests {
         };
         assert_eq!(max(&[big.clone(), small.clone()]), 10);
         let (a, b, c) = (log(128), log(128), log(30));
-        assert_eq!(max(std::slice::from_ref(&a)), 128);
+        assert_eq!(max(one(&a)), 128);
         assert_eq!(max(&[a.clone(), big.clone()]), 128);
         // Two logs share 128 members per check; three, and one is smaller.
         assert_eq!(max(&[a.clone(), b.clone()]), 64);
@@ -440,7 +427,7 @@ mod tests {
         let script = Script::new("gcra", "");
         let (all, d) = parse_reply(
             &script,
-            std::slice::from_ref(&s),
+            one(&s),
             &[0, 0, 3, 250_000, 1_000_000, 10, 0, -1, 0, 0],
         )
         .unwrap();
@@ -451,30 +438,19 @@ mod tests {
         assert_eq!(d[0].reset_after, Duration::from_secs(1));
         assert_eq!(d[0].quota, s.quota);
         let reply = [1, 1, 9, -1, 100, 20, 2, 5000, 5, 60_000_000];
-        let (all, d) = parse_reply(&script, std::slice::from_ref(&s), &reply).unwrap();
+        let (all, d) = parse_reply(&script, one(&s), &reply).unwrap();
         assert!(all && d[0].allowed && d[0].retry_after.is_none());
         // The capacity and the quota are the reply's: an override's.
         assert_eq!(d[0].limit, 20);
         assert_eq!(d[0].quota, Quota::per_minute(5).allow_burst(20));
         assert!(d[0].overridden && !d[0].blocked);
         assert_eq!(d[0].settled, Settled::For(Duration::from_secs(5)));
-        let (_, d) = parse_reply(
-            &script,
-            std::slice::from_ref(&s),
-            &[0, 0, 0, 5, 0, 10, 3, -2, 10, 1_000_000],
-        )
-        .unwrap();
+        let (_, d) =
+            parse_reply(&script, one(&s), &[0, 0, 0, 5, 0, 10, 3, -2, 10, 1_000_000]).unwrap();
         assert!(d[0].blocked && d[0].overridden);
         assert_eq!(d[0].settled, Settled::Unknown);
         assert_eq!(d[0].quota, Quota::per_second(10));
-        assert!(
-            parse_reply(
-                &script,
-                std::slice::from_ref(&s),
-                &[1, 1, 9, -1, 100, 20, 0]
-            )
-            .is_err()
-        );
+        assert!(parse_reply(&script, one(&s), &[1, 1, 9, -1, 100, 20, 0]).is_err());
         // The compact reply of a check with no override and no block is
         // its full reply with the spec's capacity.
         for (compact, full) in [
@@ -483,22 +459,15 @@ mod tests {
             ([2, 0, 5, 7], [1, 0, 0, 5, 7, 10, 0, -1, 0, 0]),
         ] {
             assert_eq!(
-                parse_reply(&script, std::slice::from_ref(&s), &compact).unwrap(),
-                parse_reply(&script, std::slice::from_ref(&s), &full).unwrap(),
+                parse_reply(&script, one(&s), &compact).unwrap(),
+                parse_reply(&script, one(&s), &full).unwrap(),
                 "{compact:?}"
             );
         }
         // Compact is for one limit only.
         assert!(parse_reply(&script, &[s.clone(), s.clone()], &[3, 9, -1, 100]).is_err());
         // An override flagged without a quota is a malformed reply.
-        assert!(
-            parse_reply(
-                &script,
-                std::slice::from_ref(&s),
-                &[1, 1, 9, -1, 100, 20, 2, -1, 0, 0]
-            )
-            .is_err()
-        );
+        assert!(parse_reply(&script, one(&s), &[1, 1, 9, -1, 100, 20, 2, -1, 0, 0]).is_err());
     }
 
     #[test]
