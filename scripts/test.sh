@@ -26,9 +26,12 @@ cluster-compose/up.sh
 # commands the tests use (tests/common/mod.rs: cli_exe, cargo_built), so
 # those are no-ops then: a build inside a test takes this machine's 2 cores
 # from the tests around it for a minute or more, and their checks time out
-# (a clean-clone run, 2026-12-03).
+# (a clean-clone run, 2026-12-03). With SHARDLIMIT_PREBUILT set, a test
+# whose build compiles anything all the same fails and says so.
 cargo build --quiet -p shardlimit-cli
 cargo build --quiet --example nightly_export
+cargo build --quiet --all-features --example service
+export SHARDLIMIT_PREBUILT=1
 cargo test --workspace --all-features --no-fail-fast
 if [ -d tests/faults ]; then
   cargo test --all-features --test faults -- --ignored --test-threads=1

@@ -613,22 +613,69 @@ pub async fn clear_of_window_end(period: std::time::Duration, needed: std::time:
     }
 }
 
-/// Runs `cargo build --quiet <args>` in the workspace (this build's target
+/// Runs `cargo build <args>` in the workspace (this build's target
 /// directory) and returns the path of `exe` under its `debug/`: the
 /// examples and the `shardlimit` binary, which the test harness does not
 /// build for this package's tests. A second build finds them fresh.
+///
+/// The build runs in the environment the test was started from, without the
+/// variables cargo sets for the test itself (`CARGO_MANIFEST_DIR`,
+/// `CARGO_PKG_*`, `OUT_DIR`, …): build scripts watch some of them (`ring`'s
+/// watches `CARGO_MANIFEST_DIR`), so with them set this build found `ring`
+/// "dirty" and compiled it, `rustls`, `redis` and the library again — over
+/// a minute on 2 cores, in the middle of the tests, although
+/// `scripts/test.sh` had built the very same thing before them (and the
+/// next `cargo test` then compiled them back).
+///
+/// Under `scripts/test.sh` (which sets `SHARDLIMIT_PREBUILT`), compiling
+/// anything here fails the test: the script built it first so that no test
+/// builds while others time their checks.
 pub fn cargo_built(args: &[&str], exe: &str) -> std::path::PathBuf {
     let root = env!("CARGO_MANIFEST_DIR");
-    let status = std::process::Command::new(env!("CARGO"))
-        .arg("build")
-        .arg("--quiet")
-        .args(args)
-        .current_dir(root)
-        .status()
-        .unwrap();
-    assert!(status.success(), "cargo build {args:?} failed");
+    let mut command = std::process::Command::new(env!("CARGO"));
+    command.arg("build").args(args).current_dir(root);
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(set_by_cargo_for_tests) {
+            command.env_remove(name);
+        }
+    }
+    let out = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "cargo build {args:?} failed:\n{stderr}"
+    );
+    let compiled: Vec<&str> = stderr
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("Compiling "))
+        .collect();
+    assert!(
+        compiled.is_empty() || std::env::var_os("SHARDLIMIT_PREBUILT").is_none(),
+        "cargo build {args:?} compiled {compiled:?} although scripts/test.sh built it before \
+         the tests: this build's environment differs from the script's in a variable a \
+         build script watches (`cargo build -v` says which: \"Dirty …: the env variable … \
+         changed\")"
+    );
     let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| format!("{root}/target"));
     std::path::Path::new(&target).join("debug").join(exe)
+}
+
+/// Variables cargo sets for the test process (and the crates it compiles),
+/// never in the environment cargo itself was started from.
+fn set_by_cargo_for_tests(name: &str) -> bool {
+    matches!(
+        name,
+        "CARGO_MANIFEST_DIR"
+            | "CARGO_MANIFEST_PATH"
+            | "CARGO_MANIFEST_LINKS"
+            | "CARGO_CRATE_NAME"
+            | "CARGO_BIN_NAME"
+            | "CARGO_PRIMARY_PACKAGE"
+            | "CARGO_TARGET_TMPDIR"
+            | "CARGO_RUSTC_CURRENT_DIR"
+            | "OUT_DIR"
+    ) || name.starts_with("CARGO_PKG_")
+        || name.starts_with("CARGO_BIN_EXE_")
 }
 
 /// The `shardlimit` command-line tool (`crates/shardlimit-cli`), built once
