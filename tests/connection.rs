@@ -365,3 +365,53 @@ async fn a_node_marked_down_by_its_blocking_connection_recovers_without_callers(
     tokio::time::sleep(refresh_interval * 10).await;
     assert_eq!(cluster.stats().topology_refreshes, settled);
 }
+
+/// `build` connects to every master, so no first request spends its
+/// command timeout connecting (a clean-clone CI run, 2026-12-03: the first
+/// checks of fresh handles failed with "no connection within 250ms" on a
+/// master they were the first to call — and a connect that slow marks a
+/// healthy node down). Before any call each master has exactly one
+/// connection, and a script, a transaction and a batch on every master
+/// open no other. It failed so before the change: only the seed that gave
+/// the topology was connected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn build_connects_to_every_master_before_the_first_request() {
+    let _serial = SERIAL.lock().await;
+    let masters = common::masters().await;
+    let cluster = common::cluster("conn-warm").await;
+    let connected = |cluster: &Cluster| -> Vec<(String, Option<(u64, u64)>)> {
+        let nodes = cluster.nodes();
+        masters
+            .iter()
+            .map(|m| {
+                let node = nodes.iter().find(|n| n.addr == m.addr);
+                (
+                    m.addr.clone(),
+                    node.map(|n| (n.connects, n.connect_failures)),
+                )
+            })
+            .collect()
+    };
+    let every_master_once: Vec<_> = masters
+        .iter()
+        .map(|m| (m.addr.clone(), Some((1, 0))))
+        .collect();
+    assert_eq!(connected(&cluster), every_master_once, "right after build");
+
+    let script = Script::new("conn_set", SET);
+    let keys = key_sets(&cluster, &masters);
+    let tx = Transaction::new().command(TxCommand::new("PEXPIRE").key(0).arg(60_000));
+    for keys in &keys {
+        cluster.eval::<i64>(&script, keys, "v").await.unwrap();
+        cluster.transaction::<(i64,)>(keys, &tx).await.unwrap();
+    }
+    let batch = cluster
+        .eval_many::<i64, _>(&script, keys.iter().map(|k| (k, "b")))
+        .await;
+    assert!(batch.iter().all(Result::is_ok), "{batch:?}");
+    assert_eq!(
+        connected(&cluster),
+        every_master_once,
+        "after calls on every master"
+    );
+}

@@ -205,12 +205,16 @@ impl ClusterBuilder {
         self
     }
 
-    /// Bound on reading the first topology in [`build`](Self::build).
-    /// Default 2 s. Must be non-zero.
+    /// Bound on [`build`](Self::build): reading the first topology, then
+    /// connecting to every master. Default 2 s. Must be non-zero.
     ///
-    /// Each node gets the command timeout (at least 100 ms, at most half of
-    /// this) to accept a connection and answer: a hung node then fails alone
-    /// and the next seed is asked.
+    /// While the topology is read, each node gets the command timeout (at
+    /// least 100 ms, at most half of this) to accept a connection and
+    /// answer: a hung node then fails alone and the next seed is asked.
+    /// The masters are then connected all at once in what is left of this
+    /// bound, so the first request to each does not spend its command
+    /// timeout connecting. A master that does not accept in time fails
+    /// nothing: the first request to it connects, as after a reconnect.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -402,8 +406,14 @@ impl ClusterBuilder {
         if self.lazy {
             router.request_refresh();
         } else {
+            let started = tokio::time::Instant::now();
             match tokio::time::timeout(self.connect_timeout, router.load()).await {
-                Ok(result) => result?,
+                Ok(result) => {
+                    result?;
+                    // What is left of the bound: no request waits on these.
+                    let left = self.connect_timeout.saturating_sub(started.elapsed());
+                    router.connect_masters(left).await;
+                }
                 Err(_) => {
                     return Err(Error::Connect {
                         nodes: router.seed_list().to_owned(),

@@ -213,7 +213,7 @@ impl Node {
             return Ok(live);
         }
         self.refuse_if_down()?;
-        match self.open(lane).await {
+        match self.open(lane, self.config.connect_timeout).await {
             Ok(live) => Ok(live),
             Err(err) => {
                 self.health().refused =
@@ -281,7 +281,7 @@ impl Node {
             .into_iter()
             .find(|&lane| self.usable(lane).is_none())
             .unwrap_or(Lane::Shared);
-        let result = self.open(lane).await;
+        let result = self.open(lane, self.config.connect_timeout).await;
         let mut health = self.health();
         match result {
             Ok(_) => {
@@ -311,72 +311,32 @@ impl Node {
         }
     }
 
-    /// A connection of its own for following invalidation channels: RESP3,
-    /// every push it receives (messages, subscription confirmations and
-    /// drops, its end) given to `push`. Not one of the lanes: its stalls
-    /// never delay a request and its failures never mark the node down.
-    /// Dropping the [`Socket`] closes it.
-    pub(crate) async fn open_subscriber(
-        &self,
-        push: impl redis::aio::AsyncPushSender,
-    ) -> Result<(MultiplexedConnection, Socket), RedisError> {
-        let settings = self
-            .info
-            .redis_settings()
-            .clone()
-            .set_protocol(redis::ProtocolVersion::RESP3);
-        let info = self.info.clone().set_redis_settings(settings);
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.config.connect_timeout))
-            .set_response_timeout(None)
-            .set_push_sender(push);
-        self.connect_detached(&info, config, self.config.connect_timeout)
-            .await
+    /// Opens the shared lane's connection ahead of the first request, if
+    /// there is none and the node is not down, within `within` (`build`
+    /// gives its whole connect timeout: no request is waiting). A failure
+    /// passes no judgement on the node: the first request tries again, with
+    /// the usual consequences.
+    pub(crate) async fn warm(&self, within: Duration) {
+        let _connecting = self.connecting.lock().await;
+        if self.is_down() || self.usable(Lane::Shared).is_some() {
+            return;
+        }
+        if let Err(err) = self.open(Lane::Shared, within).await {
+            tracing::debug!(node = %self.addr, error = %err,
+                "shardlimit: no connection ahead of the first request; it will try again");
+        }
     }
 
-    /// A connection of its own for one fresh look at the node (a health
-    /// probe), opened within `within`: not one of the lanes, so it neither
-    /// waits for nor is refused by the node's believed-down state, and its
-    /// failures never mark the node down. Dropping the [`Socket`] closes
-    /// it.
-    pub(crate) async fn open_probe(
-        &self,
-        within: Duration,
-    ) -> Result<(MultiplexedConnection, Socket), RedisError> {
+    /// Opens a connection within `within` and installs it. The caller holds
+    /// `connecting`.
+    async fn open(&self, lane: Lane, within: Duration) -> Result<Live, RedisError> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(within))
-            .set_response_timeout(None);
-        self.connect_detached(&self.info, config, within).await
-    }
-
-    async fn connect_detached(
-        &self,
-        info: &ConnectionInfo,
-        config: AsyncConnectionConfig,
-        within: Duration,
-    ) -> Result<(MultiplexedConnection, Socket), RedisError> {
-        tokio::time::timeout(within, self.config.connector.open(info, config))
-            .await
-            .map_err(|_| {
-                RedisError::from(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("no connection within {within:?}"),
-                ))
-            })?
-    }
-
-    /// Opens a connection and installs it. The caller holds `connecting`.
-    async fn open(&self, lane: Lane) -> Result<Live, RedisError> {
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.config.connect_timeout))
             // Every request is bounded by the caller's deadline instead, so
             // the router knows which node and request timed out.
             .set_response_timeout(None);
-        let attempt = tokio::time::timeout(
-            self.config.connect_timeout,
-            self.config.connector.open(&self.info, config),
-        )
-        .await;
+        let attempt =
+            tokio::time::timeout(within, self.config.connector.open(&self.info, config)).await;
         let (conn, socket) = match attempt {
             Ok(Ok(opened)) => opened,
             Ok(Err(err)) => {
@@ -389,7 +349,7 @@ impl Node {
                 crate::metrics::node_connect(&self.addr, false);
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
-                    format!("no connection within {:?}", self.config.connect_timeout),
+                    format!("no connection within {within:?}"),
                 )
                 .into());
             }
@@ -491,5 +451,6 @@ fn jittered(interval: Duration) -> Duration {
     crate::backoff::jitter(half, interval - half)
 }
 
+mod detached;
 #[cfg(test)]
 mod tests;

@@ -303,6 +303,26 @@ impl Router {
         Ok(())
     }
 
+    /// The masters of the table, each once, those believed down left out.
+    fn masters_up(&self) -> Vec<Arc<Node>> {
+        let table = self.table.read().unwrap_or_else(PoisonError::into_inner);
+        let mut masters: Vec<Arc<Node>> = Vec::new();
+        for node in table.owners.iter().flatten() {
+            if !node.is_down() && !masters.iter().any(|m| Arc::ptr_eq(m, node)) {
+                masters.push(node.clone());
+            }
+        }
+        masters
+    }
+
+    /// Opens a connection to every master that has none, all at once, each
+    /// within `within` (see `Node::warm`): so the first request to each
+    /// does not spend its command timeout connecting.
+    pub(crate) async fn connect_masters(&self, within: Duration) {
+        let masters = self.masters_up();
+        futures::future::join_all(masters.iter().map(|node| node.warm(within))).await;
+    }
+
     /// `CLUSTER SLOTS` from the first node that answers with a non-empty
     /// map: the masters in the table that are up (in random order, to spread
     /// the load), then the seeds.
@@ -330,16 +350,7 @@ impl Router {
             }
             return self.standalone_topology();
         }
-        let mut candidates: Vec<Arc<Node>> = {
-            let table = self.table.read().unwrap_or_else(PoisonError::into_inner);
-            let mut masters: Vec<Arc<Node>> = Vec::new();
-            for node in table.owners.iter().flatten() {
-                if !node.is_down() && !masters.iter().any(|m| Arc::ptr_eq(m, node)) {
-                    masters.push(node.clone());
-                }
-            }
-            masters
-        };
+        let mut candidates = self.masters_up();
         shuffle(&mut candidates);
         for seed in &self.seeds {
             if let Some((host, port)) = host_port(seed.addr()) {
