@@ -313,7 +313,8 @@ impl Node {
 
     /// Opens the shared lane's connection ahead of the first request, if
     /// there is none and the node is not down, within `within` (`build`
-    /// gives its whole connect timeout: no request is waiting). A failure
+    /// gives what is left of its connect timeout: no request is waiting,
+    /// so a slow connect need not fit a command timeout). A failure
     /// passes no judgement on the node: the first request tries again, with
     /// the usual consequences.
     pub(crate) async fn warm(&self, within: Duration) {
