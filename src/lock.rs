@@ -79,9 +79,12 @@ const WAIT_LATENESS: Duration = Duration::from_millis(100);
 ///   error reply such as a `WAIT` the ACL refuses — a compare-and-delete
 ///   with the unused token is sent in the background, on the same connection
 ///   right behind the acquisition, so it cannot overtake an acquisition
-///   still queued there. If that connection broke (the server then runs
-///   nothing more from it), the release goes on a new connection once the
-///   node answers, until the lock would have expired anyway.
+///   still queued there. It waits there for its reply as long as the lock
+///   could live (at least 30 s), holding the connection open even if the
+///   node is marked down meanwhile, so a backlog behind a stalled master
+///   cannot drop it unwritten. If that connection broke (the server then
+///   runs nothing more from it), the release goes on a new connection once
+///   the node answers, until the lock would have expired anyway.
 ///
 /// Time decisions (expiry, fencing) use the server's clock; the client only
 /// uses its monotonic clock for the conservative local view behind

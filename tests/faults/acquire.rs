@@ -77,9 +77,10 @@ async fn acquisitions_cut_off_by_a_hung_master_leave_nothing_held() {
         .iter()
         .find(|n| n.addr == addr(0))
         .is_some_and(|n| n.down_for.is_some());
-    // Past the releases' own timeout, so the handle has let go of the old
-    // connection before the node reads anything; well under the cluster's
-    // node timeout, so the master is not failed over.
+    // Past the command timeout, so the router has marked the node down and
+    // dropped its connection (the releases waiting on it hold it open) before
+    // the node reads anything; well under the cluster's node timeout, so the
+    // master is not failed over.
     tokio::time::sleep_until((paused + COMMAND_TIMEOUT * 3).into()).await;
     node("unpause", port(0)).await;
     let resumed = paused.elapsed();
@@ -258,4 +259,126 @@ async fn releases_refused_during_clusterdown_are_sent_again() {
         )],
     );
     common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
+/// How long the stalled master runs its busy script: well past the command
+/// timeout, under the cluster's node timeout (no failover).
+const STALL: Duration = Duration::from_millis(1_500);
+
+/// Master 7000 runs a busy script for [`STALL`] (`cluster_state:ok`
+/// throughout) while `CALLS` locks and `CALLS` leases are taken on its slots
+/// and a backlog queues behind them on the handle's connection to it:
+/// `checks` check-sized requests and `bulk` MiB of larger ones. Every
+/// acquisition times out; what each may have taken is released behind it.
+/// With `down_after` the handle marks the node down after that many
+/// timeouts and drops its connection (3 is the default); `u32::MAX` keeps it
+/// up. Returns the lines for the report, and panics if any lock or lease is
+/// still held once the master has worked off its backlog.
+async fn stall_under_backlog(checks: usize, bulk: usize, down_after: u32) -> Vec<String> {
+    restore_cluster();
+    let _restore = RestoreOnDrop;
+    let cluster = cluster_builder("stallacq")
+        .node_down_after(down_after)
+        .build()
+        .await
+        .unwrap();
+    let (lock, leases) = lock_and_leases(&cluster);
+    let mut subjects = subjects_on(port(0), CALLS + 2).await;
+    let warm_up = subjects.pop().unwrap();
+    let filler = subjects.pop().unwrap();
+    let guard = lock.try_acquire(&warm_up).await.unwrap().unwrap();
+    assert!(guard.release().await.unwrap());
+    let lease = leases.try_acquire(&warm_up).await.unwrap().unwrap();
+    assert!(lease.release().await.unwrap());
+    let limiter = shardlimit::RateLimiter::builder(&cluster, "backlog", big_quota())
+        .build()
+        .unwrap();
+    let _ = limiter.check(&filler).await.unwrap();
+    // A script that only returns: its ARGV is the bulk of the backlog.
+    let echo = shardlimit::cluster::Script::new("echo", "return 1");
+    let filler_key = shardlimit::keys::KeyId::new("bulk", "echo").unwrap();
+    let filler_keys = cluster.keys().key_set(&filler, [&filler_key]).unwrap();
+    let _: i64 = cluster.eval(&echo, &filler_keys, "warm").await.unwrap();
+
+    // The stall: a script that spins on TIME, on a connection of its own.
+    let stall = tokio::spawn(async move {
+        let busy = format!(
+            "local t = redis.call('TIME') local start = t[1] * 1000000 + t[2] \
+             repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - start >= {} \
+             return 1",
+            STALL.as_micros()
+        );
+        common::cmd(&addr(0), &["EVAL", &busy, "0"]).await
+    });
+    // The stall begins before anything below reaches the node.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let stalled = Instant::now();
+    let chunk = "x".repeat(1 << 20);
+    let backlog = async {
+        let small = join_all((0..checks).map(|_| limiter.check(&filler)));
+        let large =
+            join_all((0..bulk).map(|_| cluster.eval::<i64>(&echo, &filler_keys, chunk.as_str())));
+        futures::join!(small, large)
+    };
+    let (locks, taken, (small, large)) = futures::join!(
+        join_all(subjects.iter().map(|s| lock.try_acquire(s))),
+        join_all(subjects.iter().map(|s| leases.try_acquire(s))),
+        backlog,
+    );
+    let took = stalled.elapsed();
+    assert!(locks.iter().all(Result::is_err), "{locks:?}");
+    assert!(taken.iter().all(Result::is_err), "{taken:?}");
+    let failed =
+        small.iter().filter(|r| r.is_err()).count() + large.iter().filter(|r| r.is_err()).count();
+    let marked_down = cluster
+        .nodes()
+        .iter()
+        .find(|n| n.addr == addr(0))
+        .is_some_and(|n| n.down_for.is_some());
+    assert_eq!(stall.await.unwrap(), redis::Value::Int(1));
+    let resumed = stalled.elapsed();
+
+    // The node works off its backlog, then the releases behind it; a
+    // release sent again by slot waits for the node to be seen up again.
+    let keys = keys_of(&cluster, &subjects);
+    let gone = Instant::now();
+    common::wait_until_all_gone(&keys, Duration::from_secs(5) + SCHEDULING_SLACK).await;
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+    vec![format!(
+        "7000 busy for {STALL:?}; {CALLS} lock and {CALLS} lease acquisitions behind \
+         {checks} checks and {bulk} MiB queued (node down after {down_after} timeouts): \
+         every acquisition failed within {took:?}, {failed} of the backlog failed, node \
+         marked down: {marked_down}; resumed after {resumed:?}; every lock and lease gone \
+         {:?} later",
+        gone.elapsed()
+    )]
+}
+
+/// The acquisitions' releases queued behind a backlog on a stalled master
+/// (issue 39, item 1). Before the fix a release that got no reply within
+/// the command timeout was taken to be on the wire behind its acquisition
+/// and dropped — but redis-rs writes nothing whose caller has gone, and
+/// the node's connection, dropped when it was marked down, took every
+/// unwritten byte with it: the acquisitions ran when the master resumed and
+/// every lock and lease stayed held by no one for its TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fault injection: run by scripts/test.sh, serially"]
+async fn acquisitions_behind_a_stalled_master_under_backlog_are_undone() {
+    let mut lines = Vec::new();
+    // No backlog; check-sized requests; a backlog past the socket buffers;
+    // the same with the node never marked down (the releases' own waits
+    // are then all that can lose them).
+    for (checks, bulk, down_after) in [
+        (0, 0, 3),
+        (2_000, 0, 3),
+        (2_000, 4, 3),
+        (2_000, 4, u32::MAX),
+    ] {
+        println!("stall: {checks} checks, {bulk} MiB, node down after {down_after} timeouts");
+        lines.extend(stall_under_backlog(checks, bulk, down_after).await);
+    }
+    report(
+        "acquisitions_behind_a_stalled_master_under_backlog_are_undone",
+        &lines,
+    );
 }
