@@ -356,9 +356,14 @@ impl Lock {
     /// read on its own, the lock taken on the lock key alone with that
     /// value (the same token rule), and the fence key raised to the new
     /// token afterwards. Every step touches one key, which Redis serves on
-    /// whichever side holds it. Tokens still only grow: a rival's
-    /// acquisition comes after this lock expired, and its token is at least
-    /// its own server time, later than this one's.
+    /// whichever side holds it.
+    ///
+    /// A token is handed out only once the fence key records it: if the
+    /// raise fails, the lock is released again and the error returned
+    /// (locks fail closed). Kept without the raise, the next token would
+    /// rest on the server time alone — taken on the other side of the
+    /// migration, on another master's clock, which may be behind this
+    /// one's: fencing tokens could go backwards.
     async fn acquire_migrating(
         &self,
         keys: &KeySet,
@@ -370,20 +375,19 @@ impl Lock {
         };
         let previous = cluster.read_alone(fence_key).await?.unwrap_or_default();
         let lock_alone = KeySet::checked(vec![lock_key.clone()])?;
+        let fence_alone = KeySet::checked(vec![fence_key.clone()])?;
         // The release reads the lock key alone, so it can go where that is.
         let undo = Undo::new(&LOCK_RELEASE, &lock_alone, token, self.inner.ttl);
         let args = (token, ttl_ms, fence_ttl_ms, previous);
         let (reply, acked) = self.send_acquire(&lock_alone, args, undo.clone()).await?;
         if let [1, fence] = reply[..] {
-            let fence_alone = KeySet::checked(vec![fence_key.clone()])?;
             let raised: Result<i64> = cluster
                 .eval(&LOCK_FENCE, &fence_alone, (fence, fence_ttl_ms))
                 .await;
             if let Err(err) = raised {
-                // The lock is held: keep it. The next token is still larger,
-                // being at least the next acquisition's server time.
-                tracing::debug!(error = %err,
-                    "shardlimit: a fencing token was issued but not recorded in the fence key");
+                // Answered, so anything sent now comes after the acquisition.
+                cluster.undo(undo);
+                return Err(err);
             }
         }
         Ok((reply, acked, undo))
