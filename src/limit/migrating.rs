@@ -27,7 +27,9 @@
 //!    denies, so does the check; if all admit, each consumes its units on
 //!    its own, and if a concurrent request of the same subject took the
 //!    last units of one of them in between, the units the others took are
-//!    given back (the reward of `limit_adjust.lua`) and the check is denied.
+//!    given back (the reward of `limit_adjust.lua`) and the check is denied
+//!    — still denied if giving back fails (those units then stay used), or
+//!    if another limit's consume failed (its units may have been taken).
 //!
 //! What that costs during a migration, and only then: the override and
 //! block a check applies are **at most one round trip old** (read just
@@ -108,20 +110,21 @@ impl Invocation {
         if !self.consumes() || !peeks.iter().all(|p| p.all) {
             return Ok(Limit::combine(&peeks));
         }
-        // A failure leaves what the others took taken: the failed one may
-        // have run too (at most once, as any check).
-        let consumed = join_all((0..specs.len()).map(|i| alone(i, true)))
-            .await
-            .into_iter()
-            .collect::<Result<Vec<Limit>>>()?;
-        if consumed.iter().all(|c| c.all) {
+        let consumed = join_all((0..specs.len()).map(|i| alone(i, true))).await;
+        let denied = |c: &Result<Limit>| matches!(c, Ok(limit) if !limit.all);
+        if !consumed.iter().any(denied) {
+            // A failure leaves what the others took taken: the failed one
+            // may have run too (at most once, as any check).
+            let consumed = consumed.into_iter().collect::<Result<Vec<Limit>>>()?;
             return Ok(Limit::combine(&consumed));
         }
         // A concurrent request took the last units of a limit since the
-        // peek: give back what the others wrote, and deny.
+        // peek: give back what the others wrote, and deny. A denial stays a
+        // denial whatever else fails now — an error would be a transient
+        // fault, which fail-open and local mode admit.
         let cost = self.cost();
         let wrote: Vec<usize> = (0..specs.len())
-            .filter(|&i| consumed[i].all && consumed[i].allowed)
+            .filter(|&i| matches!(&consumed[i], Ok(c) if c.all && c.allowed))
             .collect();
         let given_back = join_all(
             wrote
@@ -129,14 +132,16 @@ impl Invocation {
                 .map(|&i| give_back(cluster, &specs[i], states[i], &optional[2 * i], cost)),
         )
         .await;
-        given_back.into_iter().collect::<Result<Vec<()>>>()?;
+        for err in given_back.into_iter().filter_map(Result::err) {
+            tracing::warn!(error = %err,
+                "shardlimit: could not give back the units a denied check took while its \
+                 slot migrates; they stay used until their limit forgets them");
+        }
         let reported: Vec<Limit> = (0..specs.len())
-            .map(|i| {
-                if wrote.contains(&i) {
-                    peeks[i].clone()
-                } else {
-                    consumed[i].clone()
-                }
+            .map(|i| match &consumed[i] {
+                Ok(limit) if !wrote.contains(&i) => limit.clone(),
+                // Written and given back, or unknown: as the peek saw it.
+                _ => peeks[i].clone(),
             })
             .collect();
         let mut reply = Limit::combine(&reported);

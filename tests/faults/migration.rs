@@ -232,3 +232,137 @@ async fn a_lock_whose_fence_cannot_be_raised_while_migrating_is_not_granted() {
     assert!(again.release().await.unwrap());
     common::assert_every_key_has_ttl(cluster.namespace()).await;
 }
+
+/// How many times the ACL of the node at `addr` refused `user` an `EVAL`
+/// (from `ACL LOG`, whose entries fold repeats into a count).
+async fn eval_refusals(addr: &str, user: &str) -> i64 {
+    let entries: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("ACL")
+        .arg("LOG")
+        .arg(1000)
+        .query_async(&mut common::node(addr).await)
+        .await
+        .unwrap();
+    let text = |entry: &std::collections::HashMap<String, redis::Value>, field: &str| {
+        entry
+            .get(field)
+            .map(|v| redis::from_redis_value::<String>(v.clone()).unwrap())
+    };
+    entries
+        .iter()
+        .filter(|e| text(e, "username").as_deref() == Some(user))
+        .filter(|e| text(e, "object").as_deref() == Some("eval"))
+        .map(|e| redis::from_redis_value::<i64>(e["count"].clone()).unwrap())
+        .sum()
+}
+
+/// A multi-limit checked limit by limit while its slot migrates (one
+/// limit's state moved to the target, the other's still on the source) is
+/// denied when a concurrent check took the other limit's last unit between
+/// its peek and its consume — and stays denied when giving back the units
+/// it took fails (issue 39, item 6). The give-back fails here because the
+/// handle's ACL user may not `EVAL` and the give-back's script is not
+/// cached on the target (`SCRIPT FLUSH`, then every other script warmed by
+/// an admin handle): `NOSCRIPT`, then `NOPERM`. Before the fix that error
+/// replaced the denial (a timeout would have been a transient error, which
+/// fail-open and local mode admit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fault injection: run by scripts/test.sh, serially"]
+async fn a_multi_limit_denied_while_migrating_stays_denied_when_its_give_back_fails() {
+    use std::num::NonZeroU32;
+
+    use futures::future::join_all;
+    use shardlimit::keys::KeyId;
+    use shardlimit::{Algorithm, MultiLimiter, Quota};
+
+    const RACERS: usize = 64;
+    restore_cluster();
+    let _restore = RestoreOnDrop;
+    let user = common::AclUser::without("+eval").await;
+    let limited = user
+        .builder()
+        .command_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+    let ns = limited.namespace().to_owned();
+    let admin = common::handle(&ns).await;
+    let day = Duration::from_secs(86_400);
+    let multi = |cluster: &shardlimit::Cluster| {
+        let limiter = |name: &str, limit: u32| {
+            let quota = Quota::with_period(NonZeroU32::new(limit).unwrap(), day);
+            RateLimiter::builder(cluster, name, quota)
+                .algorithm(Algorithm::SlidingLog)
+                .build()
+                .unwrap()
+        };
+        MultiLimiter::new([limiter("wide", 100), limiter("narrow", 2)]).unwrap()
+    };
+    let (checked, seeding) = (multi(&limited), multi(&admin));
+    let masters = common::masters().await;
+    let source = masters.iter().find(|m| m.addr == addr(0)).unwrap().clone();
+    let target = masters.iter().find(|m| m.addr == addr(1)).unwrap().clone();
+    let first = subjects_on(port(0), 1).await.pop().unwrap();
+    let the_slot = slot(first.as_bytes());
+    let mut subjects = (0..)
+        .map(|i| format!("{first}-{i}"))
+        .filter(|s| slot(s.as_bytes()) == the_slot);
+    let wide = KeyId::new(Algorithm::SlidingLog.kind(), "wide").unwrap();
+
+    // Each round's subject and the warm-up's, their state made on the
+    // source before the slot migrates: then one key moves at a time.
+    let warm = subjects.next().unwrap();
+    let rounds: Vec<String> = (0..20).map(|_| subjects.next().unwrap()).collect();
+    for subject in rounds.iter().chain([&warm]) {
+        assert!(seeding.check(subject).await.unwrap().allowed);
+    }
+    let move_wide = |subject: &str| {
+        let key = admin.keys().key(subject, &wide).unwrap();
+        let (from, to) = (source.addr.clone(), target.addr.clone());
+        async move { common::migrate(&from, &to, &[key]).await }
+    };
+    let result = async {
+        common::start_move(the_slot, &source, &target).await;
+        // The scripts of a check, cached where it runs them; the give-back's
+        // is not, on the target.
+        common::cmd(&target.addr, &["SCRIPT", "FLUSH"]).await;
+        move_wide(&warm).await;
+        assert!(seeding.check(&warm).await.unwrap().allowed);
+        // Each round: a subject whose "wide" state is on the target and
+        // whose "narrow" one, with 1 unit left, is on the source.
+        let mut seen = Vec::new();
+        for (round, subject) in rounds.iter().enumerate() {
+            move_wide(subject).await;
+            let refused = eval_refusals(&target.addr, &user.name).await;
+            let outcomes = join_all((0..RACERS).map(|_| checked.check(subject))).await;
+            let gave_back = eval_refusals(&target.addr, &user.name).await - refused;
+            let errors: Vec<String> = outcomes
+                .iter()
+                .filter_map(|o| o.as_ref().err().map(ToString::to_string))
+                .collect();
+            let admitted = outcomes
+                .iter()
+                .filter(|o| o.as_ref().is_ok_and(|d| d.allowed))
+                .count();
+            seen.push(format!(
+                "round {round}: {RACERS} concurrent checks, {admitted} admitted, \
+                 {gave_back} give-backs refused, errors: {errors:?}"
+            ));
+            assert!(errors.is_empty(), "{seen:#?}");
+            assert_eq!(admitted, 1, "{seen:#?}");
+            if gave_back > 0 {
+                return seen;
+            }
+        }
+        panic!("no check raced another between its peek and its consume: {seen:#?}");
+    };
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(result)).await;
+    let rounds = outcome.as_ref().ok().cloned().unwrap_or_default();
+    // Every key of the slot goes to the target with it, then back.
+    common::migrate_keys(the_slot, &source, &target).await;
+    common::finish_move(the_slot, &target, &masters).await;
+    common::hand_back(the_slot, &source, &target, &masters, outcome.map(drop)).await;
+    report(
+        "a_multi_limit_denied_while_migrating_stays_denied_when_its_give_back_fails",
+        &rounds,
+    );
+}
