@@ -154,9 +154,18 @@
 //!   that hangs without closing anything (a hung standalone or Sentinel
 //!   primary: when the router names another one); until then, it may answer a denial a lost
 //!   message would have lifted. A message lost without any of those signs
-//!   (none is known in Redis 7, whose output-buffer limits close the
+//!   (in Redis 7 only the next case: output-buffer limits close the
 //!   connection) leaves a stale denial answered **at most until its entry
 //!   ends**: `min(r, e)` after its check was sent.
+//! * **A change while its slot migrates.** When every key a change touches
+//!   has already moved to the importing master, its script runs there
+//!   (following `ASK`) and its `SPUBLISH` reaches that master's shard,
+//!   where no process listens: subscriptions follow the slot's owner, still
+//!   the source. The message is lost without a sign, and a denial it would
+//!   have lifted is answered until its entry ends or the slot's migration
+//!   ends — the source then drops the slot's channels (`SUNSUBSCRIBE`) and
+//!   every process clears its caches — whichever comes first. In a reshard
+//!   that moves a slot's keys in seconds, the second bounds it.
 
 mod adjust;
 mod algorithm;
