@@ -331,7 +331,12 @@ impl SliceTable {
     ) -> Vec<Vec<u8>> {
         let (publish, channel) = self.cluster.invalidation_channel(keys.slot());
         let (member, unused) = old.map_or((String::new(), 0), |s| (s.member.clone(), s.left));
-        let period = u64::try_from(quota.period().as_micros()).unwrap_or(u64::MAX);
+        let micros = |q: Quota| u64::try_from(q.period().as_micros()).unwrap_or(u64::MAX);
+        // The quota the given-back slice was taken under, which prices it.
+        let (taken_limit, taken_period) = old.map_or((String::new(), String::new()), |s| {
+            (s.quota.limit().to_string(), micros(s.quota).to_string())
+        });
+        let period = micros(quota);
         let lifetime = u64::try_from(self.config.lifetime().as_micros() * 2).unwrap_or(u64::MAX);
         vec![
             op.into(),
@@ -348,6 +353,8 @@ impl SliceTable {
             publish.into(),
             channel.into(),
             keys.keys()[3].clone(),
+            taken_limit.into(),
+            taken_period.into(),
         ]
     }
 

@@ -24,6 +24,9 @@
 --          back (deny caches forget the subject); '' = nobody
 -- ARGV[13] the channel (in KEYS' slot, for SPUBLISH)
 -- ARGV[14] the message: KEYS[4]
+-- ARGV[15..16]  limit and period (us) of the quota ARGV[10]'s slice was
+--          taken under ('' when none): what it gives back is priced as its
+--          take charged it, whatever quota applies now
 --
 -- Reply: { granted, retry_us, limit, period_us, burst, overridden, spent }:
 --   granted   units of the new slice (0: none; always 0 for return);
@@ -36,8 +39,8 @@
 --             take, none is free (for return: 0).
 --
 -- A returned slice gives back only while its member is still held (not
--- expired, not dropped by a reset), at most its units, never past a full
--- quota. A slice is refused (or shrunk) when the outstanding slices would
+-- expired, not dropped by a reset), at most its units, each priced as its
+-- take charged it, never past a full quota. A slice is refused (or shrunk) when the outstanding slices would
 -- pass the bound or the GCRA has fewer free cells than wanted. Every key
 -- written has a TTL: the state as a check writes it, the slices until the
 -- last one expires. Numbers written are checked to be integers in [0, 2^53).
@@ -90,7 +93,11 @@ if ARGV[10] ~= '' and redis.call('ZREM', SLICES, ARGV[10]) == 1 then
   local units = tonumber(string.match(ARGV[10], ':(%d+)$') or 0)
   returned = math.min(tonumber(ARGV[11]) or 0, units)
   if returned > 0 then
-    write_tat(math.max(tat_now() - returned * interval, NOW_US))
+    -- Each unit took taken_interval off the bucket; an override set since
+    -- changed `interval`, and pricing the return by it could give back up
+    -- to a full bucket that was never taken.
+    local taken_interval = tonumber(ARGV[16]) / tonumber(ARGV[15])
+    write_tat(math.max(tat_now() - returned * taken_interval, NOW_US))
   end
 end
 if returned > 0 and (ARGV[12] == 'SPUBLISH' or ARGV[12] == 'PUBLISH') then

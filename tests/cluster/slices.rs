@@ -431,3 +431,50 @@ async fn a_spent_limit_is_not_asked_again_per_request() {
     limiter.return_slices().await.unwrap();
     common::assert_every_key_has_ttl(&namespace).await;
 }
+
+/// A slice given back after the subject's quota changed (an override set
+/// meanwhile) gives back what its take charged, not its unused units
+/// priced at the new quota (issue 39, item 7). Here a slice of a
+/// 100,000/h quota (36 ms a unit) is given back under an override of
+/// 10/h (6 min a unit): before the fix its unused units each freed 6 min,
+/// the bucket came back full, and the override admitted 10 at once; the
+/// subject had used 200 units (7.2 s) a moment before, so 9 is all it may
+/// admit.
+#[tokio::test]
+async fn a_slice_given_back_after_an_override_gives_back_what_it_took() {
+    let first = common::cluster("slices-override").await;
+    let namespace = first.namespace().to_owned();
+    let slices = Slices::up_to(0.5).lasting(Duration::from_secs(60));
+    let quota = Quota::per_hour(100_000);
+    let holder = sliced(&common::handle(&namespace).await, "api", quota, slices);
+    let other = RateLimiter::builder(&common::handle(&namespace).await, "api", quota)
+        .build()
+        .unwrap();
+    holding(&holder, "t").await;
+    // 200 units more from the slice, decided locally in far less than
+    // the 7.2 s the quota takes to give them back.
+    for _ in 0..200 {
+        assert!(holder.check("t").await.unwrap().sliced);
+    }
+    other
+        .set_override("t", Quota::per_hour(10), Duration::from_secs(600))
+        .await
+        .unwrap();
+    holder.return_slices().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !members(&holder, "t").await.is_empty() {
+        assert!(Instant::now() < deadline, "the slice was never given back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut admitted = 0;
+    for _ in 0..12 {
+        if other.check("t").await.unwrap().allowed {
+            admitted += 1;
+        }
+    }
+    assert_eq!(
+        admitted, 9,
+        "admitted under the 10/h override after the give-back"
+    );
+    common::assert_every_key_has_ttl(&namespace).await;
+}
