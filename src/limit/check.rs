@@ -2,7 +2,8 @@
 //! `check`, `check_n`, `peek`, `check_many` and `until_ready`, a
 //! [`MultiLimiter`](super::MultiLimiter)'s, and the tower layer's all run
 //! through [`Pipeline`] — the deny cache's lookup, the invocation, the
-//! failure policy, the counting and the cache's offer are written here once.
+//! failure policy, the counting and the cache's offer are written here once,
+//! the degraded local mode's part in `check/degraded.rs`.
 
 use std::fmt;
 use std::sync::Arc;
