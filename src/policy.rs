@@ -37,20 +37,44 @@ pub enum FailurePolicy {
     /// the same algorithm, with this process's share of the quota — the
     /// limit (and burst) divided by `instances`, the number of processes
     /// sharing the limit, rounded up — so that the instances together
-    /// admit about the quota (at most one share more per period, from
-    /// rounding up and from the local windows not lining up), not
-    /// `instances` times it. A rate limiter's option only: a lease
-    /// limiter's leases or a lock cannot be shared out (their builders refuse it).
+    /// admit about the quota, not `instances` times it. A rate limiter's
+    /// option only: a lease limiter's leases or a lock cannot be shared
+    /// out (their builders refuse it).
     ///
-    /// Each such decision is [`local`](crate::Decision::local), carries its
-    /// [`bypassed`](crate::Decision::bypassed) reason, is counted as a
+    /// The local limiter follows what Redis last said of the subject:
+    /// every reply sets it to this process's part of what Redis had left
+    /// (the remaining units divided by `instances`, rounded down, freed as
+    /// Redis frees its own; a full share for a subject it never heard of),
+    /// and to the subject's block and own quota (override), which local
+    /// decisions keep: a blocked subject is never admitted locally while
+    /// its block is known. What is admitted locally is counted in Redis
+    /// (as a [`penalize`](crate::RateLimiter::penalize)) before Redis
+    /// decides for this process again, and until Redis has no more left
+    /// than every instance having this process's part left, the process
+    /// keeps to its part even though Redis answers: the other instances'
+    /// local admissions may not be counted there yet.
+    ///
+    /// **Bound**: over any period, the instances admit together at most
+    /// the quota plus one share, through a stall and a flapping master
+    /// alike (measured: `tests/faults/local.rs`), when each has heard from
+    /// Redis about the subject before it stopped answering. What may pass
+    /// beyond the quota is what each share's rounding up adds (fewer than
+    /// `instances` units per period), what the others took since an
+    /// instance's last reply (its part is of that older remaining), a full
+    /// share per instance that never heard of the subject, and what an
+    /// instance that decided nothing locally takes from Redis before the
+    /// others have counted theirs. More processes than declared admit
+    /// more.
+    ///
+    /// Each local decision is [`local`](crate::Decision::local), carries
+    /// its [`bypassed`](crate::Decision::bypassed) reason, is counted as a
     /// bypass and warned about like one; the next check asks Redis again,
-    /// so decisions come from Redis again as soon as it answers. The local
-    /// state is per process and per subject (at most
-    /// [`LOCAL_MAX_SUBJECTS`](crate::limit::LOCAL_MAX_SUBJECTS) subjects per
-    /// limiter, least recently used evicted), starts empty at the first
-    /// failure and is not written back to Redis: what the process admitted
-    /// locally is not counted in Redis afterwards.
+    /// so decisions come from Redis again as soon as it answers (but for
+    /// the restraint above). The local state is per process and per
+    /// subject (at most
+    /// [`LOCAL_MAX_SUBJECTS`](crate::limit::LOCAL_MAX_SUBJECTS) subjects
+    /// per limiter, least recently used evicted), timed by the process's
+    /// clock.
     Local {
         /// How many processes share the limit.
         instances: NonZeroU32,

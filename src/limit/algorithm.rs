@@ -48,6 +48,11 @@ pub(crate) struct Rules {
     /// local state of the degraded local mode, under `quota` (this
     /// process's share); when `consume` and admitted, the state takes it.
     pub(crate) local: fn(&mut LocalState, Local) -> LocalVerdict,
+    /// Makes the local state say what Redis last said, in this process's
+    /// share: `at.cost` units taken as of `at.now`, all free again
+    /// `reset_after` µs later at the latest (Redis' `reset_after`, when
+    /// it is back to full; 0: nothing is in use).
+    pub(crate) seed: fn(&mut LocalState, Local, u64),
 }
 
 /// What a local check is given.
@@ -81,6 +86,9 @@ pub(crate) struct LocalState {
     pub(crate) tat: u64,
     /// Sliding log: when each admitted unit was admitted, µs, oldest first.
     pub(crate) log: VecDeque<u64>,
+    /// Fixed window, sliding window counter: added to the clock so that
+    /// the local windows end when Redis' do (see [`Rules::seed`]).
+    pub(crate) offset: u64,
 }
 
 /// What a local check found: `(allowed, remaining, retry_after_us,
@@ -133,6 +141,23 @@ fn windowed(used: u64, ends_in: u64, at: Local) -> LocalVerdict {
         retry_after_us: (!allowed && at.cost <= at.limit).then_some(ends_in.max(1)),
         reset_after_us: if after > 0 { ends_in } else { 0 },
     }
+}
+
+/// The offset that makes windows of `period` end `ends_in` µs after `now`.
+fn aligned(now: u64, ends_in: u64, period: u64) -> u64 {
+    (period - now.saturating_add(ends_in) % period) % period
+}
+
+/// A window-based seed: the windows made to end when Redis' current one
+/// does, `ends_in` µs from now (kept when nothing is in use: then Redis
+/// does not say), and `at.cost` units counted in the current one.
+fn seed_window(state: &mut LocalState, at: Local, ends_in: u64) {
+    if ends_in > 0 {
+        state.offset = aligned(at.now, ends_in.min(at.period), at.period);
+    }
+    state.window = (at.now + state.offset) / at.period;
+    state.count = at.cost;
+    state.previous = 0;
 }
 
 /// No bounds beyond the ones every algorithm has.

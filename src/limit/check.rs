@@ -2,10 +2,11 @@
 //! `check`, `check_n`, `peek`, `check_many` and `until_ready`, a
 //! [`MultiLimiter`](super::MultiLimiter)'s, and the tower layer's all run
 //! through [`Pipeline`] — the deny cache's lookup, the invocation, the
-//! failure policy, the counting and the cache's offer are written here once.
+//! failure policy, the counting and the cache's offer are written here once,
+//! the degraded local mode's part in `check/degraded.rs`.
 
 use std::fmt;
-use std::sync::{Arc, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
@@ -14,16 +15,16 @@ use tokio::time::Instant;
 use tracing::Instrument;
 use tracing::field::Empty;
 
-use super::algorithm::{LocalState, LocalVerdict};
 use super::decision::{Decision, MultiDecision};
 use super::deny_cache::{DenyCache, Ticket};
 use super::limiter::RateLimiter;
-use super::local;
 use super::script::{Invocation, LimitSpec, fingerprint, parse_reply};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
-use crate::policy::{BypassReason, FailurePolicy};
+use crate::policy::FailurePolicy;
 use crate::scripts::{self, Script};
+
+mod degraded;
 
 /// What one check covers: its limits (at least one, all on one cluster),
 /// the policy for a failure and the deny cache that answers denials again.
@@ -107,6 +108,9 @@ impl<'a> Pipeline<'a> {
                 Prepared::Send(invocation) => invocation,
                 Prepared::Answered(answer) => return answer,
             };
+            if let Some(answer) = round.before_sending(subject, cost).await {
+                return answer;
+            }
             let ticket = round.cache().map(DenyCache::ticket);
             let reply = invocation.send(self.cluster(), specs).await;
             round.conclude(subject, cost, ticket, reply)
@@ -153,7 +157,15 @@ impl<'a> Pipeline<'a> {
         let mut results: Vec<Option<Result<MultiDecision>>> = Vec::with_capacity(requests.len());
         // The requests that go to Redis: their index and what they send.
         let mut sent: Vec<(usize, Invocation)> = Vec::with_capacity(requests.len());
+        // The requests the degraded local mode has work for before sending
+        // (see `check/degraded.rs`): each checked alone, as `run` does.
+        let mut alone = Vec::new();
         for (i, (subject, cost)) in requests.iter().enumerate() {
+            if self.local_work(subject.as_ref()) {
+                results.push(None);
+                alone.push(i);
+                continue;
+            }
             match round.prepare(subject.as_ref(), *cost) {
                 Prepared::Send(invocation) => {
                     results.push(None);
@@ -186,6 +198,14 @@ impl<'a> Pipeline<'a> {
         for ((i, _), reply) in sent.iter().zip(replies) {
             let (subject, cost) = &requests[*i];
             results[*i] = Some(round.conclude(subject.as_ref(), *cost, ticket, reply));
+        }
+        let checked = join_all(alone.iter().map(|&i| {
+            let (subject, cost) = &requests[i];
+            self.run(subject.as_ref(), *cost, true)
+        }))
+        .await;
+        for (i, result) in alone.into_iter().zip(checked) {
+            results[i] = Some(result);
         }
         results
             .into_iter()
@@ -307,6 +327,7 @@ impl<'r> Round<'r> {
                 Ok(parsed) => parsed,
                 Err(err) => return self.fail(err, subject, cost),
             };
+        self.learn(subject, cost, allowed, &decisions);
         if self.consume {
             for (limiter, d) in self.pipeline.limiters.iter().zip(&decisions) {
                 let outcomes = limiter.outcomes();
@@ -345,53 +366,6 @@ impl<'r> Round<'r> {
                 }
             }
         })
-    }
-
-    /// Every limit with local limiters decides from its share, all or
-    /// nothing (the others, fail-open, admit): their states are locked
-    /// together, in one global order, checked, then consumed if all admit.
-    fn decide_locally(&self, subject: &[u8], cost: u32, reason: BypassReason) -> MultiDecision {
-        let limiters = self.pipeline.limiters;
-        let states: Vec<_> = limiters
-            .iter()
-            .map(|l| l.local().map(|local| (local, local.state(subject))))
-            .collect();
-        let mut order: Vec<usize> = (0..states.len()).filter(|&i| states[i].is_some()).collect();
-        order.sort_by_key(|&i| states[i].as_ref().map(|(_, s)| Arc::as_ptr(s)));
-        let mut guards: Vec<Option<MutexGuard<'_, LocalState>>> =
-            states.iter().map(|_| None).collect();
-        for i in order {
-            guards[i] = states[i].as_ref().map(|(_, state)| local::lock(state));
-        }
-        let check = |guards: &mut [Option<MutexGuard<'_, LocalState>>], consume: bool| {
-            states
-                .iter()
-                .zip(guards.iter_mut())
-                .zip(self.specs)
-                .map(|((local, guard), spec)| {
-                    let (local, _) = local.as_ref()?;
-                    let state: &mut LocalState = guard.as_mut()?;
-                    Some(local.check(state, spec, cost, consume))
-                })
-                .collect::<Vec<Option<LocalVerdict>>>()
-        };
-        let verdicts = check(&mut guards, false);
-        let allowed = verdicts.iter().flatten().all(|v| v.allowed);
-        if allowed && self.consume {
-            check(&mut guards, true);
-        }
-        let decisions = verdicts
-            .into_iter()
-            .zip(self.specs)
-            .zip(&states)
-            .map(|((verdict, spec), local)| match (verdict, local) {
-                (Some(verdict), Some((local, _))) => {
-                    local::decision(verdict, spec.algorithm, local.share(spec.quota), reason)
-                }
-                _ => Decision::bypass(spec.quota, spec.capacity, reason),
-            })
-            .collect();
-        MultiDecision { allowed, decisions }
     }
 }
 

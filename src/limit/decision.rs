@@ -40,10 +40,14 @@ pub struct Decision {
     /// [`local`](Self::local) is set too.
     pub bypassed: Option<BypassReason>,
     /// Decided by this process's local limiter with its share of the quota
-    /// ([`FailurePolicy::Local`](crate::FailurePolicy::Local)), Redis not
-    /// answering: `allowed`, `limit`, `remaining`, `retry_after` and
-    /// `quota` are the local limiter's; [`bypassed`](Self::bypassed) says
-    /// why Redis did not decide.
+    /// ([`FailurePolicy::Local`](crate::FailurePolicy::Local)): `allowed`,
+    /// `limit`, `remaining`, `retry_after` and `quota` are the local
+    /// limiter's (`blocked` and `overridden` what Redis last said). Redis
+    /// did not answer, and [`bypassed`](Self::bypassed) says why; or,
+    /// `bypassed` being `None`, Redis answers again but this process has
+    /// spent its part of what Redis had left after deciding locally, and
+    /// the other processes' local admissions may not be counted there yet:
+    /// a denial.
     pub local: bool,
     /// Answered from the local deny cache, without Redis (see
     /// [`RateLimiterBuilder::deny_cache`](crate::limit::RateLimiterBuilder::deny_cache)):

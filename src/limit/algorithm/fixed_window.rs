@@ -3,7 +3,7 @@
 
 use std::num::NonZeroU32;
 
-use super::{Rules, StateRead, count, left, no_bounds, windowed};
+use super::{Rules, StateRead, count, left, no_bounds, seed_window, windowed};
 use crate::admin::Usage;
 use crate::scripts;
 
@@ -20,15 +20,18 @@ pub(super) static RULES: Rules = Rules {
         _ => None,
     },
     local: |state, at| {
-        let window = at.now / at.period;
+        let now = at.now + state.offset;
+        let window = now / at.period;
         if state.window != window {
             state.window = window;
             state.count = 0;
         }
-        let verdict = windowed(state.count, (window + 1) * at.period - at.now, at);
+        let verdict = windowed(state.count, (window + 1) * at.period - now, at);
         if verdict.allowed && at.consume {
             state.count += at.cost;
         }
         verdict
     },
+    // Redis' window ends when its count does.
+    seed: seed_window,
 };

@@ -22,6 +22,7 @@ pub(super) static RULES: Rules = Rules {
     }),
     remaining,
     local,
+    seed,
 };
 
 /// The time a full bucket takes to refill — how far ahead of the server
@@ -88,4 +89,14 @@ fn local(state: &mut LocalState, at: Local) -> LocalVerdict {
         retry_after_us: retry,
         reset_after_us: after,
     }
+}
+
+/// The units taken as of now, at this process's rate: the bucket refills
+/// as a bucket of the share does (Redis' own refills at the full rate, so
+/// its `reset_after` is about the same time).
+fn seed(state: &mut LocalState, at: Local, _reset_after: u64) {
+    let ahead = u128::from(at.cost) * u128::from(at.period) / u128::from(at.limit.max(1));
+    state.tat = at
+        .now
+        .saturating_add(u64::try_from(ahead).unwrap_or(u64::MAX));
 }

@@ -65,4 +65,11 @@ pub(super) static RULES: Rules = Rules {
             reset_after_us: newest.map_or(0, |t| t + at.period - at.now),
         }
     },
+    // Redis does not say when each of its entries leaves, only when the
+    // newest does: the units all leave then (never sooner than in Redis).
+    seed: |state, at, reset_after| {
+        state.log.clear();
+        let stamp = (at.now + reset_after).saturating_sub(at.period).min(at.now);
+        state.log.extend((0..at.cost).map(|_| stamp));
+    },
 };

@@ -4,7 +4,7 @@
 
 use std::num::NonZeroU32;
 
-use super::{LocalVerdict, Rules, StateRead, count, no_bounds};
+use super::{LocalVerdict, Rules, StateRead, count, no_bounds, seed_window};
 use crate::admin::Usage;
 
 use crate::scripts;
@@ -32,7 +32,8 @@ pub(super) static RULES: Rules = Rules {
         _ => None,
     },
     local: |state, at| {
-        let window = at.now / at.period;
+        let now = at.now + state.offset;
+        let window = now / at.period;
         if window != state.window {
             state.previous = if window == state.window + 1 {
                 state.count
@@ -44,7 +45,7 @@ pub(super) static RULES: Rules = Rules {
         }
         // The previous window weighs what is left of it in the sliding
         // window: (period - elapsed) / period.
-        let elapsed = at.now - window * at.period;
+        let elapsed = now - window * at.period;
         let weighted = |elapsed: u64| {
             (u128::from(state.previous) * u128::from(at.period - elapsed))
                 .div_ceil(u128::from(at.period))
@@ -75,5 +76,23 @@ pub(super) static RULES: Rules = Rules {
                 0
             },
         }
+    },
+    // Redis is full again a period after its current window ends when that
+    // window counts units: they are all counted in the current window here
+    // (weighed out no sooner than in Redis). When only the previous window
+    // counts, Redis is full at the current one's end: the units are a
+    // previous window here too, weighing as much now and nothing then.
+    seed: |state, at, reset_after| {
+        if reset_after == 0 || reset_after > at.period {
+            seed_window(state, at, reset_after.saturating_sub(at.period));
+            return;
+        }
+        seed_window(state, at, reset_after);
+        state.count = 0;
+        let previous =
+            (u128::from(at.cost) * u128::from(at.period)).div_ceil(u128::from(reset_after));
+        // Bounded so that no sum overflows: a weight of that much is
+        // gone within a microsecond anyway.
+        state.previous = u64::try_from(previous).unwrap_or(u64::MAX).min(1 << 48);
     },
 };
