@@ -7,6 +7,11 @@
 //!   hour, both checked in one script, fail-closed (a paid quota); a request
 //!   without a key gets 400.
 //!
+//! It starts with Redis down too (`lazy_connect`): until the cluster
+//! answers, `/` is served (the per-IP limit is bypassed, and `/stats`
+//! counts it) and `/api/*` answers 503 — each limit's failure policy, not
+//! an exit at start-up.
+//!
 //! ```sh
 //! cluster-compose/up.sh
 //! cargo run --example axum_api --features axum        # listens on 127.0.0.1:3000
@@ -23,6 +28,7 @@
 use std::error::Error;
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -41,10 +47,17 @@ async fn main() -> Result<(), Box<dyn Error>> {
         .with_max_level(tracing::Level::INFO)
         .init();
 
+    // Lazily: an unreachable Redis must not keep the site from starting
+    // (the limits' failure policies decide what it then answers); give it
+    // two seconds to be ready before serving.
     let cluster = Cluster::builder_from_env()
         .namespace("axum-demo")
+        .lazy_connect(true)
         .build()
         .await?;
+    if let Err(err) = cluster.wait_ready(Duration::from_secs(2)).await {
+        tracing::warn!("serving without Redis for now: {err}");
+    }
 
     let per_ip = RateLimiter::builder(
         &cluster,
@@ -95,6 +108,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
 
     let addr = std::env::var("DEMO_ADDR").unwrap_or_else(|_| "127.0.0.1:3000".to_owned());
     let listener = tokio::net::TcpListener::bind(&addr).await?;
+    let addr = listener.local_addr()?;
     println!("listening on http://{addr}");
     println!("  curl -i http://{addr}/");
     println!("  curl -i -H 'x-api-key: demo-key' http://{addr}/api/items");

@@ -8,7 +8,9 @@
 //!
 //! A denied call is `RESOURCE_EXHAUSTED` with `google.rpc.RetryInfo` and
 //! `google.rpc.QuotaFailure` in `grpc-status-details-bin`; without Redis, the
-//! per-key layer answers `UNAVAILABLE`.
+//! per-key layer answers `UNAVAILABLE` and the per-peer one lets calls by.
+//! It starts with Redis down too (`lazy_connect`): the limits' failure
+//! policies answer, no exit at start-up.
 //!
 //! ```sh
 //! cluster-compose/up.sh
@@ -36,10 +38,16 @@ async fn main() -> Result<(), Box<dyn Error>> {
         .with_max_level(tracing::Level::INFO)
         .init();
     let demo = std::env::args().any(|arg| arg == "--demo");
+    // Lazily: an unreachable Redis must not keep the service from
+    // starting; give it two seconds to be ready before serving.
     let cluster = Cluster::builder_from_env()
         .namespace("grpc-demo")
+        .lazy_connect(true)
         .build()
         .await?;
+    if let Err(err) = cluster.wait_ready(Duration::from_secs(2)).await {
+        tracing::warn!("serving without Redis for now: {err}");
+    }
 
     let per_peer = RateLimiter::builder(&cluster, "rpc-peer", Quota::per_second(100))
         .failure_policy(FailurePolicy::FailOpen)

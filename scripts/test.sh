@@ -30,7 +30,7 @@ cluster-compose/up.sh
 # whose build compiles anything all the same fails and says so.
 cargo build --quiet -p shardlimit-cli
 cargo build --quiet --example nightly_export
-cargo build --quiet --all-features --example service
+cargo build --quiet --all-features --example service --example axum_api --example grpc_service
 export SHARDLIMIT_PREBUILT=1
 cargo test --workspace --all-features --no-fail-fast
 if [ -d tests/faults ]; then

@@ -30,6 +30,7 @@
 mod catalog;
 mod info;
 #[cfg(feature = "json")]
+#[cfg_attr(docsrs, doc(cfg(feature = "json")))]
 pub mod json;
 mod reset;
 mod scanner;

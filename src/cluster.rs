@@ -110,7 +110,7 @@ use crate::throttled::recorder::Reporters;
 /// connection per master, so a call only ever waits for the node that serves
 /// its slot: a dead or hung master does not slow the others. (redis-rs'
 /// cluster connection stalls every node while it refreshes its slot map
-/// after one node fails; see docs/failures.md.)
+/// after one node fails; see [docs/failures.md](https://github.com/shardlimit/shardlimit/blob/main/docs/failures.md).)
 ///
 /// * A node whose connection breaks under a request that may have been
 ///   written, that refuses a connection, or that times out

@@ -103,7 +103,8 @@
 //! URLs ([`ClusterBuilder::username`](cluster::ClusterBuilder::username), [`ClusterBuilder::password_file`](cluster::ClusterBuilder::password_file)) and
 //! are never shown: nodes print as `redis://user:***@host:port`. A TLS,
 //! authentication or permission refusal is not transient, so it is never
-//! bypassed. docs/production.md gives the least-privilege ACL rule.
+//! bypassed. [docs/production.md](https://github.com/shardlimit/shardlimit/blob/main/docs/production.md) gives the
+//! least-privilege ACL rule.
 //!
 //! ```no_run
 //! # async fn demo() -> shardlimit::Result<()> {
@@ -236,6 +237,10 @@
 //! * [`Error`] — the one error type; [`Error::is_transient`] drives
 //!   failure policies.
 
+// docs.rs (`--cfg docsrs`, Cargo.toml) marks every item an optional
+// feature brings with the feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod admin;
 mod backoff;
 pub mod cluster;
@@ -254,12 +259,15 @@ mod primitive;
 mod scripts;
 mod throttled;
 #[cfg(feature = "tonic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
 pub mod tonic;
 #[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower;
 mod warn;
 
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use self::metrics::describe_metrics;
 // The names nearly every user writes; everything else lives in the module
 // of its concept (`shardlimit::lock::LockGuard`, `shardlimit::health::Health`).

@@ -62,7 +62,7 @@
 //! that publish different specs for one name are all kept and shown
 //! ("2 specs published"); the admin side then counts against the
 //! strictest. One publication costs the catalog's master about 20 µs
-//! (measured: docs/admin.md, "Limits are known"), once per limiter and
+//! (measured: [docs/admin.md, "Limits are known"](https://github.com/shardlimit/shardlimit/blob/main/docs/admin.md#limits-are-known-the-catalog)), once per limiter and
 //! process every 30 s by default
 //! ([`RateLimiterBuilder::catalog_refresh`]).
 //!

@@ -368,6 +368,7 @@ mod enabled {
     /// // After installing a recorder (e.g. metrics-exporter-prometheus):
     /// shardlimit::describe_metrics();
     /// ```
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub fn describe_metrics() {
         metrics::describe_counter!(
             DECISIONS,

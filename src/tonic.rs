@@ -85,6 +85,7 @@ use crate::tower::respond::sealed::Respond;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Grpc;
 
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
 impl<X> RateLimitLayerBuilder<X> {
     /// Answer refusals with gRPC statuses — `RESOURCE_EXHAUSTED` with
     /// `RetryInfo` and `QuotaFailure`, `UNAVAILABLE`, `INVALID_ARGUMENT` —

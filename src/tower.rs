@@ -85,7 +85,7 @@
 //!
 //! Several layers (per IP, then per API key) each append their items;
 //! `X-RateLimit-*`, which hold one value, keep the tightest layer's. The
-//! repository's `docs/http-headers.md` has the exact bytes of every style
+//! repository's [docs/http-headers.md](https://github.com/shardlimit/shardlimit/blob/main/docs/http-headers.md) has the exact bytes of every style
 //! and which section of the draft each follows.
 //!
 //! # Stacking layers

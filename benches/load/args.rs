@@ -26,14 +26,14 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 10)]
     pub(crate) rounds: usize,
     /// Length of one round, seconds.
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, default_value_t = 3.0, value_parser = non_negative)]
     pub(crate) round_secs: f64,
     /// Requests per round instead of a duration (`--round-secs` is then
     /// ignored for the measured rounds).
     #[arg(long)]
     pub(crate) requests: Option<u64>,
     /// Warm-up before measuring, seconds (both sides).
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 2.0, value_parser = non_negative)]
     pub(crate) warmup_secs: f64,
     /// `raw`: interleave rounds of bare redis-rs running the same script.
     /// `plain`: interleave rounds of the library against `--plain-nodes`.
@@ -70,7 +70,7 @@ pub(crate) struct Args {
     /// With `--workload attack`: after the closed-loop rounds, paced rounds
     /// offering both sides this share of the uncached side's calibrated
     /// throughput, on 4 × `--concurrency` tasks (0: none).
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = 0.5, value_parser = non_negative)]
     pub(crate) paced_share: f64,
     /// With `--workload attack`: the deny cache's entries; default
     /// max(10000, subjects / 50), room for every attacker.
@@ -110,4 +110,16 @@ pub(crate) struct Args {
     /// Ignored (cargo bench passes it).
     #[arg(long, hide = true)]
     pub(crate) bench: bool,
+}
+
+/// A share or a length in seconds: 0 or more, and a number. clap
+/// refuses anything else with this message instead of a panic deep in the
+/// run, where each becomes a `Duration` (which cannot hold a negative, NaN
+/// or infinite number of seconds).
+fn non_negative(arg: &str) -> Result<f64, String> {
+    match arg.parse::<f64>() {
+        Ok(value) if value.is_finite() && value >= 0.0 => Ok(value),
+        Ok(_) => Err(format!("{arg} is not a finite number >= 0")),
+        Err(e) => Err(format!("{arg}: {e}")),
+    }
 }

@@ -132,11 +132,11 @@ pub(crate) async fn attack(cluster: &Cluster, args: &Args) {
     let calls = [call(&lib), call(&nocache)];
     let closed = setup.phase(r0, shape, calls.clone()).await;
     let offered = args.paced_share * r0;
-    let paced_shape = Shape::paced(4 * args.concurrency, offered);
-    let paced = if offered > 0.0 {
-        Some(setup.phase(offered, paced_shape, calls).await)
-    } else {
-        None
+    // `--paced-share 0` (or a calibration that admitted nothing): no paced
+    // phase, and no shape, whose interval would be tasks / 0.
+    let paced = match Shape::paced(4 * args.concurrency, offered) {
+        Some(shape) => Some((shape, setup.phase(offered, shape, calls).await)),
+        None => None,
     };
 
     let [a, b] = &closed.sides;
@@ -158,7 +158,7 @@ pub(crate) async fn attack(cluster: &Cluster, args: &Args) {
         report[*name]["normal_users"] = normal_json(&closed.sides[i]);
     }
     let mut lines = closed.ratio_lines("closed");
-    if let Some(paced) = &paced {
+    if let Some((paced_shape, paced)) = &paced {
         writeln!(
             table,
             "paced: {offered:.0} decisions/s offered to each side ({:.0}% of the calibration), {} tasks \

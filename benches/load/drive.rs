@@ -134,12 +134,14 @@ impl Shape {
     }
 
     /// `tasks` loops of one subject per call, offering `rate` calls per
-    /// second between them.
-    pub(crate) fn paced(tasks: usize, rate: f64) -> Self {
-        Shape {
-            interval: Some(Duration::from_secs_f64(tasks as f64 / rate)),
+    /// second between them; `None` when the rate gives no interval a
+    /// `Duration` holds (0, negative, not a number: nothing to pace).
+    pub(crate) fn paced(tasks: usize, rate: f64) -> Option<Self> {
+        let interval = Duration::try_from_secs_f64(tasks as f64 / rate).ok()?;
+        Some(Shape {
+            interval: Some(interval),
             ..Shape::single(tasks)
-        }
+        })
     }
 }
 

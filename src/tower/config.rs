@@ -47,7 +47,8 @@ impl MissingKey {
 
 /// Which rate-limit header fields a response carries (see
 /// [`header_style`](super::RateLimitLayerBuilder::header_style) and
-/// `docs/http-headers.md` for the exact bytes of each).
+/// [docs/http-headers.md](https://github.com/shardlimit/shardlimit/blob/main/docs/http-headers.md) for the exact bytes of
+/// each).
 ///
 /// ```
 /// use shardlimit::tower::HeaderStyle;

@@ -167,6 +167,7 @@ impl PeerIp<SocketAddr> {
 }
 
 #[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 impl PeerIp<axum::extract::ConnectInfo<SocketAddr>> {
     /// Reads axum's `ConnectInfo<SocketAddr>`, which axum inserts when the
     /// app is served with `into_make_service_with_connect_info::<SocketAddr>()`

@@ -9,7 +9,7 @@
 
 use std::fmt;
 use std::io::Write as _;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
 use crate::error::{Error, Result};
 
@@ -62,27 +62,10 @@ impl Prefixes {
             IpAddr::V4(_) => self.v4,
             IpAddr::V6(_) => self.v6,
         };
-        IpKey::network(mask(ip, prefix), prefix)
-    }
-}
-
-/// `ip` with every bit after the first `prefix` cleared (`prefix` beyond
-/// the address length keeps it whole).
-pub(crate) fn mask(ip: IpAddr, prefix: u8) -> IpAddr {
-    // `checked_shl` by the full width is `None`: a /0 mask is all zeros.
-    match ip {
-        IpAddr::V4(v4) => {
-            let keep = u32::MAX
-                .checked_shl(32u32.saturating_sub(u32::from(prefix)))
-                .unwrap_or(0);
-            IpAddr::V4(Ipv4Addr::from_bits(v4.to_bits() & keep))
-        }
-        IpAddr::V6(v6) => {
-            let keep = u128::MAX
-                .checked_shl(128u32.saturating_sub(u32::from(prefix)))
-                .unwrap_or(0);
-            IpAddr::V6(Ipv6Addr::from_bits(v6.to_bits() & keep))
-        }
+        // `new` refuses only a prefix past the address length, which
+        // `Prefixes::new` has refused already; the whole address then.
+        let net = ipnet::IpNet::new(ip, prefix).map_or(ip, |net| net.network());
+        IpKey::network(net, prefix)
     }
 }
 
@@ -149,12 +132,11 @@ impl fmt::Debug for IpKey {
     }
 }
 
-/// A network of trusted proxies, `10.0.0.0/8` or a single address.
+/// A network of trusted proxies, `10.0.0.0/8` or a single address: the
+/// ecosystem's `ipnet::IpNet`, parsed more strictly than its `FromStr`
+/// (which takes host bits after the prefix and a /0, and wants a prefix).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct IpNet {
-    net: IpAddr,
-    prefix: u8,
-}
+pub(crate) struct IpNet(ipnet::IpNet);
 
 impl IpNet {
     /// Parses `addr` or `addr/prefix`. Refused: host bits set after the
@@ -170,37 +152,38 @@ impl IpNet {
             Some((addr, prefix)) => (addr, Some(prefix)),
             None => (text.trim(), None),
         };
-        let net: IpAddr = addr
+        let addr: IpAddr = addr
             .parse()
             .map_err(|_| fail("not an IP address or CIDR network".into()))?;
-        if net.to_canonical() != net {
+        if addr.to_canonical() != addr {
             return Err(fail(format!(
                 "write an IPv4-mapped network as IPv4 ({})",
-                net.to_canonical()
+                addr.to_canonical()
             )));
         }
-        let bits = family_bits(net);
+        let bits = family_bits(addr);
+        let range = || fail(format!("the prefix length must be 1 to {bits}"));
         let prefix = match prefix {
             None => bits,
             Some(p) => p
                 .parse::<u8>()
                 .ok()
                 .filter(|p| (1..=bits).contains(p))
-                .ok_or_else(|| fail(format!("the prefix length must be 1 to {bits}")))?,
+                .ok_or_else(range)?,
         };
-        let masked = mask(net, prefix);
-        if masked != net {
+        let net = ipnet::IpNet::new(addr, prefix).map_err(|_| range())?;
+        if net.trunc() != net {
             return Err(fail(format!(
-                "host bits are set after /{prefix}; did you mean {masked}/{prefix}?"
+                "host bits are set after /{prefix}; did you mean {}?",
+                net.trunc()
             )));
         }
-        Ok(IpNet { net, prefix })
+        Ok(IpNet(net))
     }
 
     /// Whether `ip` (an IPv4-mapped one as IPv4) is in the network.
     pub(crate) fn contains(&self, ip: IpAddr) -> bool {
-        let ip = ip.to_canonical();
-        family_bits(ip) == family_bits(self.net) && mask(ip, self.prefix) == self.net
+        self.0.contains(&ip.to_canonical())
     }
 }
 

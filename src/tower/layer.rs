@@ -305,7 +305,7 @@ impl<X, P> RateLimitLayerBuilder<X, P> {
     /// [`HeaderStyle::XRateLimit`] for clients that read GitHub's
     /// `X-RateLimit-*`; [`HeaderStyle::Both`]. `Retry-After` goes on every
     /// 429 whatever the style. The exact bytes of each style are in
-    /// `docs/http-headers.md`.
+    /// [docs/http-headers.md](https://github.com/shardlimit/shardlimit/blob/main/docs/http-headers.md).
     ///
     /// ```no_run
     /// # fn demo(limiter: shardlimit::RateLimiter) -> shardlimit::Result<()> {

@@ -13,7 +13,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::csrf::{Action, hex, unhex};
+use super::csrf::Action;
 use super::http::{Base, Failure, Format};
 use super::params::{SubjectQuery, subject_display, subject_field, subject_query};
 use super::state::Shared;
@@ -238,7 +238,7 @@ fn key_and_ttl(
         .as_deref()
         .filter(|k| !k.is_empty())
         .ok_or_else(|| bad("no key given (key_hex=…)".into()))?;
-    let key = unhex(key).ok_or_else(|| {
+    let key = hex::decode(key).map_err(|_| {
         bad(format!(
             "key_hex {key:?} is not an even number of hex digits"
         ))
@@ -296,7 +296,7 @@ pub(super) async fn confirm_ttl(
         .into_response());
     }
     let shown = String::from_utf8_lossy(&key);
-    let hidden = [("key_hex", hex(&key)), ("ttl", secs_text.clone())];
+    let hidden = [("key_hex", hex::encode(&key)), ("ttl", secs_text.clone())];
     let body = html! {
         h1 { "Give " span.mono { (shown) } " a TTL?" }
         @if !found.exists() {
@@ -306,7 +306,7 @@ pub(super) async fn confirm_ttl(
         } @else {
             p #what { "A " (found.redis_type) " key without a TTL: it never goes away. It will expire in " (words::duration(ttl)) " unless it is written again with a TTL of its own." }
             form.filters method="get" action=(base.to("/give-ttl")) {
-                input type="hidden" name="key_hex" value=(hex(&key));
+                input type="hidden" name="key_hex" value=(hex::encode(&key));
                 label { "TTL (seconds, 1 to 31,622,400)" input type="number" name="ttl" min="1" max="31622400" value=(secs); }
                 button type="submit" { "Change" }
             }

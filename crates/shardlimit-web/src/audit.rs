@@ -13,7 +13,6 @@ use axum::response::Response;
 use maud::{Markup, html};
 use serde_json::{Value, json};
 
-use super::csrf::hex;
 use super::http::{Base, Failure, Format, page_and_api, respond};
 use super::jobs::Snapshot;
 use super::params::{Refresh, reset_link, subject_query};
@@ -144,7 +143,7 @@ fn key_list(
                     } }
                     td.mono { span.node { (node) } }
                     @if actions { td {
-                        a.give-ttl href=(base.to(&format!("/give-ttl?key_hex={}", hex(key)))) { "Give a TTL…" }
+                        a.give-ttl href=(base.to(&format!("/give-ttl?key_hex={}", hex::encode(key)))) { "Give a TTL…" }
                         @if let Some(href) = reset(key) { " " a.reset href=(href) { "Reset…" } }
                     } }
                 } } }

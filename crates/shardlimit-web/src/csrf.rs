@@ -23,8 +23,15 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use hmac::digest::Key;
+use hmac::{Hmac, Mac};
 use rand::RngCore;
-use sha2::{Digest, Sha256};
+use sha2::Sha256;
+
+/// The MAC: RustCrypto's HMAC over SHA-256, the kept implementation a
+/// security review expects (its `verify_slice` compares in constant time,
+/// with `subtle`).
+type HmacSha256 = Hmac<Sha256>;
 
 /// One write as a form names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,7 +49,8 @@ pub(super) struct Action<'a> {
 
 /// Mints and checks tokens under one secret.
 pub(super) struct Csrf {
-    secret: [u8; 32],
+    /// HMAC-SHA256 keyed with the secret, cloned for each token.
+    keyed: HmacSha256,
     ttl: Duration,
     /// The nonces of spent tokens, with their expiry: dropped once expired
     /// (the token is refused as expired from then on).
@@ -78,10 +86,12 @@ impl Refused {
 impl Csrf {
     /// A fresh random secret; tokens live `ttl`.
     pub(super) fn new(ttl: Duration) -> Self {
-        let mut secret = [0u8; 32];
+        // A key of the hash's block size, 64 random bytes: HMAC uses it as
+        // it is, and `new` takes it without a length to check.
+        let mut secret = Key::<HmacSha256>::default();
         rand::rng().fill_bytes(&mut secret);
         Csrf {
-            secret,
+            keyed: HmacSha256::new(&secret),
             ttl,
             spent: Mutex::default(),
         }
@@ -91,10 +101,8 @@ impl Csrf {
     pub(super) fn mint(&self, action: &Action<'_>, now: SystemTime) -> String {
         let expiry = unix_secs(now).saturating_add(self.ttl.as_secs().max(1));
         let nonce = rand::rng().next_u64();
-        format!(
-            "{expiry}.{nonce:016x}.{}",
-            hex(&self.mac(expiry, nonce, action))
-        )
+        let mac = self.mac(expiry, nonce, action).finalize().into_bytes();
+        format!("{expiry}.{nonce:016x}.{}", hex::encode(mac))
     }
 
     /// Whether `token` authorises `action` at `now`; if it does, it is
@@ -116,10 +124,10 @@ impl Csrf {
             .then(|| u64::from_str_radix(nonce, 16).ok())
             .flatten()
             .ok_or(Refused::Malformed)?;
-        let mac = unhex(mac).ok_or(Refused::Malformed)?;
-        if !constant_time_eq(&mac, &self.mac(expiry, nonce, action)) {
-            return Err(Refused::Mismatch);
-        }
+        let mac = hex::decode(mac).map_err(|_| Refused::Malformed)?;
+        self.mac(expiry, nonce, action)
+            .verify_slice(&mac)
+            .map_err(|_| Refused::Mismatch)?;
         let now = unix_secs(now);
         if now > expiry {
             return Err(Refused::Expired);
@@ -132,11 +140,12 @@ impl Csrf {
         Ok(())
     }
 
-    fn mac(&self, expiry: u64, nonce: u64, action: &Action<'_>) -> [u8; 32] {
+    /// The MAC of a token for `action`, fed and not yet finalised.
+    fn mac(&self, expiry: u64, nonce: u64, action: &Action<'_>) -> HmacSha256 {
+        let mut mac = self.keyed.clone();
+        mac.update(&expiry.to_be_bytes());
+        mac.update(&nonce.to_be_bytes());
         // Length-prefixed fields: no two actions encode to the same bytes.
-        let mut message = Vec::with_capacity(64 + action.subject.len());
-        message.extend_from_slice(&expiry.to_be_bytes());
-        message.extend_from_slice(&nonce.to_be_bytes());
         for field in [
             action.op.as_bytes(),
             action.subject,
@@ -144,58 +153,21 @@ impl Csrf {
             action.name.unwrap_or("").as_bytes(),
             action.arg.unwrap_or("").as_bytes(),
         ] {
-            message
-                .extend_from_slice(&u64::try_from(field.len()).unwrap_or(u64::MAX).to_be_bytes());
-            message.extend_from_slice(field);
+            mac.update(&u64::try_from(field.len()).unwrap_or(u64::MAX).to_be_bytes());
+            mac.update(field);
         }
-        message.push(u8::from(action.kind.is_some()));
-        message.push(u8::from(action.name.is_some()));
-        message.push(u8::from(action.arg.is_some()));
-        message.push(u8::from(action.force));
-        hmac_sha256(&self.secret, &message)
+        mac.update(&[
+            u8::from(action.kind.is_some()),
+            u8::from(action.name.is_some()),
+            u8::from(action.arg.is_some()),
+            u8::from(action.force),
+        ]);
+        mac
     }
-}
-
-/// HMAC-SHA256 (RFC 2104) for keys of at most one block (64 bytes).
-fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
-    let mut block = [0u8; 64];
-    if key.len() <= block.len() {
-        block[..key.len()].copy_from_slice(key);
-    } else {
-        block[..32].copy_from_slice(&Sha256::digest(key));
-    }
-    let pad = |byte: u8| block.map(|b| b ^ byte);
-    let inner = Sha256::new()
-        .chain_update(pad(0x36))
-        .chain_update(message)
-        .finalize();
-    Sha256::new()
-        .chain_update(pad(0x5c))
-        .chain_update(inner)
-        .finalize()
-        .into()
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 fn unix_secs(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
-
-pub(super) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-pub(super) fn unhex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 || !text.is_ascii() {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
-        .collect()
 }
 
 #[cfg(test)]
@@ -215,9 +187,13 @@ mod tests {
 
     #[test]
     fn hmac_matches_rfc_4231_case_2() {
-        let mac = hmac_sha256(b"Jefe", b"what do ya want for nothing?");
+        let mac = HmacSha256::new_from_slice(b"Jefe")
+            .unwrap()
+            .chain_update(b"what do ya want for nothing?")
+            .finalize()
+            .into_bytes();
         assert_eq!(
-            hex(&mac),
+            hex::encode(mac),
             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         );
     }

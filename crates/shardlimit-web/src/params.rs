@@ -8,7 +8,6 @@
 use serde::Deserialize;
 
 use super::base::Base;
-use super::csrf::{hex, unhex};
 
 /// Which subject a page is about.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -22,8 +21,8 @@ impl SubjectQuery {
     pub(super) fn bytes(&self) -> Result<Vec<u8>, String> {
         match (non_empty(&self.subject), non_empty(&self.subject_hex)) {
             (Some(text), None) => Ok(text.as_bytes().to_vec()),
-            (None, Some(h)) => unhex(h)
-                .ok_or_else(|| format!("subject_hex {h:?} is not an even number of hex digits")),
+            (None, Some(h)) => hex::decode(h)
+                .map_err(|_| format!("subject_hex {h:?} is not an even number of hex digits")),
             (Some(_), Some(_)) => Err("give subject or subject_hex, not both".into()),
             (None, None) => Err("no subject given (subject=… or subject_hex=…)".into()),
         }
@@ -136,7 +135,7 @@ fn non_empty(value: &Option<String>) -> Option<&str> {
 pub(super) fn subject_query(subject: &[u8]) -> String {
     match std::str::from_utf8(subject) {
         Ok(text) => format!("subject={}", percent(text.as_bytes())),
-        Err(_) => format!("subject_hex={}", hex(subject)),
+        Err(_) => format!("subject_hex={}", hex::encode(subject)),
     }
 }
 
@@ -169,7 +168,7 @@ pub(super) fn action_link(
 pub(super) fn subject_field(subject: &[u8]) -> (&'static str, String) {
     match std::str::from_utf8(subject) {
         Ok(text) => ("subject", text.to_owned()),
-        Err(_) => ("subject_hex", hex(subject)),
+        Err(_) => ("subject_hex", hex::encode(subject)),
     }
 }
 
@@ -181,7 +180,7 @@ pub(super) fn subject_display(subject: &[u8]) -> String {
         Err(_) => format!(
             "{} (hex {})",
             String::from_utf8_lossy(subject),
-            hex(subject)
+            hex::encode(subject)
         ),
     }
 }

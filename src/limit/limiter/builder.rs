@@ -155,7 +155,8 @@ impl RateLimiterBuilder {
     /// process that dies holding a slice loses at most that slice, which
     /// Redis forgets after twice its lifetime. Peeks, `check_many`,
     /// `until_ready` and multi-limiters stay exact. The argument for the
-    /// bound and the measurements: docs/hot-subjects.md.
+    /// bound and the measurements:
+    /// [docs/hot-subjects.md](https://github.com/shardlimit/shardlimit/blob/main/docs/hot-subjects.md).
     /// Default: no slices.
     pub fn slices(mut self, slices: Slices) -> Self {
         self.slices = Some(slices);
@@ -181,7 +182,8 @@ impl RateLimiterBuilder {
     /// publication is logged at `debug` and tried again 5 s later.
     ///
     /// Cost on the check path: none for an admitted request; a denial
-    /// takes a mutex and counts the subject (measured: docs/observability.md).
+    /// takes a mutex and counts the subject (measured:
+    /// [docs/observability.md](https://github.com/shardlimit/shardlimit/blob/main/docs/observability.md)).
     /// Limiters of one kind and name in a process share one sketch; the
     /// first one built sets the window. Needs a tokio runtime when built.
     /// Default: off, which costs nothing.
