@@ -233,6 +233,64 @@ mod tests {
     }
 
     #[test]
+    fn a_local_denial_leaves_less_than_its_cost() {
+        // Fast quotas (GCRA: a unit per 3 us, fractional per 7) at steps of
+        // 1-4 us, costs 1-3: every denial says fewer are left than asked.
+        let quotas = [
+            Quota::with_period(nz(1000), Duration::from_millis(3)).allow_burst(nz(3)),
+            Quota::with_period(nz(3), Duration::from_millis(7)),
+        ];
+        for algorithm in Algorithm::ALL {
+            for quota in quotas {
+                let quota = if algorithm == Algorithm::Gcra {
+                    quota
+                } else {
+                    Quota::with_period(quota.limit().min(nz(3)), quota.period())
+                };
+                let mut state = LocalState::default();
+                let mut now = 0;
+                for i in 0..5000u64 {
+                    now += 1 + i * 7 % 4;
+                    let cost = 1 + (i * 5 % 3) as u32;
+                    let at = Local {
+                        now,
+                        cost: u64::from(cost),
+                        limit: u64::from(quota.limit().get()),
+                        capacity: u64::from(algorithm.capacity(&quota)),
+                        period: u64::try_from(quota.period().as_micros()).unwrap(),
+                        consume: true,
+                    };
+                    let v = (algorithm.rules().local)(&mut state, at);
+                    assert!(
+                        v.allowed || v.remaining < u64::from(cost),
+                        "{algorithm} {quota:?}: {v:?}"
+                    );
+                }
+            }
+        }
+        // And every state of a GCRA of 3 per 7 ms (2333.3 us a unit): the
+        // TAT any number of microseconds ahead, every cost.
+        for ahead in 0..=7_001 {
+            for cost in 1..=3 {
+                let mut state = LocalState {
+                    tat: 10_000 + ahead,
+                    ..LocalState::default()
+                };
+                let at = Local {
+                    now: 10_000,
+                    cost,
+                    limit: 3,
+                    capacity: 3,
+                    period: 7_000,
+                    consume: false,
+                };
+                let v = (Algorithm::Gcra.rules().local)(&mut state, at);
+                assert!(v.allowed || v.remaining < cost, "{ahead} us ahead: {v:?}");
+            }
+        }
+    }
+
+    #[test]
     fn a_denial_says_when_to_retry_and_a_peek_takes_nothing() {
         for algorithm in Algorithm::ALL {
             let spec = LimitSpec::new("t", algorithm, Quota::per_second(nz(2)), false).unwrap();
