@@ -239,6 +239,44 @@ impl Algorithm {
         self.rules().max_limit
     }
 
+    /// The quota this algorithm advertises per period under `quota` — the
+    /// HTTP `RateLimit-Policy`'s `q` (with `w` the period), gRPC's
+    /// `QuotaViolation::quota_value`, the Limits page and the CLI's `list`
+    /// — chosen so that it holds:
+    ///
+    /// * [`SlidingLog`](Self::SlidingLog): the limit, in any window of one
+    ///   period;
+    /// * [`Gcra`](Self::Gcra): the limit plus the burst, less one, in any
+    ///   window of one period: a full burst at once, then one unit every
+    ///   `period / limit`. With the default burst (the limit), "5 per 10 s"
+    ///   admits 9 in some window of 10 s; the rate it sustains is the
+    ///   limit per period;
+    /// * [`FixedWindow`](Self::FixedWindow): the limit per clock-aligned
+    ///   window (any window of one period may hold up to twice it, across a
+    ///   boundary);
+    /// * [`SlidingWindow`](Self::SlidingWindow): the limit as its estimate
+    ///   counts, which assumes the previous window's units evenly spread;
+    ///   any window of one period may hold up to twice it when they were
+    ///   not.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use shardlimit::{Algorithm, Quota};
+    /// let q = Quota::with_period(5, Duration::from_secs(10));
+    /// assert_eq!(Algorithm::Gcra.policy_limit(&q), 9);
+    /// assert_eq!(Algorithm::Gcra.policy_limit(&q.allow_burst(1)), 5);
+    /// assert_eq!(Algorithm::SlidingLog.policy_limit(&q), 5);
+    /// ```
+    #[must_use]
+    pub fn policy_limit(self, quota: &Quota) -> u64 {
+        let limit = u64::from(quota.limit().get());
+        if self.rules().bursts {
+            limit + u64::from(quota.burst().get()) - 1
+        } else {
+            limit
+        }
+    }
+
     /// The most one request may cost under `quota`.
     pub(crate) fn capacity(self, quota: &Quota) -> u32 {
         if self.rules().bursts {

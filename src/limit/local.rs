@@ -142,6 +142,9 @@ pub(crate) fn decision(
     d.remaining = u32::try_from(verdict.remaining).unwrap_or(u32::MAX);
     d.retry_after = verdict.retry_after_us.map(Duration::from_micros);
     d.reset_after = Duration::from_micros(verdict.reset_after_us);
+    // The local mode keeps no more than the decision itself: it states the
+    // wait, or for an admission the reset (a cautious `t`).
+    d.more_after = d.retry_after.unwrap_or(d.reset_after);
     d.settled = Settled::Unknown;
     d
 }

@@ -308,6 +308,7 @@ pub(crate) fn parse_reply(
         .zip(rest.chunks_exact(REPLY_FIELDS))
         .map(|(spec, f)| {
             let admitted = f[0] == 1;
+            let (retry, reset) = (micros(f[2]), micros(f[3]).unwrap_or_default());
             let overridden = f[5] & FLAG_OVERRIDDEN != 0;
             let quota = if overridden {
                 applied_quota(f[7], f[8], count(f[4])).ok_or_else(bad)?
@@ -319,8 +320,15 @@ pub(crate) fn parse_reply(
                 allowed: admitted || spec.shadow,
                 limit: count(f[4]),
                 remaining: count(f[1]),
-                retry_after: micros(f[2]),
-                reset_after: micros(f[3]).unwrap_or_default(),
+                // The script's retry slot holds, for a limit that
+                // admitted, when more than `remaining` is free.
+                retry_after: if admitted { None } else { retry },
+                reset_after: reset,
+                more_after: if admitted {
+                    retry.unwrap_or_default()
+                } else {
+                    retry.unwrap_or(reset)
+                },
                 bypassed: None,
                 local: false,
                 cached: false,

@@ -18,6 +18,16 @@
 -- most 366 days, so the TAT stays within NOW_US + 2 tolerances and the key's
 -- TTL within one.
 
+-- When more than `free` units are free with the TAT `ahead` us ahead: when
+-- the TAT holds one unit fewer (0 if it holds none).
+local function gcra_more(ahead, free, limit, period, burst)
+  local held = math.min(burst - free, burst)
+  if held <= 0 then
+    return 0
+  end
+  return math.max(1, math.ceil(ahead - (held - 1) * period / limit))
+end
+
 ALGOS.gcra = function(key, limit, period, burst, cost)
   local interval = period / limit
   local tat = math.max(tonumber(redis.call('GET', key) or 0), NOW_US)
@@ -33,5 +43,7 @@ ALGOS.gcra = function(key, limit, period, burst, cost)
     ok and -1 or math.max(1, math.ceil(new_tat - interval * burst - NOW_US)),
     math.ceil(tat - NOW_US),
     math.ceil(new_tat - NOW_US),
-    { { 'SET', key, int(stored), 'PXAT', int(math.ceil(stored / 1000)) } })
+    { { 'SET', key, int(stored), 'PXAT', int(math.ceil(stored / 1000)) } },
+    ok and gcra_more(tat - NOW_US, free, limit, period, burst),
+    ok and gcra_more(new_tat - NOW_US, free - cost, limit, period, burst))
 end

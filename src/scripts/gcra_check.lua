@@ -41,3 +41,11 @@ if WRITES then
 end
 REMAINING = free
 RESET = math.ceil(tat - NOW_US)
+if ADMITS then
+  -- more_us (see limit_prelude.lua): when the TAT holds one unit fewer.
+  local held = BURST - free
+  RETRY = 0
+  if held > 0 then
+    RETRY = math.max(1, math.ceil(tat - NOW_US - (math.min(held, BURST) - 1) * PERIOD / LIMIT))
+  end
+end

@@ -1,6 +1,7 @@
 //! The HTTP and gRPC layers against the six-node cluster (features `tower`,
 //! `axum`, `tonic`): the layer driven as a `tower::Service` (`layer`), its
-//! rate-limit fields and problem details (`http_headers`), in gRPC mode in
+//! rate-limit fields and problem details (`http_headers`), what its
+//! `RateLimit-Policy` advertises against what it admits (`policy`), in gRPC mode in
 //! front of a real tonic server (`grpc`), and `examples/service.rs` run as
 //! a process (`service`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -12,4 +13,5 @@ mod common;
 mod grpc;
 mod http_headers;
 mod layer;
+mod policy;
 mod service;
