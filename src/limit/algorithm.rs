@@ -142,12 +142,15 @@ fn no_bounds(_: &Quota, _: u64) -> Result<()> {
 
 /// How a [`RateLimiter`](super::RateLimiter) counts.
 ///
-/// | algorithm | state per subject | exact? | use when |
+/// | algorithm | state per subject | most admitted in one period's worst window | use when |
 /// |---|---|---|---|
-/// | [`FixedWindow`](Self::FixedWindow) | 1 integer key | per clock-aligned window; up to 2× the limit across a boundary | quotas that reset on the clock ("1000 per hour") |
-/// | [`SlidingLog`](Self::SlidingLog) | sorted set, one entry per admitted unit (limit ≤ 128) | exact in every window | small limits where the boundary matters (APIs, logins) |
-/// | [`SlidingWindow`](Self::SlidingWindow) | 1 small hash | approximate (weighted previous window); worst case 2× | large limits, cheap memory, smooth behaviour |
-/// | [`Gcra`](Self::Gcra) | 1 key: theoretical arrival time | exact rate with a burst | the default: smooth rate + burst, least memory |
+/// | [`FixedWindow`](Self::FixedWindow) | 1 integer key | the limit per clock-aligned window; up to 2× the limit across a boundary | quotas that reset on the clock ("1000 per hour") |
+/// | [`SlidingLog`](Self::SlidingLog) | sorted set, one entry per admitted unit (limit ≤ 128) | the limit, in every window (exact) | "N per window" where the boundary matters (APIs, logins) |
+/// | [`SlidingWindow`](Self::SlidingWindow) | 1 small hash | the limit by its estimate (weighted previous window); worst case 2× | large limits, cheap memory, smooth behaviour |
+/// | [`Gcra`](Self::Gcra) | 1 key: theoretical arrival time | limit + burst − 1: a full burst, then the rate | the default: smooth rate + burst, least memory — not "N per window" |
+///
+/// What a limiter advertises per period is
+/// [`policy_limit`](Self::policy_limit).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum Algorithm {

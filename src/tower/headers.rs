@@ -9,19 +9,22 @@
 //! RateLimit: "api-1s";r=0;t=1
 //! ```
 //!
-//! * `RateLimit-Policy` (draft §3) lists every limit: `q` the limit per
-//!   window `w` (seconds, §3.1.3). A period that is not a whole number of
+//! * `RateLimit-Policy` (draft §3) lists every limit: `q` what it admits per
+//!   window `w` (seconds, §3.1.3) as [`Algorithm::policy_limit`] says, so
+//!   that it holds — for GCRA the limit plus the burst less one, in any
+//!   window of `w`. A period that is not a whole number of
 //!   seconds cannot be a `w` ("sub-second precision is not supported"): it
-//!   goes in `shardlimit-window-ms` instead. A GCRA burst above the limit is
+//!   goes in `shardlimit-window-ms` instead. A GCRA's burst is
 //!   `shardlimit-burst` (vendor-prefixed, as §3.1 asks of
 //!   implementation-specific parameters). `qu` (§3.1.2) only when the unit
 //!   is not the default `requests`.
 //! * `RateLimit` (§4) names the binding limit only — the one that denied
 //!   with the longest wait, or the one closest to exhaustion — as §B.1.2
 //!   allows: `r` the remaining quota; `t` the seconds, rounded up, until the
-//!   request would be admitted (a limit that denied it) or until the limit
-//!   is full again (one that admitted it). `Retry-After` is that same wait,
-//!   so it is never earlier than `t` (§6).
+//!   request would be admitted (a limit that denied it) or until more than
+//!   `r` is free (one that admitted it: the draft's effective window,
+//!   [`Decision::more_after`]). `Retry-After` is a denial's wait, so it is
+//!   never earlier than `t` (§6).
 //! * `pk` (§3.1.4, §4.1.3), a byte sequence, only when the layer is told
 //!   the key may be shown: it is the client's identity (an IP address, an
 //!   API key) or its digest.
