@@ -41,7 +41,9 @@ pub struct Decision {
     /// when the request can never be admitted). Per algorithm: a fixed
     /// window's end; a sliding log's oldest entry leaving the window; a
     /// sliding window counter's estimate falling by a unit; one more GCRA
-    /// unit coming back — one interval (`period / limit`) or less.
+    /// unit coming back — one interval (`period / limit`) or less. A
+    /// [`local`](Self::local) decision states `reset_after` instead (never
+    /// shorter); a bypass or a slice's admission, zero (nothing known).
     pub more_after: Duration,
     /// Set when the decision was made without Redis: under
     /// [`FailurePolicy::FailOpen`](crate::FailurePolicy::FailOpen) `allowed`

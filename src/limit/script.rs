@@ -147,10 +147,12 @@ pub struct Invocation {
     /// The script replies with integers: `all_allowed`, then per limit
     /// `allowed, remaining, retry_after_us, reset_after_us, capacity, flags,
     /// settled_ms, override_limit, override_period_us` (the header of
-    /// `src/scripts/limit_prelude.lua` says what each means). A one-limit
-    /// check of a subject with neither an override nor a block replies
-    /// compactly, `2 * all_allowed + allowed, remaining, retry_after_us,
-    /// reset_after_us`: every byte of a reply costs Redis.
+    /// `src/scripts/limit_prelude.lua` says what each means; for a limit
+    /// that admitted, `retry_after_us` holds when more than `remaining` is
+    /// free, [`Decision::more_after`](crate::Decision::more_after)). A
+    /// one-limit check of a subject with neither an override nor a block
+    /// replies compactly, `2 * all_allowed + allowed, remaining,
+    /// retry_after_us, reset_after_us`: every byte of a reply costs Redis.
     pub args: Vec<Vec<u8>>,
     /// Units this check takes, and whether it consumes (not a peek).
     cost: u32,

@@ -632,10 +632,12 @@ async fn invocation_is_exactly_what_a_check_sends() {
         .await
         .unwrap();
     // The compact reply of a subject with no override and no block:
-    // { 2 * all_allowed + allowed, remaining, retry_after_us, reset_after_us }.
+    // { 2 * all_allowed + allowed, remaining, retry_after_us, reset_after_us },
+    // the retry slot of an admission holding when more than `remaining` is
+    // free: one unit, 20 minutes.
     assert_eq!(
         reply,
-        [3, 1, -1, 3_600_000_000 * 2 / 3],
+        [3, 1, 3_600_000_000 / 3, 3_600_000_000 * 2 / 3],
         "admitted, remaining 1"
     );
     assert_eq!(l.peek("s").await.unwrap().remaining, 1);
