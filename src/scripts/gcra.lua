@@ -18,14 +18,15 @@
 -- most 366 days, so the TAT stays within NOW_US + 2 tolerances and the key's
 -- TTL within one.
 
--- When more than `free` units are free with the TAT `ahead` us ahead: when
--- the TAT holds one unit fewer (0 if it holds none).
-local function gcra_more(ahead, free, limit, period, burst)
-  local held = math.min(burst - free, burst)
+-- When more than `free` units (of `burst`, a request's cost having fit)
+-- are free with the TAT `ahead` us ahead: when it holds one unit fewer (0 if
+-- it holds none), at least 1 us.
+local function gcra_more(ahead, free, interval, burst)
+  local held = burst - free
   if held <= 0 then
     return 0
   end
-  return math.max(1, math.ceil(ahead - (held - 1) * period / limit))
+  return math.max(1, math.ceil(ahead - (held - 1) * interval))
 end
 
 ALGOS.gcra = function(key, limit, period, burst, cost)
@@ -44,6 +45,6 @@ ALGOS.gcra = function(key, limit, period, burst, cost)
     math.ceil(tat - NOW_US),
     math.ceil(new_tat - NOW_US),
     { { 'SET', key, int(stored), 'PXAT', int(math.ceil(stored / 1000)) } },
-    ok and gcra_more(tat - NOW_US, free, limit, period, burst),
-    ok and gcra_more(new_tat - NOW_US, free - cost, limit, period, burst))
+    ok and gcra_more(tat - NOW_US, free, interval, burst),
+    ok and gcra_more(new_tat - NOW_US, free - cost, interval, burst))
 end

@@ -30,7 +30,14 @@ if WRITE % 1 ~= 0 or WRITE < 0 or WRITE >= 9007199254740992 then
   return redis.error_reply('ERR shardlimit: number out of range: ' .. tostring(WRITE))
 end
 ADMITS = cost <= free and not never
-RETRY = (ADMITS or never) and -1 or math.max(1, math.ceil(new_tat - interval * BURST - NOW_US))
+RETRY = -1
+if not ADMITS and not never then
+  -- At least 1 us: the float may round a denial's wait to 0.
+  RETRY = math.ceil(new_tat - interval * BURST - NOW_US)
+  if RETRY < 1 then
+    RETRY = 1
+  end
+end
 CAPACITY = BURST
 WRITES = ADMITS and COUNTS
 -- remaining and reset_after: the generic check's, from the TAT in force
@@ -42,10 +49,14 @@ end
 REMAINING = free
 RESET = math.ceil(tat - NOW_US)
 if ADMITS then
-  -- more_us (see limit_prelude.lua): when the TAT holds one unit fewer.
+  -- more_us (see limit_prelude.lua): when the TAT holds one unit fewer
+  -- (0: it holds none), at least 1 us as above.
   local held = BURST - free
   RETRY = 0
   if held > 0 then
-    RETRY = math.max(1, math.ceil(tat - NOW_US - (math.min(held, BURST) - 1) * PERIOD / LIMIT))
+    RETRY = math.ceil(tat - NOW_US - (held - 1) * interval)
+    if RETRY < 1 then
+      RETRY = 1
+    end
   end
 end
