@@ -84,13 +84,17 @@ pub(crate) struct LocalState {
 }
 
 /// What a local check found: `(allowed, remaining, retry_after_us,
-/// reset_after_us)`, before anything is consumed.
+/// reset_after_us, more_after_us)`, before anything is consumed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct LocalVerdict {
     pub(crate) allowed: bool,
     pub(crate) remaining: u64,
     pub(crate) retry_after_us: Option<u64>,
     pub(crate) reset_after_us: u64,
+    /// For an admission, when more than `remaining` is free
+    /// ([`Decision::more_after`](super::Decision::more_after)); never
+    /// shorter than that (the sliding window counter states its reset).
+    pub(crate) more_after_us: u64,
 }
 
 impl Local {
@@ -127,11 +131,14 @@ fn left(quota: &Quota, used: u64) -> Option<Remaining> {
 fn windowed(used: u64, ends_in: u64, at: Local) -> LocalVerdict {
     let allowed = used + at.cost <= at.limit;
     let after = if allowed { used + at.cost } else { used };
+    let reset = if after > 0 { ends_in } else { 0 };
     LocalVerdict {
         allowed,
         remaining: at.left_after(used, allowed),
         retry_after_us: (!allowed && at.cost <= at.limit).then_some(ends_in.max(1)),
-        reset_after_us: if after > 0 { ends_in } else { 0 },
+        reset_after_us: reset,
+        // Everything frees at the window's end.
+        more_after_us: reset,
     }
 }
 

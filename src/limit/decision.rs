@@ -41,9 +41,10 @@ pub struct Decision {
     /// when the request can never be admitted). Per algorithm: a fixed
     /// window's end; a sliding log's oldest entry leaving the window; a
     /// sliding window counter's estimate falling by a unit; one more GCRA
-    /// unit coming back — one interval (`period / limit`) or less. A
-    /// [`local`](Self::local) decision states `reset_after` instead (never
-    /// shorter); a bypass or a slice's admission, zero (nothing known).
+    /// unit coming back — one interval (`period / limit`) or less; the
+    /// same for a [`local`](Self::local) decision, but the sliding window
+    /// counter's, which states its `reset_after` (never shorter). A bypass
+    /// or a slice's admission: zero (nothing known).
     pub more_after: Duration,
     /// Set when the decision was made without Redis: under
     /// [`FailurePolicy::FailOpen`](crate::FailurePolicy::FailOpen) `allowed`

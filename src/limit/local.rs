@@ -142,9 +142,10 @@ pub(crate) fn decision(
     d.remaining = u32::try_from(verdict.remaining).unwrap_or(u32::MAX);
     d.retry_after = verdict.retry_after_us.map(Duration::from_micros);
     d.reset_after = Duration::from_micros(verdict.reset_after_us);
-    // The local mode keeps no more than the decision itself: it states the
-    // wait, or for an admission the reset (a cautious `t`).
-    d.more_after = d.retry_after.unwrap_or(d.reset_after);
+    d.more_after = match d.retry_after {
+        Some(wait) if !d.allowed => wait,
+        _ => Duration::from_micros(verdict.more_after_us),
+    };
     d.settled = Settled::Unknown;
     d
 }
@@ -290,6 +291,41 @@ mod tests {
                 let v = (Algorithm::Gcra.rules().local)(&mut state, at);
                 assert!(v.allowed || v.remaining < cost, "{ahead} us ahead: {v:?}");
             }
+        }
+    }
+
+    #[test]
+    fn a_local_admission_says_when_more_is_free() {
+        // 3 per 600 ms, two admitted at 0 and 10 us: one unit more than the
+        // one left is denied a microsecond before `more_after_us`, and
+        // admitted at it (the counter states its reset, later).
+        for algorithm in [
+            Algorithm::Gcra,
+            Algorithm::SlidingLog,
+            Algorithm::FixedWindow,
+        ] {
+            let mut state = LocalState::default();
+            let at = |now, cost, consume| Local {
+                now,
+                cost,
+                limit: 3,
+                capacity: 3,
+                period: 600_000,
+                consume,
+            };
+            let local = algorithm.rules().local;
+            assert!(local(&mut state, at(0, 1, true)).allowed);
+            let v = local(&mut state, at(10, 1, true));
+            assert_eq!((v.allowed, v.remaining), (true, 1), "{algorithm}");
+            let more = 10 + v.more_after_us;
+            assert!(
+                !local(&mut state, at(more - 1, 2, false)).allowed,
+                "{algorithm}: {v:?}"
+            );
+            assert!(
+                local(&mut state, at(more, 2, false)).allowed,
+                "{algorithm}: {v:?}"
+            );
         }
     }
 

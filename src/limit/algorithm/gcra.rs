@@ -92,10 +92,27 @@ fn local(state: &mut LocalState, at: Local) -> LocalVerdict {
     if allowed && at.consume {
         state.tat = next;
     }
+    let (left, ahead) = if allowed {
+        (free - at.cost, next - at.now)
+    } else {
+        (free, tat - at.now)
+    };
+    // When the TAT holds one unit fewer (0: it holds none).
+    let held = at.capacity.saturating_sub(left);
+    let more = match held.checked_sub(1) {
+        Some(fewer) => {
+            let within = u128::from(fewer) * period / limit;
+            ahead
+                .saturating_sub(u64::try_from(within).unwrap_or(u64::MAX))
+                .max(1)
+        }
+        None => 0,
+    };
     LocalVerdict {
         allowed,
-        remaining: if allowed { free - at.cost } else { free },
+        remaining: left,
         retry_after_us: retry,
-        reset_after_us: if allowed { next - at.now } else { tat - at.now },
+        reset_after_us: ahead,
+        more_after_us: more,
     }
 }
