@@ -3,8 +3,10 @@
 //!
 //! * every call, per peer address (tonic's `TcpConnectInfo`): GCRA, 100 per
 //!   second, fail-open (an unreachable Redis must not take the service down);
-//! * per API key (`x-api-key` metadata): 5 per 10 seconds, fail-closed; a
-//!   call without a key is `INVALID_ARGUMENT`.
+//! * per API key (`x-api-key` metadata): 5 per 10 seconds, fail-closed, as a
+//!   sliding log — exactly 5 in any 10 s (the default GCRA with that quota
+//!   admits a burst of 5 and then one every 2 s: 9 in some 10 s); a call
+//!   without a key is `INVALID_ARGUMENT`.
 //!
 //! A denied call is `RESOURCE_EXHAUSTED` with `google.rpc.RetryInfo` and
 //! `google.rpc.QuotaFailure` in `grpc-status-details-bin`; without Redis, the
@@ -25,7 +27,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use shardlimit::tower::{HeaderKey, MissingKey, PeerIp, RateLimitLayer};
-use shardlimit::{Cluster, FailurePolicy, Quota, RateLimiter};
+use shardlimit::{Algorithm, Cluster, FailurePolicy, Quota, RateLimiter};
 use tonic::transport::server::{TcpConnectInfo, TcpIncoming};
 use tonic::transport::{Channel, Server};
 use tonic_health::pb::HealthCheckRequest;
@@ -57,6 +59,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
         "rpc-key",
         Quota::with_period(5, Duration::from_secs(10)),
     )
+    .algorithm(Algorithm::SlidingLog)
     .build()?;
     let by_peer = RateLimitLayer::builder(
         per_peer,

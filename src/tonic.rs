@@ -22,9 +22,13 @@
 //! denied or admitted (`headers_on_allowed`).
 //!
 //! Each [`tonic_types::QuotaViolation`] names the limit:
-//! `subject` and `quota_id` are the limiter's name, `quota_value` its limit
-//! per period, `description` says it in words (`3 per 6s`, and `blocked`
-//! when the subject is [blocked](crate::RateLimiter::block)). The key is
+//! `subject` and `quota_id` are the limiter's name, `quota_value` what it
+//! admits per period as it advertises it
+//! ([`Algorithm::policy_limit`](crate::Algorithm::policy_limit), as HTTP's
+//! `RateLimit-Policy`: for GCRA the limit plus the burst less one, which
+//! holds in any window of one period), `description` says it in words
+//! (`3 per 6s` for a sliding log, `5 per 6s, burst 3` for GCRA's 3 per 6 s,
+//! and `blocked` when the subject is [blocked](crate::RateLimiter::block)). The key is
 //! not in it: it is the client's identity (an API key) and the client
 //! knows it.
 //!
@@ -72,7 +76,7 @@ use http::Response;
 use tonic_types::{ErrorDetails, QuotaViolation, StatusExt as _};
 
 use crate::limit::MultiDecision;
-use crate::limit::{Decision, RateLimiter};
+use crate::limit::{Algorithm, Decision, RateLimiter};
 use crate::tower::RateLimitLayerBuilder;
 use crate::tower::config::Config;
 use crate::tower::headers;
@@ -144,7 +148,7 @@ fn denial(limiters: &[RateLimiter], decisions: &[Decision], wait: Option<Duratio
         let name = limiter.name();
         // Writing to a String cannot fail.
         let _ = write!(message, " {name}");
-        violations.push(violation(name, decision));
+        violations.push(violation(name, limiter.algorithm(), decision));
     }
     let mut details = ErrorDetails::with_quota_failure(violations);
     if wait.is_some() {
@@ -153,17 +157,23 @@ fn denial(limiters: &[RateLimiter], decisions: &[Decision], wait: Option<Duratio
     Status::with_error_details(Code::ResourceExhausted, message, details)
 }
 
-/// The `QuotaFailure` violation of one limit that denied.
-fn violation(name: &str, decision: &Decision) -> QuotaViolation {
+/// The `QuotaFailure` violation of one limit that denied: its quota as the
+/// algorithm advertises it ([`Algorithm::policy_limit`], as the HTTP
+/// `RateLimit-Policy`), and a GCRA's burst.
+fn violation(name: &str, algorithm: Algorithm, decision: &Decision) -> QuotaViolation {
     let quota = decision.quota;
-    let mut description = format!("{} per {:?}", quota.limit(), quota.period());
+    let most = algorithm.policy_limit(&quota);
+    let mut description = format!("{most} per {:?}", quota.period());
+    if algorithm == Algorithm::Gcra {
+        let _ = write!(description, ", burst {}", decision.limit);
+    }
     if decision.blocked {
         description.push_str(", blocked");
     }
     QuotaViolation {
         quota_id: name.to_owned(),
         quota_metric: name.to_owned(),
-        quota_value: i64::from(quota.limit().get()),
+        quota_value: i64::try_from(most).unwrap_or(i64::MAX),
         ..QuotaViolation::new(name, description)
     }
 }
@@ -180,10 +190,19 @@ mod tests {
             3,
             crate::policy::BypassReason::Timeout,
         );
-        let v = violation("api", &decision);
+        let v = violation("api", Algorithm::SlidingLog, &decision);
         assert_eq!((v.subject.as_str(), v.quota_id.as_str()), ("api", "api"));
         assert_eq!((v.description.as_str(), v.quota_value), ("3 per 6s", 3));
+        // GCRA, 3 per 6 s with a burst of 3: 5 in some window of 6 s.
+        let v = violation("api", Algorithm::Gcra, &decision);
+        assert_eq!(
+            (v.description.as_str(), v.quota_value),
+            ("5 per 6s, burst 3", 5)
+        );
         decision.blocked = true;
-        assert_eq!(violation("api", &decision).description, "3 per 6s, blocked");
+        assert_eq!(
+            violation("api", Algorithm::SlidingLog, &decision).description,
+            "3 per 6s, blocked"
+        );
     }
 }

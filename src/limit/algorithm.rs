@@ -92,13 +92,17 @@ pub(crate) struct LocalState {
 }
 
 /// What a local check found: `(allowed, remaining, retry_after_us,
-/// reset_after_us)`, before anything is consumed.
+/// reset_after_us, more_after_us)`, before anything is consumed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct LocalVerdict {
     pub(crate) allowed: bool,
     pub(crate) remaining: u64,
     pub(crate) retry_after_us: Option<u64>,
     pub(crate) reset_after_us: u64,
+    /// For an admission, when more than `remaining` is free
+    /// ([`Decision::more_after`](super::Decision::more_after)); never
+    /// shorter than that (the sliding window counter states its reset).
+    pub(crate) more_after_us: u64,
 }
 
 impl Local {
@@ -135,11 +139,14 @@ fn left(quota: &Quota, used: u64) -> Option<Remaining> {
 fn windowed(used: u64, ends_in: u64, at: Local) -> LocalVerdict {
     let allowed = used + at.cost <= at.limit;
     let after = if allowed { used + at.cost } else { used };
+    let reset = if after > 0 { ends_in } else { 0 };
     LocalVerdict {
         allowed,
         remaining: at.left_after(used, allowed),
         retry_after_us: (!allowed && at.cost <= at.limit).then_some(ends_in.max(1)),
-        reset_after_us: if after > 0 { ends_in } else { 0 },
+        reset_after_us: reset,
+        // Everything frees at the window's end.
+        more_after_us: reset,
     }
 }
 
@@ -167,12 +174,15 @@ fn no_bounds(_: &Quota, _: u64) -> Result<()> {
 
 /// How a [`RateLimiter`](super::RateLimiter) counts.
 ///
-/// | algorithm | state per subject | exact? | use when |
+/// | algorithm | state per subject | most admitted in one period's worst window | use when |
 /// |---|---|---|---|
-/// | [`FixedWindow`](Self::FixedWindow) | 1 integer key | per clock-aligned window; up to 2× the limit across a boundary | quotas that reset on the clock ("1000 per hour") |
-/// | [`SlidingLog`](Self::SlidingLog) | sorted set, one entry per admitted unit (limit ≤ 128) | exact in every window | small limits where the boundary matters (APIs, logins) |
-/// | [`SlidingWindow`](Self::SlidingWindow) | 1 small hash | approximate (weighted previous window); worst case 2× | large limits, cheap memory, smooth behaviour |
-/// | [`Gcra`](Self::Gcra) | 1 key: theoretical arrival time | exact rate with a burst | the default: smooth rate + burst, least memory |
+/// | [`FixedWindow`](Self::FixedWindow) | 1 integer key | the limit per clock-aligned window; up to 2× the limit across a boundary | quotas that reset on the clock ("1000 per hour") |
+/// | [`SlidingLog`](Self::SlidingLog) | sorted set, one entry per admitted unit (limit ≤ 128) | the limit, in every window (exact) | "N per window" where the boundary matters (APIs, logins) |
+/// | [`SlidingWindow`](Self::SlidingWindow) | 1 small hash | the limit by its estimate (weighted previous window); worst case 2× | large limits, cheap memory, smooth behaviour |
+/// | [`Gcra`](Self::Gcra) | 1 key: theoretical arrival time | limit + burst − 1: a full burst, then the rate | the default: smooth rate + burst, least memory — not "N per window" |
+///
+/// What a limiter advertises per period is
+/// [`policy_limit`](Self::policy_limit).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum Algorithm {
@@ -262,6 +272,44 @@ impl Algorithm {
     #[must_use]
     pub fn max_limit(self) -> NonZeroU32 {
         self.rules().max_limit
+    }
+
+    /// The quota this algorithm advertises per period under `quota` — the
+    /// HTTP `RateLimit-Policy`'s `q` (with `w` the period), gRPC's
+    /// `QuotaViolation::quota_value`, the Limits page and the CLI's `list`
+    /// — chosen so that it holds:
+    ///
+    /// * [`SlidingLog`](Self::SlidingLog): the limit, in any window of one
+    ///   period;
+    /// * [`Gcra`](Self::Gcra): the limit plus the burst, less one, in any
+    ///   window of one period: a full burst at once, then one unit every
+    ///   `period / limit`. With the default burst (the limit), "5 per 10 s"
+    ///   admits 9 in some window of 10 s; the rate it sustains is the
+    ///   limit per period;
+    /// * [`FixedWindow`](Self::FixedWindow): the limit per clock-aligned
+    ///   window (any window of one period may hold up to twice it, across a
+    ///   boundary);
+    /// * [`SlidingWindow`](Self::SlidingWindow): the limit as its estimate
+    ///   counts, which assumes the previous window's units evenly spread;
+    ///   any window of one period may hold up to twice it when they were
+    ///   not.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use shardlimit::{Algorithm, Quota};
+    /// let q = Quota::with_period(5, Duration::from_secs(10));
+    /// assert_eq!(Algorithm::Gcra.policy_limit(&q), 9);
+    /// assert_eq!(Algorithm::Gcra.policy_limit(&q.allow_burst(1)), 5);
+    /// assert_eq!(Algorithm::SlidingLog.policy_limit(&q), 5);
+    /// ```
+    #[must_use]
+    pub fn policy_limit(self, quota: &Quota) -> u64 {
+        let limit = u64::from(quota.limit().get());
+        if self.rules().bursts {
+            limit + u64::from(quota.burst().get()) - 1
+        } else {
+            limit
+        }
     }
 
     /// The most one request may cost under `quota`.

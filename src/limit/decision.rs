@@ -34,6 +34,18 @@ pub struct Decision {
     pub retry_after: Option<Duration>,
     /// When the limiter is back to full (nothing in use).
     pub reset_after: Duration,
+    /// When more than [`remaining`](Self::remaining) units are free: when a
+    /// request of one unit more could be admitted — the draft HTTP
+    /// `RateLimit` field's `t`. Zero when nothing more is to come (all
+    /// free). For a denial, the same as `retry_after` (or `reset_after`
+    /// when the request can never be admitted). Per algorithm: a fixed
+    /// window's end; a sliding log's oldest entry leaving the window; a
+    /// sliding window counter's estimate falling by a unit; one more GCRA
+    /// unit coming back — one interval (`period / limit`) or less; the
+    /// same for a [`local`](Self::local) decision, but the sliding window
+    /// counter's, which states its `reset_after` (never shorter). A bypass
+    /// or a slice's admission: zero (nothing known).
+    pub more_after: Duration,
     /// Set when the decision was made without Redis: under
     /// [`FailurePolicy::FailOpen`](crate::FailurePolicy::FailOpen) `allowed`
     /// is then `true`; under [`FailurePolicy::Local`](crate::FailurePolicy::Local)
@@ -150,6 +162,7 @@ impl Decision {
             remaining: 0,
             retry_after: None,
             reset_after: Duration::ZERO,
+            more_after: Duration::ZERO,
             bypassed: None,
             local: false,
             cached: false,

@@ -52,6 +52,7 @@ fn replay(decision: &MultiDecision, elapsed: Duration, left: Duration) -> MultiD
                     d.retry_after = Some(own.min(left));
                 }
                 d.reset_after = d.reset_after.saturating_sub(elapsed);
+                d.more_after = d.retry_after.unwrap_or(d.reset_after);
             }
             d
         })

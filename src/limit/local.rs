@@ -272,6 +272,8 @@ impl LocalLimits {
                 remaining: 0,
                 retry_after_us: (until < u64::MAX).then(|| until - now),
                 reset_after_us: 0,
+                // A denial states its wait (`decision` uses retry_after).
+                more_after_us: 0,
             },
             None => {
                 let verdict = (spec.algorithm.rules().local)(&mut subject.state, at);
@@ -345,6 +347,10 @@ pub(crate) fn decision(v: Verdict, algorithm: Algorithm, reason: Option<BypassRe
     d.remaining = u32::try_from(v.verdict.remaining).unwrap_or(u32::MAX);
     d.retry_after = v.verdict.retry_after_us.map(Duration::from_micros);
     d.reset_after = Duration::from_micros(v.verdict.reset_after_us);
+    d.more_after = match d.retry_after {
+        Some(wait) if !d.allowed => wait,
+        _ => Duration::from_micros(v.verdict.more_after_us),
+    };
     d.blocked = v.blocked;
     d.overridden = v.overridden;
     d.settled = Settled::Unknown;

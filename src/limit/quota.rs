@@ -106,19 +106,20 @@ impl Quota {
         }
     }
 
-    /// `limit` per second.
+    /// `limit` per second (what each algorithm admits in its worst second:
+    /// [`with_period`](Self::with_period)).
     #[must_use]
     pub fn per_second(limit: impl Count) -> Self {
         Self::with_period(limit, Duration::from_secs(1))
     }
 
-    /// `limit` per minute.
+    /// `limit` per minute (worst windows: [`with_period`](Self::with_period)).
     #[must_use]
     pub fn per_minute(limit: impl Count) -> Self {
         Self::with_period(limit, Duration::from_secs(60))
     }
 
-    /// `limit` per hour.
+    /// `limit` per hour (worst windows: [`with_period`](Self::with_period)).
     #[must_use]
     pub fn per_hour(limit: impl Count) -> Self {
         Self::with_period(limit, Duration::from_secs(3600))
@@ -127,6 +128,20 @@ impl Quota {
     /// `limit` per `period`. The limit must be from 1 to `u32::MAX` and the
     /// period a whole number of milliseconds from 1 ms to a year; limiters
     /// check both when built.
+    ///
+    /// What it admits in the worst window of one `period` depends on the
+    /// algorithm ([`Algorithm::policy_limit`](crate::Algorithm::policy_limit)
+    /// is what a limiter advertises):
+    ///
+    /// | algorithm | most admitted in any window of one period |
+    /// |---|---|
+    /// | sliding log | `limit` (exact) |
+    /// | GCRA (the default) | `limit + burst - 1`: the burst at once, then one every `period / limit`; with the default burst (`limit`), `2 × limit - 1` — "5 per 10 s" admits 9 in some 10 s |
+    /// | fixed window | `limit` per clock-aligned window; `2 × limit` across a boundary |
+    /// | sliding window counter | `limit` by its estimate; up to `2 × limit` when the previous window's units came at its end |
+    ///
+    /// Where "`limit` per `period`" must hold in every window, use the
+    /// sliding log (limits up to 128); GCRA is a rate with a burst.
     #[must_use]
     pub fn with_period(limit: impl Count, period: Duration) -> Self {
         let limit = Checked::new(limit);
@@ -137,8 +152,11 @@ impl Quota {
     }
 
     /// For GCRA: up to `burst` units at once from a full bucket, refilling at
-    /// `limit` per `period`. Default: the limit. Other algorithms refuse a
-    /// burst different from the limit when built.
+    /// `limit` per `period` — so up to `limit + burst - 1` in one period's
+    /// worst window. Default: the limit. `allow_burst(1)` makes it a pure
+    /// rate: at most `limit` in any window of `period`, one every
+    /// `period / limit`. Other algorithms refuse a burst different from the
+    /// limit when built.
     #[must_use]
     pub fn allow_burst(self, burst: impl Count) -> Self {
         let burst = Checked::new(burst);

@@ -147,10 +147,12 @@ pub struct Invocation {
     /// The script replies with integers: `all_allowed`, then per limit
     /// `allowed, remaining, retry_after_us, reset_after_us, capacity, flags,
     /// settled_ms, override_limit, override_period_us` (the header of
-    /// `src/scripts/limit_prelude.lua` says what each means). A one-limit
-    /// check of a subject with neither an override nor a block replies
-    /// compactly, `2 * all_allowed + allowed, remaining, retry_after_us,
-    /// reset_after_us`: every byte of a reply costs Redis.
+    /// `src/scripts/limit_prelude.lua` says what each means; for a limit
+    /// that admitted, `retry_after_us` holds when more than `remaining` is
+    /// free, [`Decision::more_after`](crate::Decision::more_after)). A
+    /// one-limit check of a subject with neither an override nor a block
+    /// replies compactly, `2 * all_allowed + allowed, remaining,
+    /// retry_after_us, reset_after_us`: every byte of a reply costs Redis.
     pub args: Vec<Vec<u8>>,
     /// Units this check takes, and whether it consumes (not a peek).
     cost: u32,
@@ -308,6 +310,7 @@ pub(crate) fn parse_reply(
         .zip(rest.chunks_exact(REPLY_FIELDS))
         .map(|(spec, f)| {
             let admitted = f[0] == 1;
+            let (retry, reset) = (micros(f[2]), micros(f[3]).unwrap_or_default());
             let overridden = f[5] & FLAG_OVERRIDDEN != 0;
             let quota = if overridden {
                 applied_quota(f[7], f[8], count(f[4])).ok_or_else(bad)?
@@ -319,8 +322,15 @@ pub(crate) fn parse_reply(
                 allowed: admitted || spec.shadow,
                 limit: count(f[4]),
                 remaining: count(f[1]),
-                retry_after: micros(f[2]),
-                reset_after: micros(f[3]).unwrap_or_default(),
+                // The script's retry slot holds, for a limit that
+                // admitted, when more than `remaining` is free.
+                retry_after: if admitted { None } else { retry },
+                reset_after: reset,
+                more_after: if admitted {
+                    retry.unwrap_or_default()
+                } else {
+                    retry.unwrap_or(reset)
+                },
                 bypassed: None,
                 local: false,
                 cached: false,

@@ -117,6 +117,7 @@ pub(crate) fn denied(quota: Quota, capacity: u32, wait: Duration) -> Decision {
     d.allowed = false;
     d.retry_after = Some(wait);
     d.reset_after = wait;
+    d.more_after = wait;
     d
 }
 

@@ -41,3 +41,7 @@ if WRITES then
 else
   REMAINING, RESET = LIMIT - used, used > 0 and until_end or 0
 end
+if ADMITS then
+  -- more_us (see limit_prelude.lua): the window's end frees everything.
+  RETRY = RESET
+end

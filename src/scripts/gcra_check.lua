@@ -17,26 +17,46 @@
 local never = COST > BURST
 local cost = never and BURST or COST
 local interval = PERIOD / LIMIT
-local tolerance = interval * BURST
 local tat = tonumber(VALUE or 0)
 if tat < NOW_US then
   tat = NOW_US
 end
+-- The units free now decide and are reported (see gcra.lua).
+local free = BURST - math.ceil((tat - NOW_US) * LIMIT / PERIOD)
 local new_tat = tat + cost * interval
-local allow_at = new_tat - tolerance
 -- An integer (ceil) unless infinite or not a number: x % 1 is then NaN.
 WRITE = math.ceil(new_tat)
 if WRITE % 1 ~= 0 or WRITE < 0 or WRITE >= 9007199254740992 then
   return redis.error_reply('ERR shardlimit: number out of range: ' .. tostring(WRITE))
 end
-ADMITS = allow_at <= NOW_US and not never
-RETRY = (ADMITS or never) and -1 or math.ceil(allow_at - NOW_US)
+ADMITS = cost <= free and not never
+RETRY = -1
+if not ADMITS and not never then
+  -- At least 1 us: the float may round a denial's wait to 0.
+  RETRY = math.ceil(new_tat - interval * BURST - NOW_US)
+  if RETRY < 1 then
+    RETRY = 1
+  end
+end
 CAPACITY = BURST
 WRITES = ADMITS and COUNTS
 -- remaining and reset_after: the generic check's, from the TAT in force
 -- after this request.
 if WRITES then
   tat, WRITE_AT_MS = new_tat, math.ceil(WRITE / 1000)
+  free = free - cost
 end
-REMAINING = math.floor((NOW_US + tolerance - tat + 1) / interval)
+REMAINING = free
 RESET = math.ceil(tat - NOW_US)
+if ADMITS then
+  -- more_us (see limit_prelude.lua): when the TAT holds one unit fewer
+  -- (0: it holds none), at least 1 us as above.
+  local held = BURST - free
+  RETRY = 0
+  if held > 0 then
+    RETRY = math.ceil(tat - NOW_US - (held - 1) * interval)
+    if RETRY < 1 then
+      RETRY = 1
+    end
+  end
+end

@@ -90,7 +90,7 @@ for i = 1, #states do
   end
   reply[#reply + 1] = s.ok and 1 or 0
   reply[#reply + 1] = wrote and s.remaining_after or s.remaining_now
-  reply[#reply + 1] = s.ok and -1 or s.retry
+  reply[#reply + 1] = s.ok and (wrote and s.more_after or s.more_now) or s.retry
   reply[#reply + 1] = wrote and s.reset_after or s.reset_now
   reply[#reply + 1] = s.capacity
   reply[#reply + 1] = s.flags

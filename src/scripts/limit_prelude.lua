@@ -33,9 +33,12 @@
 --   all_allowed    1 if every limit not in shadow mode admitted the request
 --   allowed        1 or 0: this limit's own verdict (shadow or not)
 --   remaining      units left (after this request if it was consumed)
---   retry_after_us when this same request could next be admitted; -1 if it
---                  was admitted, or if it never can be (cost above an
---                  override's capacity)
+--   retry_after_us if this limit denied: when this same request could next
+--                  be admitted; -1 if it never can be (cost above an
+--                  override's capacity). If it admitted: more_us, when
+--                  more than `remaining` units are free (when a request
+--                  of remaining + 1 units could be admitted; 0 when
+--                  remaining is the capacity): the draft's `t`
 --   reset_after_us when the limit is back to full (0 = already full)
 --   capacity       the most one request may cost (the override's, if any)
 --   flags          1 = blocked, 2 = an override applied (added)
@@ -92,9 +95,13 @@ local function int(x)
 end
 
 -- A state with `ok`, `remaining_now`, `remaining_after`, `retry`,
--- `reset_now`, `reset_after` and `writes`: the commands (argument lists,
--- fully formatted) to run on admission, so nothing is left to compute then.
-local function state(ok, remaining_now, remaining_after, retry, reset_now, reset_after, writes)
+-- `reset_now`, `reset_after`, `writes`: the commands (argument lists,
+-- fully formatted) to run on admission, so nothing is left to compute then,
+-- and `more_now`, `more_after`: when more than the remaining quota is free
+-- (see more_us in the Reply above), the reset's if not given (a fixed
+-- window frees everything at once, at its end).
+local function state(ok, remaining_now, remaining_after, retry, reset_now, reset_after, writes,
+                     more_now, more_after)
   return {
     ok = ok,
     remaining_now = math.max(remaining_now, 0),
@@ -103,6 +110,8 @@ local function state(ok, remaining_now, remaining_after, retry, reset_now, reset
     reset_now = math.max(reset_now, 0),
     reset_after = math.max(reset_after, 0),
     writes = writes,
+    more_now = math.max(more_now or reset_now, 0),
+    more_after = math.max(more_after or reset_after, 0),
   }
 end
 

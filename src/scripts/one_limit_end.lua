@@ -4,7 +4,8 @@
 -- KEYS, ARGV, Reply: as one_limit.lua.
 -- Reads, as the algorithm's part sets them:
 --   ADMITS, RETRY  the limit's own verdict, and when the same request could
---                  next be admitted (-1: admitted, or never)
+--                  next be admitted (-1: never); if admitted, more_us
+--                  (see limit_prelude.lua), after this request if WRITES
 --   CAPACITY       the most one request may cost
 --   WRITE, WRITE_AT_MS  a string state's new value and its expiry (PXAT;
 --                  needed, so maybe set, only if WRITES);

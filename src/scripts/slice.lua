@@ -116,8 +116,8 @@ if ARGV[1] == 'take' then
     end
     local room = math.floor(limit * tonumber(ARGV[9]) / 1000000) - outstanding
     local tat = tat_now()
-    -- Cells free now: n such that tat + n * interval - burst * interval <= now.
-    local free = math.floor((NOW_US + burst * interval - tat) / interval)
+    -- Cells free now, as a check counts them (gcra.lua).
+    local free = burst - math.ceil((tat - NOW_US) * limit / period)
     granted = math.max(math.min(wanted, room, free), 0)
     if free < wanted then
       spent = 1

@@ -55,8 +55,17 @@ ALGOS.slog = function(key, limit, period, _burst, cost)
     retry = tonumber(nth[2]) + period - NOW_US
   end
   local writes = {}
+  -- When more than the remaining quota is free: when the oldest live entry
+  -- (after an admission: the new ones if none was) leaves the window.
+  local more_now, more_after = 0, stamp + period - NOW_US
   if ok and CONSUME then
     writes = slog_add(key, horizon, stamp, period, cost)
+  end
+  if ok and used > 0 then
+    local oldest = redis.call('ZRANGEBYSCORE', key, '(' .. int(horizon), '+inf',
+      'WITHSCORES', 'LIMIT', 0, 1)
+    more_now = tonumber(oldest[2]) + period - NOW_US
+    more_after = more_now
   end
   return state(
     ok,
@@ -65,5 +74,7 @@ ALGOS.slog = function(key, limit, period, _burst, cost)
     retry,
     used > 0 and (newest + period - NOW_US) or 0,
     stamp + period - NOW_US,
-    writes)
+    writes,
+    more_now,
+    more_after)
 end

@@ -22,6 +22,30 @@ local function swc_counts(key, w)
   return 0, 0
 end
 
+-- When a request of `cost` units could be admitted, with `cur` and `prev`
+-- counted in the windows starting at `start` and before it.
+local function swc_wait(start, period, limit, cur, prev, cost)
+  local room = limit - cur - cost
+  if room >= 0 and prev > 0 then
+    -- Later in this window, once enough of prev's weight has decayed.
+    return math.ceil(start + (1 - room / prev) * period - NOW_US)
+  end
+  -- In the next window, where this window's count becomes prev.
+  local f = 0
+  if cur > 0 then
+    f = math.max(0, 1 - (limit - cost) / cur)
+  end
+  return math.ceil(start + period + f * period - NOW_US)
+end
+
+-- When more than `left` units are free (0: all are).
+local function swc_more(start, period, limit, cur, prev, left)
+  if left >= limit then
+    return 0
+  end
+  return swc_wait(start, period, limit, cur, prev, math.max(left, 0) + 1)
+end
+
 ALGOS.swc = function(key, limit, period, _burst, cost)
   local w = math.floor(NOW_US / period)
   local start = w * period
@@ -29,21 +53,12 @@ ALGOS.swc = function(key, limit, period, _burst, cost)
   local cur, prev = swc_counts(key, w)
   local estimate = cur + prev * (1 - fraction)
   local ok = estimate + cost <= limit
-  local retry = -1
+  local retry, more_now, more_after = -1, false, false
   if not ok then
-    local room = limit - cur - cost
-    if room >= 0 and prev > 0 then
-      -- Later in this window, once enough of prev's weight has decayed.
-      retry = start + (1 - room / prev) * period - NOW_US
-    else
-      -- In the next window, where this window's count becomes prev.
-      local f = 0
-      if cur > 0 then
-        f = math.max(0, 1 - (limit - cost) / cur)
-      end
-      retry = start + period + f * period - NOW_US
-    end
-    retry = math.ceil(retry)
+    retry = swc_wait(start, period, limit, cur, prev, cost)
+  else
+    more_now = swc_more(start, period, limit, cur, prev, math.floor(limit - estimate))
+    more_after = swc_more(start, period, limit, cur + cost, prev, math.floor(limit - estimate - cost))
   end
   local reset_now = 0
   if cur > 0 then
@@ -61,5 +76,7 @@ ALGOS.swc = function(key, limit, period, _burst, cost)
     {
       { 'HSET', key, 'w', int(w), 'c', int(cur + cost), 'p', int(prev) },
       { 'PEXPIREAT', key, int((start + 2 * period) / 1000) },
-    })
+    },
+    more_now,
+    more_after)
 end

@@ -47,3 +47,12 @@ if WRITES then
 else
   REMAINING, RESET = LIMIT - used, used > 0 and (newest + PERIOD - NOW_US) or 0
 end
+if ADMITS then
+  -- more_us (see limit_prelude.lua): when the oldest live entry leaves.
+  if used > 0 then
+    local oldest = redis.call('ZRANGEBYSCORE', KEY, after_horizon, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    RETRY = tonumber(oldest[2]) + PERIOD - NOW_US
+  else
+    RETRY = RESET
+  end
+end

@@ -46,20 +46,6 @@ if WRITE_AT_MS % 1 ~= 0 or WRITE_AT_MS < 0 or WRITE_AT_MS >= 9007199254740992 th
   return redis.error_reply('ERR shardlimit: number out of range: ' .. tostring(WRITE_AT_MS))
 end
 ADMITS = estimate + cost <= LIMIT and not never
-RETRY = -1
-if not ADMITS and not never then
-  local room = LIMIT - cur - cost
-  if room >= 0 and prev > 0 then
-    RETRY = start + (1 - room / prev) * PERIOD - NOW_US
-  else
-    local f = 0
-    if cur > 0 then
-      f = math.max(0, 1 - (LIMIT - cost) / cur)
-    end
-    RETRY = start + PERIOD + f * PERIOD - NOW_US
-  end
-  RETRY = math.ceil(RETRY)
-end
 CAPACITY = LIMIT
 WRITES = ADMITS and COUNTS
 if WRITES then
@@ -71,4 +57,33 @@ else
   elseif prev > 0 then
     RESET = start + PERIOD - NOW_US
   end
+end
+-- The wait until a request of `want` units could be admitted: this one's
+-- if denied; if admitted, more_us (see limit_prelude.lua), that of one unit
+-- more than is left, counting this one's units if written (0: all free).
+local want = cost
+RETRY = -1
+if ADMITS then
+  want = math.max(REMAINING, 0) + 1
+  if WRITES then
+    cur = cur + cost
+  end
+  if want > LIMIT then
+    want, RETRY = false, 0
+  end
+elseif never then
+  want = false
+end
+if want then
+  local room = LIMIT - cur - want
+  if room >= 0 and prev > 0 then
+    RETRY = start + (1 - room / prev) * PERIOD - NOW_US
+  else
+    local f = 0
+    if cur > 0 then
+      f = math.max(0, 1 - (LIMIT - want) / cur)
+    end
+    RETRY = start + PERIOD + f * PERIOD - NOW_US
+  end
+  RETRY = math.ceil(RETRY)
 end

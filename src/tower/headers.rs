@@ -9,19 +9,22 @@
 //! RateLimit: "api-1s";r=0;t=1
 //! ```
 //!
-//! * `RateLimit-Policy` (draft §3) lists every limit: `q` the limit per
-//!   window `w` (seconds, §3.1.3). A period that is not a whole number of
+//! * `RateLimit-Policy` (draft §3) lists every limit: `q` what it admits per
+//!   window `w` (seconds, §3.1.3) as [`Algorithm::policy_limit`] says, so
+//!   that it holds — for GCRA the limit plus the burst less one, in any
+//!   window of `w`. A period that is not a whole number of
 //!   seconds cannot be a `w` ("sub-second precision is not supported"): it
-//!   goes in `shardlimit-window-ms` instead. A GCRA burst above the limit is
+//!   goes in `shardlimit-window-ms` instead. A GCRA's burst is
 //!   `shardlimit-burst` (vendor-prefixed, as §3.1 asks of
 //!   implementation-specific parameters). `qu` (§3.1.2) only when the unit
 //!   is not the default `requests`.
 //! * `RateLimit` (§4) names the binding limit only — the one that denied
 //!   with the longest wait, or the one closest to exhaustion — as §B.1.2
 //!   allows: `r` the remaining quota; `t` the seconds, rounded up, until the
-//!   request would be admitted (a limit that denied it) or until the limit
-//!   is full again (one that admitted it). `Retry-After` is that same wait,
-//!   so it is never earlier than `t` (§6).
+//!   request would be admitted (a limit that denied it) or until more than
+//!   `r` is free (one that admitted it: the draft's effective window,
+//!   [`Decision::more_after`]). `Retry-After` is a denial's wait, so it is
+//!   never earlier than `t` (§6).
 //! * `pk` (§3.1.4, §4.1.3), a byte sequence, only when the layer is told
 //!   the key may be shown: it is the client's identity (an IP address, an
 //!   API key) or its digest.
@@ -40,7 +43,7 @@ use super::buf::HeaderBuf;
 use super::config::{Config, QuotaUnit};
 use super::x_ratelimit;
 use crate::limit::MultiDecision;
-use crate::limit::{Decision, Quota, RateLimiter};
+use crate::limit::{Algorithm, Decision, Quota, RateLimiter};
 
 /// `RateLimit-Policy` (header names are lowercase in `http`; HTTP/2 and
 /// HTTP/3 require it and HTTP/1.1 field names are case-insensitive).
@@ -100,12 +103,13 @@ fn reset_at(now: SystemTime, wait: Duration) -> u64 {
 }
 
 /// The wait a limit's `t` states: until the request would be admitted, for
-/// a limit that denied it; until the limit is full again, for one that
-/// admitted it.
+/// a limit that denied it (`Retry-After`'s wait); until more than its `r` is
+/// free, for one that admitted it — the draft's effective window, within
+/// which the client can use no more than `r` (§4.1.2).
 fn stated_wait(d: &Decision) -> Duration {
     match d.retry_after {
         Some(wait) if !d.allowed => wait,
-        _ => d.reset_after,
+        _ => d.more_after,
     }
 }
 
@@ -127,45 +131,55 @@ fn policy_for(config: &Config, decisions: &[Decision], pk: Option<&[u8]>) -> Hea
     if as_built && pk.is_none() {
         return config.policy.clone();
     }
-    let names = config.limits.limiters().iter().map(RateLimiter::name);
+    let limiters = config.limits.limiters().iter();
     policy(
-        names
+        limiters
             .zip(decisions)
-            .map(|(name, d)| (name, d.quota, d.limit)),
+            .map(|(l, d)| (l.name(), l.algorithm(), d.quota, d.limit)),
         config.unit,
         pk,
     )
 }
 
-/// The `RateLimit-Policy` value of named limits, each with its quota and
-/// capacity, counted in `unit`, with the partition key `pk` if shown.
+/// The `RateLimit-Policy` value of named limits, each with its algorithm,
+/// quota and capacity, counted in `unit`, with the partition key `pk` if
+/// shown.
 pub(crate) fn policy<'a>(
-    items: impl IntoIterator<Item = (&'a str, Quota, u32)>,
+    items: impl IntoIterator<Item = (&'a str, Algorithm, Quota, u32)>,
     unit: QuotaUnit,
     pk: Option<&[u8]>,
 ) -> HeaderValue {
     let mut buf = HeaderBuf::new();
-    for (i, (name, quota, capacity)) in items.into_iter().enumerate() {
+    for (i, (name, algorithm, quota, capacity)) in items.into_iter().enumerate() {
         let sep = if i > 0 { ", " } else { "" };
         // HeaderBuf never fails.
         let _ = buf.write_str(sep);
-        let _ = write_policy_item(&mut buf, name, quota, capacity, unit, pk);
+        let _ = write_policy_item(&mut buf, name, algorithm, quota, capacity, unit, pk);
     }
     buf.finish()
 }
 
 /// One quota policy item (§3.1): parameters in the order of the draft's
-/// examples (`q`, `qu`, `w`, `pk`), then ours.
+/// examples (`q`, `qu`, `w`, `pk`), then ours. `q` is what the algorithm
+/// advertises per period ([`Algorithm::policy_limit`]): for GCRA the
+/// limit plus the burst less one, which holds in any window of `w`, and
+/// `shardlimit-burst` the most at once.
 fn write_policy_item(
     out: &mut HeaderBuf,
     name: &str,
+    algorithm: Algorithm,
     quota: Quota,
     capacity: u32,
     unit: QuotaUnit,
     pk: Option<&[u8]>,
 ) -> fmt::Result {
     // Limiter names are [A-Za-z0-9_.-]: a valid sf-string as they are.
-    write!(out, "\"{name}\";q={}", quota.limit())?;
+    let quota = if algorithm == Algorithm::Gcra {
+        quota.allow_burst(capacity)
+    } else {
+        quota
+    };
+    write!(out, "\"{name}\";q={}", algorithm.policy_limit(&quota))?;
     if unit != QuotaUnit::Requests {
         write!(out, ";qu=\"{}\"", unit.as_str())?;
     }
@@ -181,7 +195,7 @@ fn write_policy_item(
     if !whole_seconds {
         write!(out, ";shardlimit-window-ms={}", period.as_millis())?;
     }
-    if capacity != quota.limit().get() {
+    if algorithm == Algorithm::Gcra {
         write!(out, ";shardlimit-burst={capacity}")?;
     }
     Ok(())
@@ -216,17 +230,18 @@ mod tests {
 
     fn policy_item(
         name: &str,
+        algorithm: Algorithm,
         quota: Quota,
         capacity: u32,
         unit: QuotaUnit,
         pk: Option<&[u8]>,
     ) -> String {
         let mut buf = HeaderBuf::new();
-        write_policy_item(&mut buf, name, quota, capacity, unit, pk).unwrap();
+        write_policy_item(&mut buf, name, algorithm, quota, capacity, unit, pk).unwrap();
         buf.finish().to_str().unwrap().to_owned()
     }
 
-    fn decision(allowed: bool, remaining: u32, retry_ms: Option<u64>, reset_ms: u64) -> Decision {
+    fn decision(allowed: bool, remaining: u32, retry_ms: Option<u64>, more_ms: u64) -> Decision {
         let mut d = Decision::bypass(
             crate::Quota::per_second(10),
             10,
@@ -235,7 +250,8 @@ mod tests {
         d.allowed = allowed;
         d.remaining = remaining;
         d.retry_after = retry_ms.map(Duration::from_millis);
-        d.reset_after = Duration::from_millis(reset_ms);
+        d.reset_after = Duration::from_secs(60);
+        d.more_after = Duration::from_millis(more_ms);
         d.bypassed = None;
         d
     }
@@ -268,19 +284,29 @@ mod tests {
     #[test]
     fn policy_items() {
         let requests = QuotaUnit::Requests;
+        let (log, gcra) = (Algorithm::SlidingLog, Algorithm::Gcra);
         let q = Quota::per_minute(nz(60));
         assert_eq!(
-            policy_item("api", q, 60, requests, None),
+            policy_item("api", log, q, 60, requests, None),
             "\"api\";q=60;w=60"
+        );
+        // GCRA: what it admits in any window of w, a burst then the rate.
+        assert_eq!(
+            policy_item("api", gcra, q, 60, requests, None),
+            "\"api\";q=119;w=60;shardlimit-burst=60"
+        );
+        assert_eq!(
+            policy_item("api", gcra, q.allow_burst(nz(1)), 1, requests, None),
+            "\"api\";q=60;w=60;shardlimit-burst=1"
         );
         let bursty = Quota::per_second(nz(10)).allow_burst(nz(50));
         assert_eq!(
-            policy_item("ip", bursty, 50, requests, None),
-            "\"ip\";q=10;w=1;shardlimit-burst=50"
+            policy_item("ip", gcra, bursty, 50, requests, None),
+            "\"ip\";q=59;w=1;shardlimit-burst=50"
         );
         let fast = Quota::with_period(nz(5), Duration::from_millis(1500));
         assert_eq!(
-            policy_item("f", fast, 5, requests, None),
+            policy_item("f", log, fast, 5, requests, None),
             "\"f\";q=5;shardlimit-window-ms=1500"
         );
         // The draft's own example (§3.2), our names and numbers.
@@ -288,6 +314,7 @@ mod tests {
         assert_eq!(
             policy_item(
                 "peruser",
+                Algorithm::FixedWindow,
                 bytes,
                 65535,
                 QuotaUnit::ContentBytes,
@@ -296,8 +323,15 @@ mod tests {
             "\"peruser\";q=65535;qu=\"content-bytes\";w=10;pk=:dXNlci0x:"
         );
         assert_eq!(
-            policy_item("f", fast, 6, QuotaUnit::ConcurrentRequests, Some(b"k")),
-            "\"f\";q=5;qu=\"concurrent-requests\";pk=:aw==:;shardlimit-window-ms=1500;shardlimit-burst=6"
+            policy_item(
+                "f",
+                gcra,
+                fast,
+                6,
+                QuotaUnit::ConcurrentRequests,
+                Some(b"k")
+            ),
+            "\"f\";q=10;qu=\"concurrent-requests\";pk=:aw==:;shardlimit-window-ms=1500;shardlimit-burst=6"
         );
     }
 
@@ -321,7 +355,9 @@ mod tests {
     fn long_values_spill_to_the_heap() {
         let name = "n".repeat(64);
         let q = Quota::per_second(nz(u32::MAX));
-        let items: Vec<_> = (0..10).map(|_| (name.as_str(), q, u32::MAX)).collect();
+        let items: Vec<_> = (0..10)
+            .map(|_| (name.as_str(), Algorithm::SlidingWindow, q, u32::MAX))
+            .collect();
         let value = policy(items, QuotaUnit::Requests, Some(&[0xff; 1024]));
         let text = value.to_str().unwrap();
         assert_eq!(text.matches(";q=4294967295;").count(), 10);

@@ -409,7 +409,9 @@ impl<X, P> RateLimitLayerBuilder<X, P> {
     fn into_layer(self) -> RateLimitLayer<X, P> {
         let limiters = self.limits.limiters();
         let policy = headers::policy(
-            limiters.iter().map(|l| (l.name(), l.quota(), l.capacity())),
+            limiters
+                .iter()
+                .map(|l| (l.name(), l.algorithm(), l.quota(), l.capacity())),
             self.settings.unit,
             None,
         );

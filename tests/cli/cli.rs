@@ -391,6 +391,12 @@ async fn override_set_get_clear_round_trip_and_checks_apply_it() {
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0]["state"]["unused"], true);
     assert_eq!(rows[0]["override"]["quota"], "10/1s:burst=20");
+    // In text, what the GCRA override admits in its worst second too.
+    let text = stdout(&cli(&ns, &["list", "--subject", "user:8"]));
+    assert!(
+        text.contains("override 10/1s:burst=20 (at most 29 in any 1s), ttl 1h29m"),
+        "{text}"
+    );
     assert!(rows[0]["blocked_for_ms"].as_u64().unwrap() > 590_000);
     let out = cli(&ns, &["show", "user:8"]);
     assert!(

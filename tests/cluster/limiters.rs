@@ -289,6 +289,45 @@ async fn until_ready_waits_within_its_budget(algorithm: Algorithm) {
     common::assert_every_key_has_ttl(cluster.namespace()).await;
 }
 
+/// `more_after` (the HTTP `RateLimit`'s `t`) is when more than `remaining`
+/// is free: a request of one unit more is denied before it and admitted
+/// after it (3 per 600 ms: GCRA frees a unit every 200 ms, a sliding log
+/// when its oldest entry leaves, a fixed window at its end, the counter
+/// when its estimate has fallen by a unit).
+async fn more_after_is_when_more_is_free(algorithm: Algorithm) {
+    let cluster = common::cluster("more").await;
+    let quota = Quota::with_period(nz(3), Duration::from_millis(600));
+    let l = limiter(&cluster, algorithm, quota);
+    for attempt in 0..3 {
+        let s = format!("m-{attempt}");
+        let started = std::time::Instant::now();
+        assert!(l.check(&s).await.unwrap().allowed, "{algorithm}");
+        let d = l.check(&s).await.unwrap();
+        if d.remaining != 1 {
+            // A fixed window began between the two checks: again.
+            continue;
+        }
+        assert!(d.allowed, "{algorithm}: {d:?}");
+        assert!(
+            d.more_after > Duration::ZERO && d.more_after <= d.reset_after,
+            "{algorithm}: {d:?}"
+        );
+        if algorithm == Algorithm::Gcra {
+            assert!(d.more_after <= Duration::from_millis(200), "{d:?}");
+        }
+        let early = l.peek_n(&s, 2).await.unwrap();
+        if started.elapsed() + Duration::from_millis(5) < d.more_after {
+            assert!(!early.allowed, "{algorithm}: {early:?} before {d:?}");
+        }
+        tokio::time::sleep(d.more_after + SLACK).await;
+        let later = l.peek_n(&s, 2).await.unwrap();
+        assert!(later.allowed, "{algorithm}: {later:?} after {d:?}");
+        common::assert_every_key_has_ttl(cluster.namespace()).await;
+        return;
+    }
+    panic!("{algorithm}: a window began between two checks three times");
+}
+
 macro_rules! behaviour_suite {
     ($($module:ident => $algorithm:expr),* $(,)?) => {$(
         mod $module {
@@ -297,6 +336,11 @@ macro_rules! behaviour_suite {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn exact_under_contention() {
                 super::exact_under_contention($algorithm).await;
+            }
+
+            #[tokio::test]
+            async fn more_after_is_when_more_is_free() {
+                super::more_after_is_when_more_is_free($algorithm).await;
             }
 
             #[tokio::test]
@@ -588,10 +632,12 @@ async fn invocation_is_exactly_what_a_check_sends() {
         .await
         .unwrap();
     // The compact reply of a subject with no override and no block:
-    // { 2 * all_allowed + allowed, remaining, retry_after_us, reset_after_us }.
+    // { 2 * all_allowed + allowed, remaining, retry_after_us, reset_after_us },
+    // the retry slot of an admission holding when more than `remaining` is
+    // free: one unit, 20 minutes.
     assert_eq!(
         reply,
-        [3, 1, -1, 3_600_000_000 * 2 / 3],
+        [3, 1, 3_600_000_000 / 3, 3_600_000_000 * 2 / 3],
         "admitted, remaining 1"
     );
     assert_eq!(l.peek("s").await.unwrap().remaining, 1);

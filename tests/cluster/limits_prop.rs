@@ -9,10 +9,15 @@
 //! * a denied check, single or multi-limit, leaves every key's `DUMP`
 //!   byte-identical
 //!   (each multi-limit includes a small sliding log whose entries expire
-//!   between checks, so a denial that trimmed them would show).
+//!   between checks, so a denial that trimmed them would show);
+//! * a denial says less is left than it was asked for (`remaining <
+//!   cost`), for every algorithm, one-limit and multi-limit: here, and in
+//!   `a_denial_leaves_less_than_its_cost`, which sends random costs from
+//!   tasks at once against fast quotas of every algorithm, so that checks
+//!   land within microseconds of the moment a unit comes free.
 //!
-//! 64 cases; each case uses fresh limiter names and a fresh subject under
-//! one test namespace.
+//! 64 cases (16 for the concurrent one); each case uses fresh limiter names
+//! and a fresh subject under one test namespace.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
@@ -197,7 +202,10 @@ async fn single(algorithm: Algorithm, quota: Quota, costs: Vec<f64>) {
         let before = common::dump(&key).await;
         match l.check_n(&subject, cost).await {
             Ok(d) if d.allowed => admitted += u128::from(cost),
-            Ok(_) => assert_unchanged(&key, &before, &format!("{algorithm} {quota:?}")).await,
+            Ok(d) => {
+                assert_denial_below_cost(&d, cost, &format!("{algorithm} {quota:?}"));
+                assert_unchanged(&key, &before, &format!("{algorithm} {quota:?}")).await;
+            }
             Err(err) => panic!("{algorithm} {quota:?} cost {cost}: {err}"),
         }
     }
@@ -241,6 +249,9 @@ async fn multi(defs: Vec<(Algorithm, Quota)>, costs: Vec<f64>) {
             Err(err) => panic!("{defs:?} cost {cost}: {err}"),
         };
         if !d.allowed {
+            for denied in d.decisions.iter().filter(|d| !d.allowed) {
+                assert_denial_below_cost(denied, cost, &format!("{defs:?}"));
+            }
             for (key, before) in keys.iter().zip(&before) {
                 assert_unchanged(key, before, &format!("{defs:?}")).await;
             }
@@ -248,6 +259,98 @@ async fn multi(defs: Vec<(Algorithm, Quota)>, costs: Vec<f64>) {
     }
     for l in &limiters {
         assert_ttl(l, &subject).await;
+    }
+}
+
+/// A denial leaves less than it was asked for: a request of `remaining`
+/// units would have been admitted, one of `cost` was not.
+fn assert_denial_below_cost(d: &shardlimit::Decision, cost: u32, what: &str) {
+    assert!(
+        d.remaining < cost,
+        "{what}: denied a cost of {cost} yet says {} left ({d:?})",
+        d.remaining
+    );
+}
+
+/// A quota whose units come free every few microseconds, so that checks
+/// sent at once meet the moment one does: GCRA one unit per 2-40 us with a
+/// small burst; the windows a small limit per 1-20 ms.
+fn fast_quota(algorithm: Algorithm) -> impl Strategy<Value = Quota> {
+    let max = algorithm.max_limit().get().min(50);
+    (
+        2..=40u32,
+        1..=5u64,
+        prop_oneof![Just(1u32), 1..=4u32],
+        1..=max,
+        1..=20u64,
+    )
+        .prop_map(move |(interval_us, period_ms, burst, limit, window_ms)| {
+            if algorithm == Algorithm::Gcra {
+                let limit = u32::try_from(period_ms * 1000).unwrap() / interval_us;
+                Quota::with_period(limit, Duration::from_millis(period_ms)).allow_burst(burst)
+            } else {
+                Quota::with_period(limit, Duration::from_millis(window_ms))
+            }
+        })
+}
+
+/// One fast quota per algorithm, in `Algorithm::ALL`'s order.
+fn fast_quotas() -> impl Strategy<Value = [Quota; 4]> {
+    Algorithm::ALL.map(fast_quota)
+}
+
+/// Eight tasks at once, each sending its share of `costs` (fractions of the
+/// capacity) as fast as the replies come, one-limit through `l` and
+/// multi-limit through `l` beside a limit that never binds: every denial
+/// must say less is left than it was asked for.
+async fn denials_below_cost(l: RateLimiter, costs: Vec<f64>) {
+    let roomy = build(
+        cluster().await,
+        format!("{}-roomy", l.name()),
+        Algorithm::FixedWindow,
+        Quota::per_hour(u32::MAX),
+    );
+    let both = MultiLimiter::new([l.clone(), roomy]).unwrap();
+    let what = format!("{} {:?}", l.algorithm(), l.quota());
+    let mut tasks = Vec::new();
+    for (n, share) in costs.chunks(costs.len().div_ceil(8)).enumerate() {
+        let (l, both, what) = (l.clone(), both.clone(), what.clone());
+        let share: Vec<u32> = share.iter().map(|&f| cost_of(l.capacity(), f)).collect();
+        tasks.push(tokio::spawn(async move {
+            let subject = format!("s{}", l.name());
+            for cost in share {
+                let d = if n % 2 == 0 {
+                    l.check_n(&subject, cost).await.unwrap()
+                } else {
+                    let d = both.check_n(&subject, cost).await.unwrap();
+                    d.decisions.into_iter().next().unwrap()
+                };
+                if !d.allowed {
+                    assert_denial_below_cost(&d, cost, &what);
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_denial_leaves_less_than_its_cost(
+        quotas in fast_quotas(),
+        costs in prop::collection::vec(prop_oneof![4 => Just(0.0), 1 => 0.0..=1.0f64], 400..600),
+    ) {
+        RT.block_on(async {
+            let id = case_id();
+            for (algorithm, quota) in Algorithm::ALL.into_iter().zip(quotas) {
+                let l = build(cluster().await, format!("d{id}-{}", algorithm.kind()), algorithm, quota);
+                denials_below_cost(l, costs.clone()).await;
+            }
+        });
     }
 }
 

@@ -92,11 +92,12 @@ async fn a_denied_call_is_resource_exhausted_with_retry_info_and_quota_failure()
         // The rate-limit headers travel as response metadata.
         assert_eq!(
             text(&metadata, "ratelimit-policy"),
-            "\"key-fast\";q=3;w=6, \"key-1h\";q=1000;w=3600"
+            "\"key-fast\";q=5;w=6;shardlimit-burst=3, \"key-1h\";q=1999;w=3600;shardlimit-burst=1000"
         );
-        assert!(
-            text(&metadata, "ratelimit").starts_with(&format!("\"key-fast\";r={remaining};t=")),
-            "{metadata:?}"
+        assert_eq!(
+            text(&metadata, "ratelimit"),
+            format!("\"key-fast\";r={remaining};t=2"),
+            "the next unit frees in 2 s: {metadata:?}"
         );
     }
     let status = check(&mut client, "k-1").await.unwrap_err();
@@ -114,8 +115,8 @@ async fn a_denied_call_is_resource_exhausted_with_retry_info_and_quota_failure()
     let violation = &failure.violations[0];
     assert_eq!(violation.subject, "key-fast");
     assert_eq!(violation.quota_id, "key-fast");
-    assert_eq!(violation.quota_value, 3);
-    assert_eq!(violation.description, "3 per 6s");
+    assert_eq!(violation.quota_value, 5);
+    assert_eq!(violation.description, "5 per 6s, burst 3");
     // The denial's metadata states the wait too, rounded up.
     let t = delay.as_secs() + u64::from(delay.subsec_nanos() > 0);
     assert_eq!(

@@ -5,7 +5,8 @@
 //! docs/http-headers.md; these tests are that table's proof.
 //!
 //! Timing: GCRA limits of 3 per 6 s refill one unit per 2 s, so the `t` of
-//! consecutive requests is exact unless a request takes over a second; the
+//! consecutive requests (until the next unit frees: 2) is exact unless a
+//! request takes over a second; the
 //! waits of denials (which count down) are read from the reply, bounded,
 //! and then the whole reply is compared with them filled in.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -103,6 +104,12 @@ fn quota_exceeded(fields: &str, violated: &str) -> String {
     )
 }
 
+/// The `RateLimit-Policy` of GCRA 3 per 6 s (`key-fast`) and 1000 per hour
+/// (`key-1h`): at most 5 (a burst of 3, then one every 2 s) in any 6 s, and
+/// 1999 in any hour.
+const POLICY: &str =
+    "\"key-fast\";q=5;w=6;shardlimit-burst=3, \"key-1h\";q=1999;w=3600;shardlimit-burst=1000";
+
 /// Draft-11 style, the default: every policy of a multi-limit in
 /// `RateLimit-Policy`, the binding one in `RateLimit`, and a problem+json
 /// 429 naming the limit that denied.
@@ -119,15 +126,16 @@ async fn ietf_fields_go_over_the_wire_byte_for_byte() {
     ))
     .await;
 
-    for (used, remaining) in [(1, 2), (2, 1), (3, 0)] {
+    for remaining in [2, 1, 0] {
         let reply = get("k-1").await;
         // The binding limit is the fast one: fewer left than the hourly.
-        let t = 2 * used;
+        // `t`: until more than `r` is free, the next unit in 2 s (not the
+        // bucket full again: 2, 4, 6 s).
         assert_eq!(
             reply,
             hello(&format!(
-                "ratelimit-policy: \"key-fast\";q=3;w=6, \"key-1h\";q=1000;w=3600\r\n\
-                 ratelimit: \"key-fast\";r={remaining};t={t}\r\n"
+                "ratelimit-policy: {POLICY}\r\n\
+                 ratelimit: \"key-fast\";r={remaining};t=2\r\n"
             ))
         );
     }
@@ -139,12 +147,15 @@ async fn ietf_fields_go_over_the_wire_byte_for_byte() {
         quota_exceeded(
             &format!(
                 "retry-after: {wait}\r\n\
-                 ratelimit-policy: \"key-fast\";q=3;w=6, \"key-1h\";q=1000;w=3600\r\n\
+                 ratelimit-policy: {POLICY}\r\n\
                  ratelimit: \"key-fast\";r=0;t={wait}\r\n"
             ),
             "key-fast"
         )
     );
+    // A client that waits what it was told is admitted.
+    tokio::time::sleep(Duration::from_secs(wait)).await;
+    assert!(get("k-1").await.starts_with("HTTP/1.1 200 OK"));
     common::assert_every_key_has_ttl(cluster.namespace()).await;
 }
 
@@ -162,14 +173,14 @@ async fn x_ratelimit_fields_go_over_the_wire_byte_for_byte() {
     .unwrap();
     let get = serve(layer).await;
 
-    for (used, remaining) in [(1u64, 2), (2, 1), (3, 0)] {
+    for remaining in [2, 1, 0] {
         let before = epoch_secs();
         let reply = get("k-1").await;
         let after = epoch_secs();
-        // Full again 2 s per unit used after the check, rounded up.
+        // When the next unit frees, 2 s after the check, rounded up.
         let reset: u64 = field(&reply, "x-ratelimit-reset").parse().unwrap();
-        let earliest = (before + 2.0 * used as f64).floor() as u64;
-        let latest = (after + 2.0 * used as f64).ceil() as u64;
+        let earliest = (before + 2.0).floor() as u64;
+        let latest = (after + 2.0).ceil() as u64;
         assert!(
             (earliest..=latest).contains(&reset),
             "{earliest} {reset} {latest}"
@@ -232,7 +243,7 @@ async fn both_styles_with_partition_key_unit_and_plain_bodies_byte_for_byte() {
     assert_eq!(
         reply,
         hello(&format!(
-            "ratelimit-policy: \"upload\";q=3;qu=\"content-bytes\";w=6;pk=:ay0x:\r\n\
+            "ratelimit-policy: \"upload\";q=5;qu=\"content-bytes\";w=6;pk=:ay0x:;shardlimit-burst=3\r\n\
              ratelimit: \"upload\";r=2;t=2;pk=:ay0x:\r\n\
              x-ratelimit-limit: 3\r\n\
              x-ratelimit-remaining: 2\r\n\
@@ -252,7 +263,7 @@ async fn both_styles_with_partition_key_unit_and_plain_bodies_byte_for_byte() {
             "text/plain; charset=utf-8",
             &format!(
                 "retry-after: {wait}\r\n\
-                 ratelimit-policy: \"upload\";q=3;qu=\"content-bytes\";w=6;pk=:ay0x:\r\n\
+                 ratelimit-policy: \"upload\";q=5;qu=\"content-bytes\";w=6;pk=:ay0x:;shardlimit-burst=3\r\n\
                  ratelimit: \"upload\";r=0;t={wait};pk=:ay0x:\r\n\
                  x-ratelimit-limit: 3\r\n\
                  x-ratelimit-remaining: 0\r\n\
@@ -340,7 +351,8 @@ async fn stacked_layers_send_the_tightest_x_ratelimit_and_every_ietf_item() {
         assert_eq!(text(&response, "x-ratelimit-remaining"), ["4"], "{key}");
         assert_eq!(
             text(&response, "ratelimit")[1],
-            format!("\"ip\";r={ip_left};t={}", 6 * (10 - ip_left))
+            // Until the next unit frees: one every 6 s.
+            format!("\"ip\";r={ip_left};t=6")
         );
     }
     // Now the IP's 10 per minute bind: its values replace the key's.

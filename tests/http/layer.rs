@@ -115,18 +115,17 @@ async fn the_request_over_the_limit_gets_429_with_retry_after_and_ratelimit_head
     )
     .layer(counting_inner(calls.clone()));
 
-    // The limit: admitted, each with the headers; `t` is when the bucket is
-    // full again (2 s per unit used).
-    for (i, remaining) in [2u64, 1, 0].into_iter().enumerate() {
+    // The limit: admitted, each with the headers; `t` is when more than `r`
+    // is free: the next unit, in 2 s.
+    for remaining in [2u64, 1, 0] {
         let response = service.clone().oneshot(with_key("k-1")).await.unwrap();
         assert_eq!(response.status(), StatusCode::OK);
         assert_eq!(response.body(), "ok");
         assert_eq!(
             header(&response, "ratelimit-policy").as_deref(),
-            Some("\"api\";q=3;w=6")
+            Some("\"api\";q=5;w=6;shardlimit-burst=3")
         );
-        let used = i as u64 + 1;
-        assert_eq!(ratelimit(&response), [("api".into(), remaining, 2 * used)]);
+        assert_eq!(ratelimit(&response), [("api".into(), remaining, 2)]);
         assert_eq!(header(&response, "retry-after"), None);
     }
 
@@ -148,7 +147,7 @@ async fn the_request_over_the_limit_gets_429_with_retry_after_and_ratelimit_head
     assert!((1..=2).contains(&retry_after), "{retry_after}");
     assert_eq!(
         header(&denied, "ratelimit-policy").as_deref(),
-        Some("\"api\";q=3;w=6")
+        Some("\"api\";q=5;w=6;shardlimit-burst=3")
     );
     assert_eq!(ratelimit(&denied), [("api".into(), 0, retry_after)]);
     // The limiter agrees, on the server's clock.
@@ -242,7 +241,7 @@ async fn a_served_axum_app_answers_429_over_the_wire() {
     );
     assert!(second.contains("\r\nretry-after: 60\r\n"), "{second}");
     assert!(
-        second.contains("\r\nratelimit-policy: \"ip\";q=1;w=60\r\n"),
+        second.contains("\r\nratelimit-policy: \"ip\";q=1;w=60;shardlimit-burst=1\r\n"),
         "{second}"
     );
     assert!(
@@ -270,7 +269,9 @@ async fn a_multi_limit_lists_every_policy_and_the_binding_limit_and_denies_on_th
         assert_eq!(response.status(), StatusCode::OK);
         assert_eq!(
             header(&response, "ratelimit-policy").as_deref(),
-            Some("\"key-fast\";q=3;w=6, \"key-1h\";q=1000;w=3600")
+            Some(
+                "\"key-fast\";q=5;w=6;shardlimit-burst=3, \"key-1h\";q=1999;w=3600;shardlimit-burst=1000"
+            )
         );
         // `RateLimit` names the limit closest to exhaustion only.
         let items = ratelimit(&response);
@@ -486,10 +487,7 @@ async fn keys_over_the_subject_limit_are_limited_like_any_other() {
         for remaining in [2u64, 1, 0] {
             let response = service.clone().oneshot(with_key(&token)).await.unwrap();
             assert_eq!(response.status(), StatusCode::OK, "{name}");
-            assert_eq!(
-                ratelimit(&response),
-                [(name.clone(), remaining, 6 - 2 * remaining)]
-            );
+            assert_eq!(ratelimit(&response), [(name.clone(), remaining, 2)]);
         }
         let denied = service.clone().oneshot(with_key(&token)).await.unwrap();
         assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS, "{name}");
@@ -843,21 +841,21 @@ async fn ratelimit_policy_follows_the_quota_the_check_applied() {
     assert_eq!(vip.status(), StatusCode::OK);
     assert_eq!(
         header(&vip, "ratelimit-policy").as_deref(),
-        Some("\"api\";q=50;w=1;shardlimit-burst=100")
+        Some("\"api\";q=149;w=1;shardlimit-burst=100")
     );
     assert_eq!(ratelimit(&vip)[0].1, 99);
 
     let plain = service.clone().oneshot(with_key("someone")).await.unwrap();
     assert_eq!(
         header(&plain, "ratelimit-policy").as_deref(),
-        Some("\"api\";q=10;w=1")
+        Some("\"api\";q=19;w=1;shardlimit-burst=10")
     );
 
     limiter.set_quota(Quota::per_second(20)).unwrap();
     let after = service.clone().oneshot(with_key("someone")).await.unwrap();
     assert_eq!(
         header(&after, "ratelimit-policy").as_deref(),
-        Some("\"api\";q=20;w=1")
+        Some("\"api\";q=39;w=1;shardlimit-burst=20")
     );
     assert_eq!(calls.load(Ordering::Relaxed), 3);
     common::assert_every_key_has_ttl(cluster.namespace()).await;

@@ -92,7 +92,9 @@ async fn overrides_and_blocks_show_with_their_limiter() {
     .await;
     assert_eq!(status, 200);
     assert!(
-        html.contains("override 600 per 1 min 0 s for 29 d 23 h"),
+        html.contains(
+            "override 600 per 1 min 0 s, burst 600: at most 1199 in any 1 min 0 s for 29 d 23 h"
+        ),
         "{html}"
     );
     assert!(

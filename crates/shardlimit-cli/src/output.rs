@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
+use shardlimit::Algorithm;
 use shardlimit::admin::{Catalog, LimiterInfo, Progress, Scanner, json};
 use shardlimit::limit::SubjectSettings;
 
@@ -123,6 +124,15 @@ pub(crate) fn state(info: &LimiterInfo) -> String {
     }
     if let Some(quota) = &settings.override_quota {
         text.push_str(&format!("; override {}", format_quota(quota)));
+        // GCRA admits more than its limit in some window of one period
+        // (a burst, then the rate): say how many (Algorithm::policy_limit).
+        if info.kind == Algorithm::Gcra.kind() {
+            text.push_str(&format!(
+                " (at most {} in any {})",
+                Algorithm::Gcra.policy_limit(quota),
+                format_duration(quota.period())
+            ));
+        }
         if let Some(ttl) = settings.override_ttl {
             text.push_str(&format!(", ttl {}", format_duration(ttl)));
         }

@@ -108,7 +108,7 @@ fn settings_json(s: &SubjectSettings) -> Value {
 }
 
 /// What `setting` of `settings` is now, in words; `None` when there is none.
-fn present(setting: Setting, settings: &SubjectSettings) -> Option<String> {
+fn present(setting: Setting, kind: &str, settings: &SubjectSettings) -> Option<String> {
     match setting {
         Setting::Block => settings.blocked_for.map(|left| {
             format!(
@@ -119,7 +119,7 @@ fn present(setting: Setting, settings: &SubjectSettings) -> Option<String> {
         Setting::Override => settings.override_quota.map(|quota| {
             format!(
                 "Its own quota, {}{}, instead of the limiter's default.",
-                words::per(quota),
+                words::per(kind, quota),
                 settings.override_ttl.map_or(String::new(), |t| format!(
                     " for {} more",
                     words::duration(t)
@@ -144,7 +144,7 @@ pub(super) async fn confirm_setting(
         .await
         .map_err(|err| failed(&err, format, &base))?;
     let token = write::mint(&state, &setting_action(setting, &subject, &kind, &name));
-    let now = present(setting, &settings);
+    let now = present(setting, &kind, &settings);
     if format == Format::Json {
         return Ok(axum::Json(json!({
             "subject": j::subject(&subject), "kind": kind, "name": name,

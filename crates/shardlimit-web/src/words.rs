@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use shardlimit::Quota;
 use shardlimit::admin::{Catalog, LimiterInfo, Usage};
+use shardlimit::{Algorithm, Quota};
 
 /// What the page knows of each rate limiter's quota: the catalog the
 /// limiters published, with the quotas the router was given
@@ -57,7 +57,7 @@ pub(super) fn usage(info: &LimiterInfo) -> String {
         text.push_str(&format!("; blocked for {}", duration(left)));
     }
     if let Some(quota) = settings.override_quota {
-        text.push_str(&format!("; override {}", per(quota)));
+        text.push_str(&format!("; override {}", per(&info.kind, quota)));
         if let Some(ttl) = settings.override_ttl {
             text.push_str(&format!(" for {}", duration(ttl)));
         }
@@ -65,11 +65,19 @@ pub(super) fn usage(info: &LimiterInfo) -> String {
     text
 }
 
-/// A quota in words: `5 per 1 h 0 min`, `10 per 1.0 s, burst 25`.
-pub(super) fn per(quota: Quota) -> String {
-    let mut text = format!("{} per {}", quota.limit(), duration(quota.period()));
-    if quota.burst() != quota.limit() {
-        text.push_str(&format!(", burst {}", quota.burst()));
+/// A quota of limiters of `kind` in words: `5 per 1 h 0 min`; for GCRA with
+/// what it admits in any window of one period (see
+/// `Algorithm::policy_limit`): `10 per 1.0 s, burst 25: at most 34 in any
+/// 1.0 s`.
+pub(super) fn per(kind: &str, quota: Quota) -> String {
+    let period = duration(quota.period());
+    let mut text = format!("{} per {period}", quota.limit());
+    if kind == Algorithm::Gcra.kind() {
+        let most = Algorithm::Gcra.policy_limit(&quota);
+        text.push_str(&format!(
+            ", burst {}: at most {most} in any {period}",
+            quota.burst()
+        ));
     }
     text
 }

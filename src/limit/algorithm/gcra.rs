@@ -65,29 +65,56 @@ fn remaining(usage: &Usage, quota: &Quota, ttl: Option<Duration>) -> Option<Rema
 }
 
 /// A bucket of `capacity` refilling `limit` per `period`: each unit moves
-/// the theoretical arrival time (TAT) on by `period / limit`; a request is
-/// admitted when its TAT is within the tolerance (`capacity` units) of now.
+/// the theoretical arrival time (TAT) on by `period / limit`. As in
+/// gcra.lua, one number decides and is reported: the units free now, the
+/// capacity less those the TAT still holds (rounded up); a request is
+/// admitted if its cost fits in them.
 fn local(state: &mut LocalState, at: Local) -> LocalVerdict {
+    let limit = u128::from(at.limit.max(1));
+    let period = u128::from(at.period);
+    // The time `units` take to come back, in µs rounded up (never early).
     let interval = |units: u64| {
-        u64::try_from(u128::from(units) * u128::from(at.period) / u128::from(at.limit.max(1)))
-            .unwrap_or(u64::MAX)
+        u64::try_from((u128::from(units) * period).div_ceil(limit)).unwrap_or(u64::MAX)
     };
-    let tolerance = interval(at.capacity);
     let tat = state.tat.max(at.now);
+    let held = u64::try_from((u128::from(tat - at.now) * limit).div_ceil(period.max(1)))
+        .unwrap_or(u64::MAX);
+    let free = at.capacity.saturating_sub(held);
+    let allowed = at.cost <= free;
     let next = tat.saturating_add(interval(at.cost));
-    let ahead = next - at.now;
-    let allowed = ahead <= tolerance;
-    let retry = (!allowed && at.cost <= at.capacity).then(|| (ahead - tolerance).max(1));
-    let after = if allowed { ahead } else { tat - at.now };
+    // Until the TAT is within (capacity - cost) units of now, rounded so
+    // as never to be early.
+    let retry = (!allowed && at.cost <= at.capacity).then(|| {
+        let within = u128::from(at.capacity - at.cost) * period / limit;
+        (tat - at.now)
+            .saturating_sub(u64::try_from(within).unwrap_or(u64::MAX))
+            .max(1)
+    });
     if allowed && at.consume {
         state.tat = next;
     }
-    let per_unit = interval(1).max(1);
+    let (left, ahead) = if allowed {
+        (free - at.cost, next - at.now)
+    } else {
+        (free, tat - at.now)
+    };
+    // When the TAT holds one unit fewer (0: it holds none).
+    let held = at.capacity.saturating_sub(left);
+    let more = match held.checked_sub(1) {
+        Some(fewer) => {
+            let within = u128::from(fewer) * period / limit;
+            ahead
+                .saturating_sub(u64::try_from(within).unwrap_or(u64::MAX))
+                .max(1)
+        }
+        None => 0,
+    };
     LocalVerdict {
         allowed,
-        remaining: (tolerance.saturating_sub(after) / per_unit).min(at.capacity),
+        remaining: left,
         retry_after_us: retry,
-        reset_after_us: after,
+        reset_after_us: ahead,
+        more_after_us: more,
     }
 }
 

@@ -55,6 +55,13 @@ pub(super) static RULES: Rules = Rules {
         } else {
             state.log.back().copied()
         };
+        // When the oldest unit (after an admission: the new ones if none
+        // was in) leaves the window.
+        let oldest = if allowed {
+            Some(state.log.front().copied().unwrap_or(at.now))
+        } else {
+            state.log.front().copied()
+        };
         if allowed && at.consume {
             state.log.extend((0..at.cost).map(|_| at.now));
         }
@@ -63,6 +70,7 @@ pub(super) static RULES: Rules = Rules {
             remaining: at.left_after(used, allowed),
             retry_after_us: retry,
             reset_after_us: newest.map_or(0, |t| t + at.period - at.now),
+            more_after_us: oldest.map_or(0, |t| t + at.period - at.now),
         }
     },
     // Redis does not say when each of its entries leaves, only when the

@@ -66,15 +66,19 @@ pub(super) static RULES: Rules = Rules {
         if allowed && at.consume {
             state.count += at.cost;
         }
+        let reset = if state.count > 0 {
+            2 * at.period - elapsed
+        } else {
+            0
+        };
         LocalVerdict {
             allowed,
             remaining: at.left_after(used, allowed),
             retry_after_us: retry,
-            reset_after_us: if state.count > 0 {
-                2 * at.period - elapsed
-            } else {
-                0
-            },
+            reset_after_us: reset,
+            // Cautious: when the estimate falls by a unit is not worked out
+            // here; never before the reset.
+            more_after_us: reset,
         }
     },
     // Redis is full again a period after its current window ends when that

@@ -249,3 +249,96 @@ fn after_local_admissions_a_process_keeps_to_its_part_until_redis_is_as_strict()
         );
     }
 }
+
+#[test]
+fn a_local_denial_leaves_less_than_its_cost() {
+    // Fast quotas (GCRA: a unit per 3 us, fractional per 7) at steps of
+    // 1-4 us, costs 1-3: every denial says fewer are left than asked.
+    let quotas = [
+        Quota::with_period(nz(1000), Duration::from_millis(3)).allow_burst(nz(3)),
+        Quota::with_period(nz(3), Duration::from_millis(7)),
+    ];
+    for algorithm in Algorithm::ALL {
+        for quota in quotas {
+            let quota = if algorithm == Algorithm::Gcra {
+                quota
+            } else {
+                Quota::with_period(quota.limit().min(nz(3)), quota.period())
+            };
+            let mut state = LocalState::default();
+            let mut now = 0;
+            for i in 0..5000u64 {
+                now += 1 + i * 7 % 4;
+                let cost = 1 + (i * 5 % 3) as u32;
+                let at = Local {
+                    now,
+                    cost: u64::from(cost),
+                    limit: u64::from(quota.limit().get()),
+                    capacity: u64::from(algorithm.capacity(&quota)),
+                    period: u64::try_from(quota.period().as_micros()).unwrap(),
+                    consume: true,
+                };
+                let v = (algorithm.rules().local)(&mut state, at);
+                assert!(
+                    v.allowed || v.remaining < u64::from(cost),
+                    "{algorithm} {quota:?}: {v:?}"
+                );
+            }
+        }
+    }
+    // And every state of a GCRA of 3 per 7 ms (2333.3 us a unit): the
+    // TAT any number of microseconds ahead, every cost.
+    for ahead in 0..=7_001 {
+        for cost in 1..=3 {
+            let mut state = LocalState {
+                tat: 10_000 + ahead,
+                ..LocalState::default()
+            };
+            let at = Local {
+                now: 10_000,
+                cost,
+                limit: 3,
+                capacity: 3,
+                period: 7_000,
+                consume: false,
+            };
+            let v = (Algorithm::Gcra.rules().local)(&mut state, at);
+            assert!(v.allowed || v.remaining < cost, "{ahead} us ahead: {v:?}");
+        }
+    }
+}
+
+#[test]
+fn a_local_admission_says_when_more_is_free() {
+    // 3 per 600 ms, two admitted at 0 and 10 us: one unit more than the
+    // one left is denied a microsecond before `more_after_us`, and
+    // admitted at it (the counter states its reset, later).
+    for algorithm in [
+        Algorithm::Gcra,
+        Algorithm::SlidingLog,
+        Algorithm::FixedWindow,
+    ] {
+        let mut state = LocalState::default();
+        let at = |now, cost, consume| Local {
+            now,
+            cost,
+            limit: 3,
+            capacity: 3,
+            period: 600_000,
+            consume,
+        };
+        let local = algorithm.rules().local;
+        assert!(local(&mut state, at(0, 1, true)).allowed);
+        let v = local(&mut state, at(10, 1, true));
+        assert_eq!((v.allowed, v.remaining), (true, 1), "{algorithm}");
+        let more = 10 + v.more_after_us;
+        assert!(
+            !local(&mut state, at(more - 1, 2, false)).allowed,
+            "{algorithm}: {v:?}"
+        );
+        assert!(
+            local(&mut state, at(more, 2, false)).allowed,
+            "{algorithm}: {v:?}"
+        );
+    }
+}
