@@ -228,17 +228,24 @@ async fn holding(limiter: &RateLimiter, subject: &str) -> String {
     panic!("no slice taken");
 }
 
-#[tokio::test]
-async fn resets_and_blocks_revoke_slices_in_every_process() {
-    let first = common::cluster("slices-revoke").await;
+/// A fresh namespace, and in it the limiter `api` (100,000/h) on two
+/// handles (as two processes): one with slices that would last a minute —
+/// only a revocation or a return ends one sooner — and one without.
+async fn holder_and_other(prefix: &str) -> (String, RateLimiter, RateLimiter) {
+    let first = common::cluster(prefix).await;
     let namespace = first.namespace().to_owned();
-    // Slices that would last a minute: only a revocation ends one sooner.
     let slices = Slices::up_to(0.5).lasting(Duration::from_secs(60));
     let quota = Quota::per_hour(100_000);
     let holder = sliced(&common::handle(&namespace).await, "api", quota, slices);
     let other = RateLimiter::builder(&common::handle(&namespace).await, "api", quota)
         .build()
         .unwrap();
+    (namespace, holder, other)
+}
+
+#[tokio::test]
+async fn resets_and_blocks_revoke_slices_in_every_process() {
+    let (namespace, holder, other) = holder_and_other("slices-revoke").await;
 
     // This process's own reset revokes at once.
     let member = holding(&holder, "t1").await;
@@ -442,14 +449,7 @@ async fn a_spent_limit_is_not_asked_again_per_request() {
 /// admit.
 #[tokio::test]
 async fn a_slice_given_back_after_an_override_gives_back_what_it_took() {
-    let first = common::cluster("slices-override").await;
-    let namespace = first.namespace().to_owned();
-    let slices = Slices::up_to(0.5).lasting(Duration::from_secs(60));
-    let quota = Quota::per_hour(100_000);
-    let holder = sliced(&common::handle(&namespace).await, "api", quota, slices);
-    let other = RateLimiter::builder(&common::handle(&namespace).await, "api", quota)
-        .build()
-        .unwrap();
+    let (namespace, holder, other) = holder_and_other("slices-override").await;
     holding(&holder, "t").await;
     // 200 units more from the slice, decided locally in far less than
     // the 7.2 s the quota takes to give them back.
