@@ -65,7 +65,13 @@ pub enum HeaderStyle {
     /// (UTC epoch seconds) of the binding limit, as GitHub sends them, for
     /// clients written against those.
     XRateLimit,
-    /// Both sets, e.g. while clients move from the one to the other.
+    /// Both sets: for a population of clients some of which read draft-11's
+    /// fields and some only `X-RateLimit-*`. Not for clients whose parser
+    /// prefers any `RateLimit*` field it sees and knows only older drafts'
+    /// shapes: they find draft-11's unreadable and then ignore the
+    /// `X-RateLimit-*` sent beside it (two such parsers were seen to) —
+    /// send them [`XRateLimit`](Self::XRateLimit) alone. See
+    /// [which style serves which client](https://github.com/shardlimit/shardlimit/blob/main/docs/http-headers.md#which-style-serves-which-client).
     Both,
 }
 

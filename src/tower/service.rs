@@ -152,7 +152,8 @@ impl<S, X, P> RateLimitService<S, X, P> {
         let limiter = limits.first().map_or("", |l| l.name());
         if self.config.missing == MissingKey::Reject {
             tracing::warn!(looked_for = %looked_for, limiter, missing_since_last_warning = count,
-                "shardlimit: a request has no rate-limit key; answering 400");
+                "shardlimit: a request has no rate-limit key; refusing it as a bad request \
+                 (HTTP 400; INVALID_ARGUMENT in gRPC mode)");
         } else {
             tracing::debug!(looked_for = %looked_for, limiter, missing_since_last_warning = count,
                 policy = ?self.config.missing, "shardlimit: a request has no rate-limit key");
