@@ -183,9 +183,10 @@ struct Record {
 
 /// Kills the primary (`kill -9`) under 64 concurrent tasks (60 counter
 /// adds, 4 lock acquisitions with replica acknowledgement): every call
-/// ends within the command timeout, the last failure comes within the
-/// sentinels' down-after + failover timeout + 3 s of the kill, the lock is
-/// never granted twice; then the old primary rejoins as a replica.
+/// ends within the command timeout, the failover's failures end within
+/// the sentinels' down-after + failover timeout + 3 s of the kill (any
+/// later one is a brief blip of the old primary's rejoin as a replica,
+/// which comes meanwhile), the lock is never granted twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "fault injection: kills the Sentinel primary; run alone"]
 async fn fault_kill_the_primary_under_64_tasks() {
@@ -198,6 +199,8 @@ async fn fault_kill_the_primary_under_64_tasks() {
 
 struct Figures {
     promoted_after: Option<Duration>,
+    /// When the old primary was back as a replica, after the kill.
+    rejoined_after: Duration,
     record: Record,
     text: String,
 }
@@ -212,11 +215,31 @@ impl Figures {
             self.text
         );
         let last = r.failures.last().map(|(at, _)| *at).unwrap_or_default();
-        assert!(
-            last <= limit,
-            "last failure {last:?} > {limit:?}\n{}",
-            self.text
-        );
+        // Past the failover's bound, failures may come only from the old
+        // primary's rejoin, a second event: the sentinels see the replica
+        // at their next INFO of the primary (every 10 s), so the rejoin
+        // lands anywhere from ~3 s to ~15 s after the kill, and it briefly
+        // troubled the new primary once (a clean-clone CI run: 6401 marked
+        // down for a moment at 14.4 s, the rejoin done at 14.85 s; 3.4 s
+        // here, inside the bound). So they must end by the rejoin (+1 s)
+        // and last at most 2 s: a slow recovery from the failover itself
+        // still fails.
+        let late: Vec<Duration> = r
+            .failures
+            .iter()
+            .map(|(at, _)| *at)
+            .filter(|at| *at > limit)
+            .collect();
+        if let (Some(&first), Some(&late_last)) = (late.first(), late.last()) {
+            assert!(
+                late_last <= self.rejoined_after + Duration::from_secs(1)
+                    && late_last - first <= Duration::from_secs(2),
+                "failures from {first:?} to {late_last:?}, past {limit:?} and not a brief \
+                 blip of the rejoin (done {:?} after the kill)\n{}",
+                self.rejoined_after,
+                self.text
+            );
+        }
         assert!(
             r.slowest <= COMMAND_TIMEOUT + SCHEDULING_SLACK,
             "slowest call {:?}\n{}",
@@ -368,6 +391,7 @@ async fn kill_under_load() -> Figures {
     std::fs::write(dir.join("sentinel_failover.txt"), &text).unwrap();
     Figures {
         promoted_after,
+        rejoined_after,
         record,
         text,
     }
