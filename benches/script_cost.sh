@@ -12,16 +12,21 @@
 #                                        first "-- ARGS " line gives its
 #                                        numkeys, keys and args, RAND a
 #                                        random integer per call)
-#   SCRIPT_COST_REVS="a593015^" benches/script_cost.sh
-#                                       (also count the one-limit GCRA
-#                                        check as it was at each git
-#                                        revision, to compare side by side)
+#   SCRIPT_COST_REVS="e98c75d" benches/script_cost.sh
+#                                       (also count each one-limit check
+#                                        and the generic check as they were
+#                                        at each git revision, to compare
+#                                        side by side; a revision from
+#                                        before each algorithm had one Lua
+#                                        file, e98c75d or earlier)
 #
 # Starts its own redis-server (Debian's, as in the test cluster) under
 # valgrind on port ${SCRIPT_COST_PORT:-7690}, in cluster mode owning every
 # slot, loads each script as the crate assembles it (src/scripts.rs), warms
 # each up with as many calls as it measures, then counts one run of calls on
-# random subjects with `redis-benchmark -c 1`. Prints instructions per call
+# random subjects with `redis-benchmark -c 1`. The crate's scripts come
+# from the crate itself (`cargo bench --bench load -- --print-script NAME`),
+# so what is measured is what it sends. Prints instructions per call
 # (the EVALSHA's parsing and reply included), and the minimal one-key GCRA's
 # count over each check's: 1.0 or more means the check costs Redis no more.
 # The floor is the minimal GCRA whose GET becomes an MGET of the state, the
@@ -48,9 +53,18 @@ done
 redis-cli -p "$port" cluster addslotsrange 0 16383 >/dev/null
 until redis-cli -p "$port" cluster info | grep -q 'cluster_state:ok'; do sleep 0.2; done
 
-script() { # the parts of one script, as src/scripts.rs concatenates them
+script() { # the parts of a script from a file list (the minimal ones here)
   local out=""
   for part in "$@"; do out+=$(cat "src/scripts/$part.lua"); out+=$'\n'; done
+  printf '%s' "$out"
+}
+crate_script() { # a script as the crate sends it
+  cargo bench --quiet --bench load -- --print-script "$1"
+}
+old_script() { # a script as it was assembled at revision $1, from files $2...
+  local rev=$1 out=""
+  shift
+  for part in "$@"; do out+=$(git show "$rev:src/scripts/$part.lua"); out+=$'\n'; done
   printf '%s' "$out"
 }
 load() { printf '%s' "$1" | redis-cli -p "$port" -x script load; }
@@ -61,11 +75,12 @@ tag='{t}'
 three() { echo "3 $tag:$1:s:__rand_int__ $tag:$1:o:__rand_int__ $tag:$1:b:__rand_int__"; }
 declare -a names codes calls_args
 add() { names+=("$1"); codes+=("$2"); calls_args+=("$3"); }
-add "shardlimit gcra" "$(script clock one_limit gcra_check one_limit_end)" "$(three g) 1000000 1000000 1000000"
-add "shardlimit fixed window" "$(script clock one_limit fw_check one_limit_end)" "$(three f) 1000000 1000000 1000000"
-add "shardlimit sliding window counter" "$(script clock one_limit swc_check one_limit_end)" "$(three w) 1000000 1000000 1000000"
-add "shardlimit sliding log" "$(script clock one_limit slog_check one_limit_end)" "$(three l) 128 1000000 128"
-add "shardlimit gcra, generic check" "$(script clock limit_prelude fixed_window sliding_log sliding_window gcra limit_main)" "$(three x) 1 1 gcra 1000000 1000000 1000000 0"
+cargo bench --quiet --bench load --no-run 2>/dev/null || cargo bench --bench load --no-run
+add "shardlimit gcra" "$(crate_script gcra)" "$(three g) 1000000 1000000 1000000"
+add "shardlimit fixed window" "$(crate_script fixed_window)" "$(three f) 1000000 1000000 1000000"
+add "shardlimit sliding window counter" "$(crate_script sliding_window)" "$(three w) 1000000 1000000 1000000"
+add "shardlimit sliding log" "$(crate_script sliding_log)" "$(three l) 128 1000000 128"
+add "shardlimit gcra, generic check" "$(crate_script multi_limit)" "$(three x) 1 1 gcra 1000000 1000000 1000000 0"
 add "minimal gcra (1 key)" "$(cat benches/load/minimal_gcra.lua)" "1 $tag:m:__rand_int__ 1 1000000"
 add "bare INCR" "return redis.call('INCR', KEYS[1])" "1 $tag:i:__rand_int__"
 get="redis.call('GET', KEYS[1])"
@@ -74,11 +89,19 @@ minimal=$(cat benches/load/minimal_gcra.lua)
 add "floor: minimal + override, block keys" \
   "${minimal/"$get"/"redis.call('MGET', KEYS[1], KEYS[2], KEYS[3])[1]"}" "$(three m2) 1 1000000"
 for rev in ${SCRIPT_COST_REVS:-}; do
-  code=""
-  for part in clock one_limit gcra_check one_limit_end; do
-    code+=$(git show "$rev:src/scripts/$part.lua"); code+=$'\n'
-  done
-  add "shardlimit gcra at $rev" "$code" "$(three "r${#names[@]}") 1000000 1000000 1000000"
+  git cat-file -e "$rev:src/scripts/gcra_check.lua" 2>/dev/null \
+    || { echo "script_cost: $rev has no src/scripts/gcra_check.lua (each algorithm had one file after it)" >&2; exit 1; }
+  add "shardlimit gcra at $rev" "$(old_script "$rev" clock one_limit gcra_check one_limit_end)" \
+    "$(three "r${#names[@]}") 1000000 1000000 1000000"
+  add "shardlimit fixed window at $rev" "$(old_script "$rev" clock one_limit fw_check one_limit_end)" \
+    "$(three "r${#names[@]}") 1000000 1000000 1000000"
+  add "shardlimit sliding window counter at $rev" "$(old_script "$rev" clock one_limit swc_check one_limit_end)" \
+    "$(three "r${#names[@]}") 1000000 1000000 1000000"
+  add "shardlimit sliding log at $rev" "$(old_script "$rev" clock one_limit slog_check one_limit_end)" \
+    "$(three "r${#names[@]}") 128 1000000 128"
+  add "shardlimit gcra, generic check at $rev" \
+    "$(old_script "$rev" clock limit_prelude fixed_window sliding_log sliding_window gcra limit_main)" \
+    "$(three "r${#names[@]}") 1 1 gcra 1000000 1000000 1000000 0"
 done
 for file in ${SCRIPT_COST_VARIANTS:-}; do
   [[ -f $file ]] || { echo "script_cost: no variant $file" >&2; exit 1; }

@@ -266,6 +266,74 @@ pub mod tonic;
 pub mod tower;
 mod warn;
 
+#[doc(hidden)]
+pub mod __private {
+    //! Not part of the API, and under no semver promise: the crate's Lua as
+    //! it sends it, for the repository's own tests and benches, which check
+    //! and measure the very text the crate sends.
+
+    /// Every script the crate sends, as `(name, code)`.
+    #[must_use]
+    pub fn scripts() -> Vec<(&'static str, &'static str)> {
+        crate::limit::algorithm::scripts()
+            .into_iter()
+            .chain(crate::scripts::others())
+            .map(|script| (script.name(), script.code()))
+            .collect()
+    }
+
+    /// One subject's limiter of degraded local mode, by itself: the Rust
+    /// side of an algorithm, which the tests check against its Lua.
+    #[derive(Debug)]
+    pub struct LocalLimiter {
+        algorithm: crate::Algorithm,
+        state: crate::limit::algorithm::LocalState,
+    }
+
+    /// What a [`LocalLimiter`] check found: `(allowed, remaining,
+    /// retry_after_us, reset_after_us, more_after_us)`.
+    pub type LocalVerdict = (bool, u64, Option<u64>, u64, u64);
+
+    impl LocalLimiter {
+        /// A limiter of `algorithm` with nothing in use.
+        #[must_use]
+        pub fn new(algorithm: crate::Algorithm) -> Self {
+            LocalLimiter {
+                algorithm,
+                state: crate::limit::algorithm::LocalState::default(),
+            }
+        }
+
+        /// A check of `cost` at `now_us` under `limit` per `period_us`
+        /// (with `burst`, GCRA's capacity); `consume`: an admission counts.
+        pub fn check(
+            &mut self,
+            now_us: u64,
+            cost: u64,
+            (limit, burst, period_us): (u64, u64, u64),
+            consume: bool,
+        ) -> LocalVerdict {
+            let rules = self.algorithm.rules();
+            let at = crate::limit::algorithm::Local {
+                now: now_us,
+                cost,
+                limit,
+                capacity: if rules.bursts { burst } else { limit },
+                period: period_us,
+                consume,
+            };
+            let v = (rules.local)(&mut self.state, at);
+            (
+                v.allowed,
+                v.remaining,
+                v.retry_after_us,
+                v.reset_after_us,
+                v.more_after_us,
+            )
+        }
+    }
+}
+
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use self::metrics::describe_metrics;

@@ -168,7 +168,7 @@
 //!   that moves a slot's keys in seconds, the second bounds it.
 
 mod adjust;
-mod algorithm;
+pub(crate) mod algorithm;
 mod batch;
 mod catalog;
 mod check;

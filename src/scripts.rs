@@ -83,7 +83,8 @@ impl fmt::Debug for Script {
 /// Declares the crate's scripts: `NAME => "file"` makes a `static NAME`
 /// loaded from `src/scripts/file.lua`; `NAME => "name" ["a", "b", ...]`
 /// concatenates `a.lua`, `b.lua`, ... into one script. Each is hashed on first
-/// use and listed in `all()` for the tests below.
+/// use and listed in `others()`. The rate-limit scripts, assembled from each
+/// algorithm's file, are made in `limit::algorithm` from the parts below.
 macro_rules! scripts {
     ($($ident:ident => $name:literal $([$($part:literal),+ $(,)?])?),* $(,)?) => {
         $(
@@ -91,13 +92,8 @@ macro_rules! scripts {
                 LazyLock::new(|| Script::new($name, scripts!(@code $name $([$($part),+])?)));
         )*
 
-        /// Every script's name, in declaration order (the hot path's
-        /// latency histograms are indexed by it).
-        #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-        pub(crate) const NAMES: &[&str] = &[$($name),*];
-
-        #[cfg(test)]
-        pub(crate) fn all() -> Vec<&'static Script> {
+        /// The scripts declared here (not the rate-limit checks).
+        pub(crate) fn others() -> Vec<&'static Script> {
             vec![$(&*$ident),*]
         }
     };
@@ -107,23 +103,57 @@ macro_rules! scripts {
     };
 }
 
+/// The server's clock, read once: first in every script that needs the time.
+pub(crate) const CLOCK: &str = include_str!("scripts/clock.lua");
+/// The checks of numbers written, and the write of a string state: after the
+/// clock in every script that decides for an algorithm.
+pub(crate) const NUMBERS: &str = include_str!("scripts/numbers.lua");
+/// The one-limit check's driver, after the algorithm's file.
+pub(crate) const ONE_LIMIT: &str = include_str!("scripts/one_limit.lua");
+/// The generic check's helpers, before every algorithm's file.
+pub(crate) const LIMIT_PRELUDE: &str = include_str!("scripts/limit_prelude.lua");
+/// The generic check's driver, after every algorithm's file.
+pub(crate) const LIMIT_MAIN: &str = include_str!("scripts/limit_main.lua");
+/// The adjustments' driver (reset, block, override, penalize, reward, ...),
+/// after every algorithm's file.
+pub(crate) const LIMIT_ADJUST: &str = include_str!("scripts/limit_adjust.lua");
+/// The quota slices' driver, after GCRA's file.
+pub(crate) const SLICE: &str = include_str!("scripts/slice.lua");
+
+/// The names of the scripts of the hot path, for the latency histograms
+/// found without a lock (`metrics.rs`): the rate-limit checks (the
+/// default algorithm first), then the rest. A script not listed is still
+/// measured, through a locked map.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+pub(crate) const NAMES: &[&str] = &[
+    "gcra",
+    "multi_limit",
+    "fixed_window",
+    "sliding_window",
+    "sliding_log",
+    "limit_adjust",
+    "key_read",
+    "key_state",
+    "key_give_ttl",
+    "catalog_publish",
+    "lock_acquire",
+    "lock_extend",
+    "lock_release",
+    "lock_ttl",
+    "lock_fence",
+    "lease_acquire",
+    "lease_extend",
+    "lease_release",
+    "counter_drain",
+    "counter_get",
+    "throttled_publish",
+    "throttled_index",
+    "throttled_read",
+    "slice",
+];
+
 scripts! {
     // Scripts that need the time start with the clock prelude.
-    // limiters: the prelude, the algorithms used, the driver (the default
-    // algorithm first: the metrics look names up in this order)
-    // One limit of any algorithm: the generic check specialised (a third
-    // less work for Redis), tested to agree with it
-    // (tests/cluster/one_limit_checks.rs).
-    GCRA => "gcra" ["clock", "one_limit", "gcra_check", "one_limit_end"],
-    MULTI_LIMIT => "multi_limit" [
-        "clock", "limit_prelude", "fixed_window", "sliding_log", "sliding_window", "gcra", "limit_main",
-    ],
-    FIXED_WINDOW => "fixed_window" ["clock", "one_limit", "fw_check", "one_limit_end"],
-    SLIDING_WINDOW => "sliding_window" ["clock", "one_limit", "swc_check", "one_limit_end"],
-    SLIDING_LOG => "sliding_log" ["clock", "one_limit", "slog_check", "one_limit_end"],
-    LIMIT_ADJUST => "limit_adjust" [
-        "clock", "limit_prelude", "fixed_window", "sliding_log", "sliding_window", "gcra", "limit_adjust",
-    ],
     KEY_READ => "key_read",
     // the Limits page's actions on one key (src/admin/scanner/actions.rs)
     KEY_STATE => "key_state",
@@ -144,72 +174,23 @@ scripts! {
     THROTTLED_PUBLISH => "throttled_publish" ["clock", "throttled_publish"],
     THROTTLED_INDEX => "throttled_index" ["clock", "throttled_index"],
     THROTTLED_READ => "throttled_read",
-    // quota slices of a hot GCRA subject (src/limit/slices.rs)
-    SLICE => "slice" ["clock", "slice"],
-}
-
-/// Whether `script` is a one-limit check (`one_limit.lua` with an
-/// algorithm's part): its `ARGV` leaves out the algorithm's code and
-/// defaults, and its reply may be compact.
-pub(crate) fn is_one_limit(script: &Script) -> bool {
-    [&*GCRA, &*FIXED_WINDOW, &*SLIDING_WINDOW, &*SLIDING_LOG]
-        .into_iter()
-        .any(|one| one.name() == script.name())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const CLOCK: &str = include_str!("scripts/clock.lua");
-
     #[test]
     fn names_are_unique() {
-        // is_one_limit and the metrics tell scripts apart by name.
+        // The metrics tell scripts apart by name.
         let mut names = NAMES.to_vec();
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), NAMES.len(), "{NAMES:?}");
-        assert!(is_one_limit(&GCRA) && is_one_limit(&SLIDING_LOG));
-        assert!(!is_one_limit(&MULTI_LIMIT) && !is_one_limit(&LIMIT_ADJUST));
-    }
-
-    #[test]
-    fn the_server_clock_is_read_only_by_the_prelude() {
-        for script in all() {
-            let code = script.code();
-            let reads = code.matches("redis.call('TIME')").count();
-            let expected = usize::from(code.starts_with(CLOCK));
-            assert_eq!(
-                reads,
-                expected,
-                "{}: TIME read outside the clock prelude",
-                script.name()
-            );
-        }
-    }
-
-    #[test]
-    fn every_script_documents_keys_argv_and_reply() {
-        for script in all() {
-            // The clock prelude comes before the script's own header.
-            let code = script.code();
-            let code = code.strip_prefix(CLOCK).unwrap_or(code);
-            let header: String = code
-                .lines()
-                .take_while(|l| l.starts_with("--"))
-                .collect::<Vec<_>>()
-                .join("\n");
-            for section in ["KEYS", "ARGV", "Reply"] {
-                assert!(
-                    header.contains(section),
-                    "{}.lua: header must document {section}",
-                    script.name()
-                );
-            }
+        for script in others() {
             assert!(
-                !script.code().contains("KEYS[") || header.contains("KEYS["),
-                "{}.lua: document each KEYS[i] it uses",
+                NAMES.contains(&script.name()),
+                "{} is not in NAMES",
                 script.name()
             );
         }

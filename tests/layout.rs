@@ -358,3 +358,155 @@ fn the_tests_are_a_handful_of_binaries() {
         binaries.len()
     );
 }
+
+/// Marks of each algorithm's arithmetic (code, not comments): in Lua,
+/// then in Rust. Each must appear in exactly one file, of the algorithm's
+/// own folder (`src/limit/algorithm/<name>/`): its Lua file, from which
+/// every script that decides for it is assembled, and its `mod.rs` (local
+/// mode's limiter, the scanner's reading of a state). A mark found
+/// anywhere else is a second copy of the decision, which drifts.
+const ARITHMETIC: [(&str, &[&str], &[&str]); 4] = [
+    (
+        // The TAT moved on by the emission interval, the units it holds,
+        // the tolerance.
+        "gcra",
+        &["new_tat", "period / limit", "limit / period"],
+        &["tolerance", "div_ceil(limit)", "div_ceil(period"],
+    ),
+    (
+        // An earlier window's count told by its expiry; the window's sum.
+        "fixed_window",
+        &["PEXPIRETIME", "after > limit"],
+        &["fn windowed(", "(window + 1) * at.period"],
+    ),
+    (
+        // The previous window weighed by what is left of it.
+        "sliding_window",
+        &["HMGET", "estimate", "(NOW_US - start) / period"],
+        &[
+            "div_ceil(u128::from(at.period))",
+            "room * at.period / state.previous",
+        ],
+    ),
+    (
+        // The live entries, and the unique stamps of new ones.
+        "sliding_log",
+        &["ZCOUNT", "newest + 1"],
+        &["state.log.front()", "must_leave"],
+    ),
+];
+
+fn files_with(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
+    for entry in fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files_with(&path, ext, out);
+        } else if path.extension().is_some_and(|e| e == ext) {
+            out.push(path);
+        }
+    }
+}
+
+/// The files under `src/` and `crates/` with extension `ext` whose code
+/// (comments left out, `comment` marking one) contains `mark`, relative to
+/// the repository.
+fn holding(mark: &str, ext: &str, comment: &str) -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in ["src", "crates"] {
+        files_with(&root.join(dir), ext, &mut files);
+    }
+    let mut found: Vec<String> = files
+        .into_iter()
+        .filter(|path| {
+            fs::read_to_string(path)
+                .unwrap()
+                .lines()
+                .map(|line| line.split(comment).next().unwrap_or(""))
+                .any(|code| code.contains(mark))
+        })
+        .map(|path| path.strip_prefix(root).unwrap().display().to_string())
+        .collect();
+    found.sort();
+    found
+}
+
+#[test]
+fn each_algorithm_decides_in_one_lua_and_one_rust_file_of_its_folder() {
+    for (name, lua, rust) in ARITHMETIC {
+        let folder = format!("src/limit/algorithm/{name}");
+        for mark in lua {
+            assert_eq!(
+                holding(mark, "lua", "--"),
+                [format!("{folder}/{name}.lua")],
+                "{name}'s Lua mark {mark:?}"
+            );
+        }
+        for mark in rust {
+            assert_eq!(
+                holding(mark, "rs", "//"),
+                [format!("{folder}/mod.rs")],
+                "{name}'s Rust mark {mark:?}"
+            );
+        }
+    }
+}
+
+/// Every script the crate sends, as it sends it.
+fn crate_scripts() -> Vec<(&'static str, &'static str)> {
+    shardlimit::__private::scripts()
+}
+
+#[test]
+fn the_server_clock_is_read_only_by_the_prelude() {
+    let clock = include_str!("../src/scripts/clock.lua");
+    for (name, code) in crate_scripts() {
+        let reads = code.matches("redis.call('TIME')").count();
+        let expected = usize::from(code.starts_with(clock));
+        assert_eq!(
+            reads, expected,
+            "{name}: TIME read outside the clock prelude"
+        );
+    }
+}
+
+/// Each Lua file a script is made of opens with a header; a file that is a
+/// script's own (not a shared part) documents its `KEYS`, `ARGV` and reply,
+/// and each `KEYS[i]` it uses.
+#[test]
+fn every_script_documents_keys_argv_and_reply() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    files_with(&root.join("src"), "lua", &mut files);
+    assert!(files.len() > 20, "{files:?}");
+    // Parts that only define helpers for the scripts after them.
+    let parts = ["clock.lua", "numbers.lua"];
+    for path in files {
+        let file = path.file_name().unwrap().to_string_lossy().into_owned();
+        let code = fs::read_to_string(&path).unwrap();
+        let header: String = code
+            .lines()
+            .take_while(|l| l.starts_with("--"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(!header.is_empty(), "{file}: no header");
+        if parts.contains(&file.as_str()) {
+            continue;
+        }
+        // The generic check's driver: its prelude documents the script.
+        if file == "limit_main.lua" {
+            assert!(header.contains("see limit_prelude.lua for KEYS, ARGV and Reply"));
+            continue;
+        }
+        for section in ["KEYS", "ARGV", "Reply"] {
+            assert!(
+                header.contains(section),
+                "{file}: header must document {section}"
+            );
+        }
+        assert!(
+            !code.contains("KEYS[") || header.contains("KEYS["),
+            "{file}: document each KEYS[i] it uses"
+        );
+    }
+}

@@ -91,6 +91,11 @@ pub(crate) struct Args {
     /// depth 1 and 16 (see server_cost.rs).
     #[arg(long)]
     pub(crate) server_cost: bool,
+    /// Instead of a load run: print the Lua of the crate's script of this
+    /// name as the crate sends it (`gcra`, `multi_limit`, ...), for
+    /// benches/script_cost.sh.
+    #[arg(long)]
+    pub(crate) print_script: Option<String>,
     /// Instead of a load run: create this many limiters and measure memory.
     #[arg(long)]
     pub(crate) populate: Option<u64>,

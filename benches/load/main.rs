@@ -72,6 +72,18 @@ use crate::target::{lib_call, target};
 
 fn main() {
     let args = Args::parse();
+    if let Some(name) = &args.print_script {
+        let scripts = shardlimit::__private::scripts();
+        match scripts.iter().find(|(n, _)| n == name) {
+            Some((_, code)) => print!("{code}"),
+            None => {
+                let names: Vec<&str> = scripts.iter().map(|(n, _)| *n).collect();
+                eprintln!("no script {name:?}; the crate's: {}", names.join(", "));
+                std::process::exit(2);
+            }
+        }
+        return;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -6,11 +6,11 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use super::algorithm;
 use super::limiter::RateLimiter;
 use super::quota::Quota;
 use super::script::LimitSpec;
 use crate::error::{Error, Result};
-use crate::scripts;
 
 /// The longest an override lives before it must be set again:
 /// [`Quota::MAX_PERIOD`] (366 days). Like every key shardlimit writes, an
@@ -191,7 +191,7 @@ impl RateLimiter {
             channel,
             keys.keys()[0].clone(),
         );
-        let reply: (String, i64, i64) = core.eval(&scripts::LIMIT_ADJUST, &keys, args).await?;
+        let reply: (String, i64, i64) = core.eval(&algorithm::LIMIT_ADJUST, &keys, args).await?;
         if !matches!(op, Op::Read) {
             self.cluster().invalidations().key_changed(&keys.keys()[0]);
         }

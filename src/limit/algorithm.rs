@@ -1,9 +1,18 @@
-//! The four rate-limit algorithms and what they cost. Each is a module
-//! that owns everything about it — its bounds, its script, how the admin
-//! scanner reads its state and what a person reads from it — as one
-//! [`Rules`] value; [`Algorithm::rules`] is the registry. Adding an
-//! algorithm is a module, a variant and a registry line (and its key
-//! [`Kind`], which [`Algorithm::key_kind`] names in a `const fn`).
+//! The four rate-limit algorithms and what they cost. Each is one folder,
+//! `algorithm/<name>/`, that owns everything about it: its decision in Lua
+//! (`<name>.lua`: read, decide, write, adjust), from which every script
+//! that decides for it is assembled (`assemble.rs`: the one-limit check, the
+//! multi-limit check, the adjustments, GCRA's slices), and in `mod.rs` its
+//! Rust side as one [`Rules`] value: its bounds, degraded local mode's
+//! limiter (tested against the Lua on random sequences,
+//! `tests/cluster/algorithms.rs`), how the admin scanner reads its state
+//! and what a person reads from it. [`Algorithm::rules`] is the registry.
+//!
+//! Adding an algorithm is a folder, a variant (in [`Algorithm::ALL`],
+//! [`Algorithm::rules`] and, `const`, [`Algorithm::key_kind`] with its key
+//! [`Kind`]) and its arm in the scanner's [`Usage`]; the scripts, the
+//! metrics and the checks of every entry point follow. `tests/layout.rs`
+//! checks that its arithmetic stays in its folder.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -17,10 +26,14 @@ use crate::error::{Error, Result};
 use crate::keys::Kind;
 use crate::scripts::Script;
 
+mod assemble;
 mod fixed_window;
 mod gcra;
 mod sliding_log;
 mod sliding_window;
+
+use assemble::one_limit;
+pub(crate) use assemble::{LIMIT_ADJUST, MULTI_LIMIT, SLICE, all as scripts, is_one_limit};
 
 const SLIDING_LOG_MAX: NonZeroU32 = sliding_log::MAX_LIMIT;
 
@@ -28,6 +41,32 @@ const SLIDING_LOG_MAX: NonZeroU32 = sliding_log::MAX_LIMIT;
 pub(crate) struct Rules {
     /// Its name in words.
     pub(crate) words: &'static str,
+    /// Its name in code: its folder, its Lua file's and its one-limit
+    /// script's (in errors, traces and metrics).
+    pub(crate) name: &'static str,
+    /// Its decision in Lua (`<name>/<name>.lua`), the one place it is
+    /// written: every script that decides for it is assembled from it
+    /// (`assemble.rs`). It defines, as locals, with `NOW_US` the server's
+    /// time, the helpers of `numbers.lua` and `BURSTS` (from
+    /// [`bursts`](Self::bursts)) before it:
+    ///
+    /// * `read(key)`: the state key's value if the state is a string (a
+    ///   `GET`), else `false` (the functions below read it themselves);
+    /// * `decide(key, value, limit, period_us, burst, cost, counts)`: the
+    ///   decision on a request of `cost` (at most the capacity), reading
+    ///   only; `counts`: an admission is written, and what it reports is
+    ///   after it. Returns `admits, wait, remaining, reset_us`, then the
+    ///   values `write` takes (up to four) when it admits: `wait` is, when
+    ///   it denies, the time until the same request could be admitted
+    ///   (at least 1 µs); when it admits, the time until more than
+    ///   `remaining` is free (0: all is). Every number it would write is
+    ///   checked to be an exact integer before it returns;
+    /// * `write(key, value, ...)`: writes what `decide` admitted, with a TTL;
+    /// * `adjust(key, limit, period_us, burst, delta)`: counts `delta`
+    ///   units as used (a penalty, never past an empty quota) or, negative,
+    ///   gives them back (a reward, never past a full one); returns whether
+    ///   it wrote.
+    pub(crate) lua: &'static str,
     /// The script of a check of it alone.
     pub(crate) script: &'static LazyLock<Script>,
     /// The largest limit it accepts.
@@ -92,7 +131,9 @@ pub(crate) struct LocalState {
 }
 
 /// What a local check found: `(allowed, remaining, retry_after_us,
-/// reset_after_us, more_after_us)`, before anything is consumed.
+/// reset_after_us, more_after_us)`, the last three after this request's
+/// units when it was admitted and consumed (as the Lua's `decide` reports
+/// with `counts`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct LocalVerdict {
     pub(crate) allowed: bool,
@@ -106,10 +147,12 @@ pub(crate) struct LocalVerdict {
 }
 
 impl Local {
-    /// Units left after a request admitted or not with `used` in use.
-    fn left_after(&self, used: u64, allowed: bool) -> u64 {
+    /// Units left with `used` in use, and this request's units if
+    /// `counted` (admitted and consumed: a peek reports what is left
+    /// without them, as the Lua does).
+    fn left_after(&self, used: u64, counted: bool) -> u64 {
         self.limit
-            .saturating_sub(used + if allowed { self.cost } else { 0 })
+            .saturating_sub(used + if counted { self.cost } else { 0 })
     }
 }
 
@@ -127,27 +170,6 @@ pub(crate) enum StateRead {
 /// An integer read by the scanner as a count: missing or negative is 0.
 fn count(v: Option<i64>) -> u64 {
     v.and_then(|v| u64::try_from(v).ok()).unwrap_or(0)
-}
-
-/// A check's reply's limit less what is used: exact.
-fn left(quota: &Quota, used: u64) -> Option<Remaining> {
-    Some((u64::from(quota.limit().get()).saturating_sub(used), true))
-}
-
-/// A window-based local verdict: `used` units in a window that ends in
-/// `ends_in` µs; denied requests wait for the window's end.
-fn windowed(used: u64, ends_in: u64, at: Local) -> LocalVerdict {
-    let allowed = used + at.cost <= at.limit;
-    let after = if allowed { used + at.cost } else { used };
-    let reset = if after > 0 { ends_in } else { 0 };
-    LocalVerdict {
-        allowed,
-        remaining: at.left_after(used, allowed),
-        retry_after_us: (!allowed && at.cost <= at.limit).then_some(ends_in.max(1)),
-        reset_after_us: reset,
-        // Everything frees at the window's end.
-        more_after_us: reset,
-    }
 }
 
 /// The offset that makes windows of `period` end `ends_in` µs after `now`.

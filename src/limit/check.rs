@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 use tracing::field::Empty;
 
+use super::algorithm;
 use super::decision::{Decision, MultiDecision};
 use super::deny_cache::{DenyCache, Ticket};
 use super::limiter::RateLimiter;
@@ -22,7 +23,7 @@ use super::script::{Invocation, LimitSpec, fingerprint, parse_reply};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::policy::FailurePolicy;
-use crate::scripts::{self, Script};
+use crate::scripts::Script;
 
 mod degraded;
 
@@ -262,7 +263,7 @@ impl<'r> Round<'r> {
     fn new(pipeline: Pipeline<'r>, specs: &'r [Arc<LimitSpec>], consume: bool) -> Self {
         let script = match specs {
             [one] => one.algorithm.script(),
-            _ => &scripts::MULTI_LIMIT,
+            _ => &algorithm::MULTI_LIMIT,
         };
         Round {
             pipeline,

@@ -45,11 +45,11 @@ use std::sync::Arc;
 use futures::future::join_all;
 
 use super::adjust;
+use super::algorithm;
 use super::script::{Invocation, LimitSpec, REPLY_FIELDS};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::keys::KeySet;
-use crate::scripts;
 
 /// An override or block key's value as read on its own: `""` when absent.
 type Optional = Vec<u8>;
@@ -160,7 +160,7 @@ struct Limit {
 
 impl Limit {
     /// The reply of a one-limit check.
-    fn from_reply(script: &scripts::Script, reply: &[i64]) -> Result<Self> {
+    fn from_reply(script: &crate::scripts::Script, reply: &[i64]) -> Result<Self> {
         match reply {
             [all, fields @ ..] if fields.len() == REPLY_FIELDS => {
                 let mut own = [0; REPLY_FIELDS];
@@ -215,7 +215,8 @@ async fn give_back(
         state.to_vec(),
     );
     args.push(override_value.to_vec());
-    let _settings: (Vec<u8>, i64, i64) = cluster.eval(&scripts::LIMIT_ADJUST, &keys, args).await?;
+    let _settings: (Vec<u8>, i64, i64) =
+        cluster.eval(&algorithm::LIMIT_ADJUST, &keys, args).await?;
     Ok(())
 }
 
@@ -236,7 +237,7 @@ mod tests {
         let keys = crate::keys::KeyBuilder::new("t").unwrap();
         Invocation::new(
             &keys,
-            &crate::scripts::MULTI_LIMIT,
+            &crate::limit::algorithm::MULTI_LIMIT,
             specs,
             b"user",
             2,
@@ -297,7 +298,7 @@ mod tests {
         let one = |cost: u32, consume: bool| {
             Invocation::new(
                 &keys,
-                &scripts::GCRA,
+                Algorithm::Gcra.script(),
                 std::slice::from_ref(&a),
                 b"user",
                 cost,
@@ -317,7 +318,7 @@ mod tests {
         let shadow = Arc::new(a.with(a.quota, true).unwrap());
         let call = Invocation::new(
             &keys,
-            &scripts::GCRA,
+            Algorithm::Gcra.script(),
             std::slice::from_ref(&shadow),
             b"user",
             1,

@@ -7,13 +7,13 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::algorithm::Algorithm;
+use super::algorithm::{self, Algorithm};
 use super::decision::{Decision, Settled};
 use super::quota::Quota;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::keys::{KeyBuilder, KeyId, KeySet};
-use crate::scripts::{self, Script};
+use crate::scripts::Script;
 
 /// What the scripts need to know about one limit.
 #[derive(Debug)]
@@ -176,7 +176,7 @@ impl Invocation {
         let mode: &[u8] = if consume { b"1" } else { b"0" };
         let cost_arg = cost.to_string().into_bytes();
         let args = match specs {
-            [one] if scripts::is_one_limit(script) => {
+            [one] if algorithm::is_one_limit(script) => {
                 let mut args: Vec<Vec<u8>> = one.args[1..4]
                     .iter()
                     .map(|a| a.as_bytes().to_vec())
@@ -233,7 +233,7 @@ impl Invocation {
         let mode = if consume { b"i1" } else { b"i0" }.to_vec();
         let values = |i: usize| [optional[2 * i].clone(), optional[2 * i + 1].clone()];
         if let [one] = specs
-            && scripts::is_one_limit(&self.script)
+            && algorithm::is_one_limit(&self.script)
         {
             let mut args: Vec<Vec<u8>> = one.args[1..4]
                 .iter()

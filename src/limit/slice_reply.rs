@@ -4,11 +4,11 @@
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
+use super::algorithm;
 use super::decision::Decision;
 use super::quota::Quota;
 use super::script::LimitSpec;
 use crate::error::{Error, Result};
-use crate::scripts;
 
 /// A slice held: `left` of its `granted` units may still be admitted here
 /// until `until` (counted from when its take was sent, so it ends no later
@@ -70,7 +70,7 @@ pub(crate) struct TakeReply {
 impl TakeReply {
     pub(crate) fn parse(reply: &[i64], id: &str, spec: &LimitSpec) -> Result<Self> {
         let bad = || Error::UnexpectedReply {
-            op: scripts::SLICE.name().to_owned().into(),
+            op: algorithm::SLICE.name().to_owned().into(),
             detail: format!("malformed reply {reply:?}"),
         };
         let &[granted, retry, limit, period, burst, flag, spent] = reply else {

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 
+use super::algorithm;
 use super::decision::Decision;
 use super::quota::Quota;
 use super::script::LimitSpec;
@@ -19,7 +20,6 @@ use super::slices::Slices;
 use crate::cluster::{Cluster, Invalidations, Listener, SLICES_PART};
 use crate::error::Result;
 use crate::keys::{KeyId, KeySet, subject_slot};
-use crate::scripts;
 
 struct Subject {
     held: Mutex<Held>,
@@ -306,7 +306,7 @@ impl SliceTable {
         let keys = self.keys(subject)?;
         let id = format!("{:016x}", rand::rng().random::<u64>());
         let args = self.args(&keys, "take", &id, wanted, cost, spec.quota, old);
-        let reply: Vec<i64> = self.cluster.eval(&scripts::SLICE, &keys, args).await?;
+        let reply: Vec<i64> = self.cluster.eval(&algorithm::SLICE, &keys, args).await?;
         TakeReply::parse(&reply, &id, spec)
     }
 
@@ -314,7 +314,7 @@ impl SliceTable {
     async fn give_back(&self, subject: &[u8], slice: &Slice) -> Result<()> {
         let keys = self.keys(subject)?;
         let args = self.args(&keys, "return", "", 0, 0, slice.quota, Some(slice));
-        let _: Vec<i64> = self.cluster.eval(&scripts::SLICE, &keys, args).await?;
+        let _: Vec<i64> = self.cluster.eval(&algorithm::SLICE, &keys, args).await?;
         Ok(())
     }
 

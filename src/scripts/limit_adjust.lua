@@ -1,9 +1,8 @@
 -- A change to one limit of one subject, other than a check: reset, block,
 -- unblock, penalize, reward, override, clear the override, or just read.
--- Follows clock.lua, limit_prelude.lua (for int(), parse_override() and
--- parse_block()) and the four algorithm files (for swc_counts() and
--- slog_add(), shared with the checks). All KEYS share the subject's hash
--- slot.
+-- Assembled as the generic check is (see limit_prelude.lua), this file in
+-- place of limit_main.lua: penalize and reward are each algorithm's own
+-- adjust(). All KEYS share the subject's hash slot.
 --
 -- KEYS[1]  the limit's state key for the subject
 -- KEYS[2]  the subject's override of the limit ("limit period_us burst")
@@ -44,81 +43,11 @@ local function blocked_until(key)
   return parse_block(redis.call('GET', key))
 end
 
-local ADJUST = {}
-
-ADJUST.fw = function(key, limit, period, _burst, delta)
-  local window_end = (math.floor(NOW_US / period) + 1) * period
-  local used = tonumber(redis.call('GET', key) or 0)
-  if used > 0 and redis.call('PEXPIRETIME', key) < window_end / 1000 then
-    used = 0
-  end
-  local new = math.min(math.max(used + delta, 0), limit)
-  if new == 0 then
-    return { { 'DEL', key } }
-  end
-  return { { 'SET', key, int(new), 'PXAT', int(window_end / 1000) } }
-end
-
-ADJUST.swc = function(key, limit, period, _burst, delta)
-  local w = math.floor(NOW_US / period)
-  local cur, prev = swc_counts(key, w)
-  if delta >= 0 then
-    cur = math.min(cur + delta, limit)
-  else
-    -- Give back this window's units first, then the previous window's.
-    local back = math.min(cur, -delta)
-    cur = cur - back
-    prev = math.max(prev - (-delta - back), 0)
-  end
-  if cur == 0 and prev == 0 then
-    return { { 'DEL', key } }
-  end
-  return {
-    { 'HSET', key, 'w', int(w), 'c', int(cur), 'p', int(prev) },
-    { 'PEXPIREAT', key, int((w + 2) * period / 1000) },
-  }
-end
-
-ADJUST.gcra = function(key, limit, period, burst, delta)
-  local interval = period / limit
-  local tat = math.max(tonumber(redis.call('GET', key) or 0), NOW_US)
-  local new_tat
-  if delta >= 0 then
-    new_tat = math.min(tat + delta * interval, math.max(tat, NOW_US + interval * burst))
-  else
-    new_tat = math.max(tat + delta * interval, NOW_US)
-  end
-  if new_tat <= NOW_US then
-    return { { 'DEL', key } }
-  end
-  local stored = math.ceil(new_tat)
-  return { { 'SET', key, int(stored), 'PXAT', int(math.ceil(stored / 1000)) } }
-end
-
-ADJUST.slog = function(key, limit, period, _burst, delta)
-  local horizon = NOW_US - period
-  local writes = { { 'ZREMRANGEBYSCORE', key, '-inf', int(horizon) } }
-  if delta < 0 then
-    -- The newest entries go first; an emptied set is deleted by Redis.
-    writes[2] = { 'ZPOPMAX', key, int(-delta) }
-    return writes
-  end
-  local used = redis.call('ZCOUNT', key, '(' .. int(horizon), '+inf')
-  local add = math.min(delta, limit - used)
-  if add <= 0 then
-    return {}
-  end
-  local newest = -1
-  if used > 0 then
-    newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
-  end
-  return slog_add(key, horizon, math.max(NOW_US, newest + 1), period, add)
-end
-
 local op = ARGV[1]
 local amount = tonumber(ARGV[2])
 local code, limit, period, burst = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-if not ADJUST[code] then
+local algo = ALGOS[code]
+if not algo then
   return redis.error_reply('ERR shardlimit: unknown algorithm ' .. tostring(code))
 end
 
@@ -127,14 +56,15 @@ if inline and op ~= 'reward' then
   return redis.error_reply('ERR shardlimit: only reward runs on the state key alone, not ' .. tostring(op))
 end
 
-local writes
+-- Whether anything was written (then the deny caches are told).
+local wrote = true
 if op == 'reset' then
-  writes = { { 'DEL', KEYS[1] } }
+  redis.call('DEL', KEYS[1])
 elseif op == 'block' then
   local until_us = NOW_US + amount
-  writes = { { 'SET', KEYS[3], int(until_us), 'PXAT', int(math.ceil(until_us / 1000)) } }
+  redis.call('SET', KEYS[3], int(until_us), 'PXAT', int(math.ceil(until_us / 1000)))
 elseif op == 'unblock' then
-  writes = { { 'DEL', KEYS[3] } }
+  redis.call('DEL', KEYS[3])
 elseif op == 'penalize' or op == 'reward' then
   local ol, op_, ob
   if inline then
@@ -149,21 +79,18 @@ elseif op == 'penalize' or op == 'reward' then
   if op == 'reward' then
     delta = -amount
   end
-  writes = ADJUST[code](KEYS[1], limit, period, burst, delta)
+  wrote = algo.adjust(KEYS[1], limit, period, burst, delta)
 elseif op == 'override' then
-  writes = { { 'SET', KEYS[2], int(limit) .. ' ' .. int(period) .. ' ' .. int(burst), 'PX', int(amount) } }
+  redis.call('SET', KEYS[2], int(limit) .. ' ' .. int(period) .. ' ' .. int(burst), 'PX', int(amount))
 elseif op == 'unoverride' then
-  writes = { { 'DEL', KEYS[2] } }
+  redis.call('DEL', KEYS[2])
 elseif op == 'read' then
-  writes = {}
+  wrote = false
 else
   return redis.error_reply('ERR shardlimit: unknown op ' .. tostring(op))
 end
 
-for _, command in ipairs(writes) do
-  redis.call(unpack(command))
-end
-if #writes > 0 and (ARGV[7] == 'SPUBLISH' or ARGV[7] == 'PUBLISH') then
+if wrote and (ARGV[7] == 'SPUBLISH' or ARGV[7] == 'PUBLISH') then
   redis.call(ARGV[7], ARGV[8], ARGV[9])
 end
 

@@ -1,8 +1,10 @@
 -- Rate-limit check: one or more limits of one subject, atomically.
 --
--- Every rate-limit script is this prelude, the algorithm files it needs
--- (fixed_window.lua, sliding_log.lua, sliding_window.lua, gcra.lua) and
--- limit_main.lua, concatenated. All KEYS share the subject's hash slot.
+-- The generic check is clock.lua, numbers.lua, this prelude, every
+-- algorithm's file (src/limit/algorithm/<name>/<name>.lua), each in a block
+-- of its own that files its functions under its code in ALGOS, and
+-- limit_main.lua, concatenated (src/scripts.rs); limit_adjust.lua is
+-- assembled the same way. All KEYS share the subject's hash slot.
 --
 -- KEYS[3i-2] state key of limit i (i = 1..n)
 -- KEYS[3i-1] limit i's override for this subject: "limit period_us burst",
@@ -68,52 +70,13 @@
 -- first write: a check that fails (an out-of-range number, a key of the
 -- wrong type) fails before it has written anything, so a multi-limit check
 -- is never half applied. The client bounds every quota so that no number
--- here leaves a double's exact integer range (2^53); int() re-checks every
--- number that is written, as a last line of defence.
+-- here leaves a double's exact integer range (2^53); each algorithm's
+-- decide re-checks every number it would write, as a last line of defence
+-- (numbers.lua).
 
+-- Every algorithm's functions, by its code in ARGV (fw | slog | swc | gcra):
+-- { bursts, read, decide, write, adjust } (see src/limit/algorithm.rs).
 local ALGOS = {}
-local MODE = ARGV[2]
-local CONSUME = MODE == '1' or MODE == 'i1'
-local INLINE = MODE == 'i1' or MODE == 'i0'
-
--- Keys and ARGV fields per limit (after cost and mode).
-local LIMIT_KEYS = INLINE and 1 or 3
-local SPEC_ARGS = INLINE and 7 or 5
-
--- 2^53: above it a double no longer holds every integer.
-local MAX_EXACT = 9007199254740992
-
--- Numbers near 1.8e15 (microseconds since 1970) lose digits in tostring();
--- format them as integers explicitly. Refuses (raises, so the script writes
--- nothing) anything that is not an integer in [0, 2^53): string.format('%d')
--- would silently wrap it, and a wrapped timestamp reads as "long ago".
-local function int(x)
-  if type(x) ~= 'number' or x ~= x or x < 0 or x >= MAX_EXACT or x ~= math.floor(x) then
-    error({ err = 'ERR shardlimit: number out of range: ' .. tostring(x) })
-  end
-  return string.format('%d', x)
-end
-
--- A state with `ok`, `remaining_now`, `remaining_after`, `retry`,
--- `reset_now`, `reset_after`, `writes`: the commands (argument lists,
--- fully formatted) to run on admission, so nothing is left to compute then,
--- and `more_now`, `more_after`: when more than the remaining quota is free
--- (see more_us in the Reply above), the reset's if not given (a fixed
--- window frees everything at once, at its end).
-local function state(ok, remaining_now, remaining_after, retry, reset_now, reset_after, writes,
-                     more_now, more_after)
-  return {
-    ok = ok,
-    remaining_now = math.max(remaining_now, 0),
-    remaining_after = math.max(remaining_after, 0),
-    retry = retry,
-    reset_now = math.max(reset_now, 0),
-    reset_after = math.max(reset_after, 0),
-    writes = writes,
-    more_now = math.max(more_now or reset_now, 0),
-    more_after = math.max(more_after or reset_after, 0),
-  }
-end
 
 -- An override's value ("limit period_us burst", or false/'' for none) as
 -- three numbers, or nil. A value that is not three integers (not written by

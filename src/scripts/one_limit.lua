@@ -1,12 +1,12 @@
--- The shared parts of the one-limit checks: this file reads, the
--- algorithm's part (gcra_check.lua, fw_check.lua, swc_check.lua,
--- slog_check.lua) decides,
--- one_limit_end.lua applies the block, the shadow mode and the mode,
--- writes and replies. Together they are the generic check (limit_prelude.lua,
--- limit_main.lua) for a single limit, as straight-line code: no table or
--- function is made per call but the reply, numbers are parsed once, and
--- defaults are not sent (every such step costs Redis; see
--- docs/performance.md).
+-- Rate-limit check of ONE limit, of the algorithm whose file comes before
+-- this one (src/limit/algorithm/<name>/<name>.lua: its BURSTS, decide and
+-- write): what a limiter with one limit sends; a multi-limit sends the
+-- generic check (limit_prelude.lua, every algorithm's file, limit_main.lua).
+-- The two share each algorithm's decision and apply the same rules to it;
+-- this one is straight-line code: no table or function is made per call
+-- but the reply, numbers are parsed once, and defaults are not sent (every
+-- such step costs Redis; see docs/performance.md). That the two agree on
+-- every input is tested side by side (tests/cluster/one_limit_checks.rs).
 --
 -- KEYS  as the generic check for one limit: KEYS[1] the state key, KEYS[2]
 --       the override key, KEYS[3] the block key; inline mode: KEYS[1] alone.
@@ -15,20 +15,15 @@
 --       one limit without the algorithm's code (the script is the
 --       algorithm's own); inline mode (all six given) adds the override's
 --       value and the block's value ('' = none).
--- Reply (made by one_limit_end.lua) when neither an override nor a block
---       exists: { verdict, remaining, retry_after_us, reset_after_us }, with
---       verdict = 2 * all_allowed + allowed (the capacity is the quota's,
---       the flags 0, settled_ms -1); otherwise the generic check's
---       { all_allowed, allowed, remaining, retry_after_us, reset_after_us,
---       capacity, flags, settled_ms, override_limit, override_period_us }:
---       see limit_prelude.lua.
--- Sets: MODE, KEY, VALUE (the state key's value if it is a string, else
--- false), BLOCK_WAIT (how long the block in force still holds, us; false
--- if none), COUNTS (an admitted request is counted: the mode consumes and
--- no block holds), COST, LIMIT, PERIOD, BURST (the override's, if any),
--- FLAGS (2 if the override applied), SETTLED (settled_ms), APPLIED_LIMIT
--- and APPLIED_PERIOD; declares what the algorithm's part sets for
--- one_limit_end.lua (see there).
+-- Reply when neither an override nor a block exists: { verdict, remaining,
+--       retry_after_us, reset_after_us }, with verdict = 2 * all_allowed +
+--       allowed (the capacity is the quota's, the flags 0, settled_ms -1);
+--       otherwise the generic check's { all_allowed, allowed, remaining,
+--       retry_after_us, reset_after_us, capacity, flags, settled_ms,
+--       override_limit, override_period_us }: see limit_prelude.lua.
+-- Server time only; nothing is written unless the request is admitted, and
+-- every number written is checked to be an integer in [0, 2^53) before the
+-- write (anything else raises: nothing is written).
 
 local MODE = ARGV[5] or '1'
 local KEY = KEYS[1]
@@ -39,9 +34,9 @@ local VALUE, OVERRIDE, BLOCK
 local SETTLED = -1
 -- MGET reads a key of another type (the sliding window counter's hash
 -- state among them, which its part reads itself) as absent where GET would
--- refuse it (WRONGTYPE): one_limit_end.lua writes a string state only if it
--- is absent (NX) when it was read as absent, and refuses otherwise, so a
--- key of another type is never replaced.
+-- refuse it (WRONGTYPE): a string state is written only if it is absent
+-- (NX) when it was read as absent, and refused otherwise, so a key of
+-- another type is never replaced (numbers.lua: set_string_state).
 if MODE == 'i1' or MODE == 'i0' then
   VALUE, OVERRIDE, BLOCK = redis.call('MGET', KEY)[1], ARGV[7], ARGV[8]
   if OVERRIDE ~= '' or BLOCK ~= '' then
@@ -91,8 +86,47 @@ if BLOCK then
     BLOCK_WAIT = wait
   end
 end
+-- An admission is written: the mode consumes and no block holds.
 local COUNTS = (MODE == '1' or MODE == 'i1') and not BLOCK_WAIT
 
--- Set by the algorithm's part, read by one_limit_end.lua (see there).
-local ADMITS, RETRY, CAPACITY, WRITE, WRITE_AT_MS, SWC_W, SWC_C, SWC_P
-local SLOG_STAMP, SLOG_COUNT, SLOG_HORIZON, WRITES, REMAINING, RESET
+-- The decision, for a cost above the capacity (only an override makes it
+-- so) with the capacity in its place, then denied for good.
+local CAPACITY = BURSTS and BURST or LIMIT
+local never = COST > CAPACITY
+local ok, retry, remaining, reset, s1, s2, s3, s4 =
+  decide(KEY, VALUE, LIMIT, PERIOD, BURST, never and CAPACITY or COST, COUNTS and not never)
+if never then
+  ok, retry = false, -1
+end
+local writes = ok and COUNTS
+
+-- Blocked: denied until the block ends, or later if the limit itself would
+-- still deny then (never stays never).
+local flags = FLAGS
+if BLOCK_WAIT then
+  if ok or (retry >= 0 and BLOCK_WAIT > retry) then
+    retry = BLOCK_WAIT
+  end
+  ok = false
+  flags = flags + 1
+end
+-- Shadow mode refuses nothing.
+local all_ok = ok or ARGV[6] == '1'
+if writes then
+  write(KEY, VALUE, s1, s2, s3, s4)
+end
+if remaining > CAPACITY then
+  remaining = CAPACITY
+elseif remaining < 0 then
+  remaining = 0
+end
+if reset < 0 then
+  reset = 0
+end
+if flags == 0 and SETTLED == -1 then
+  return { (all_ok and 2 or 0) + (ok and 1 or 0), remaining, retry, reset }
+end
+return {
+  all_ok and 1 or 0, ok and 1 or 0, remaining, retry, reset, CAPACITY, flags,
+  SETTLED, APPLIED_LIMIT, APPLIED_PERIOD,
+}

@@ -45,13 +45,6 @@
 -- written has a TTL: the state as a check writes it, the slices until the
 -- last one expires. Numbers written are checked to be integers in [0, 2^53).
 
-local function int(x)
-  if type(x) ~= 'number' or x ~= x or x < 0 or x >= 9007199254740992 or x ~= math.floor(x) then
-    error({ err = 'ERR shardlimit: number out of range: ' .. tostring(x) })
-  end
-  return string.format('%d', x)
-end
-
 local STATE, SLICES = KEYS[1], KEYS[4]
 local limit, period, burst = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local overridden = 0
@@ -65,26 +58,6 @@ if override then
   limit, period, burst = tonumber(l), tonumber(p), tonumber(b)
   overridden = 1
 end
-local interval = period / limit
-
--- The TAT, never before now.
-local function tat_now()
-  local tat = tonumber(redis.call('GET', STATE) or 0) or 0
-  if tat < NOW_US then
-    return NOW_US
-  end
-  return tat
-end
-
-local function write_tat(tat)
-  if tat <= NOW_US then
-    redis.call('DEL', STATE)
-  else
-    local stored = math.ceil(tat)
-    redis.call('SET', STATE, int(stored), 'PXAT', int(math.ceil(stored / 1000)))
-  end
-end
-
 redis.call('ZREMRANGEBYSCORE', SLICES, '-inf', int(NOW_US))
 
 -- Give back a slice first, if it is still held.
@@ -93,11 +66,10 @@ if ARGV[10] ~= '' and redis.call('ZREM', SLICES, ARGV[10]) == 1 then
   local units = tonumber(string.match(ARGV[10], ':(%d+)$') or 0)
   returned = math.min(tonumber(ARGV[11]) or 0, units)
   if returned > 0 then
-    -- Each unit took taken_interval off the bucket; an override set since
-    -- changed `interval`, and pricing the return by it could give back up
-    -- to a full bucket that was never taken.
-    local taken_interval = tonumber(ARGV[16]) / tonumber(ARGV[15])
-    write_tat(math.max(tat_now() - returned * taken_interval, NOW_US))
+    -- A reward under the quota the slice was taken under: an override set
+    -- since changed the rate, and pricing the return by it could give
+    -- back up to a full bucket that was never taken.
+    adjust(STATE, tonumber(ARGV[15]), tonumber(ARGV[16]), burst, -returned)
   end
 end
 if returned > 0 and (ARGV[12] == 'SPUBLISH' or ARGV[12] == 'PUBLISH') then
@@ -115,21 +87,19 @@ if ARGV[1] == 'take' then
       outstanding = outstanding + (tonumber(string.match(member, ':(%d+)$')) or 0)
     end
     local room = math.floor(limit * tonumber(ARGV[9]) / 1000000) - outstanding
-    local tat = tat_now()
-    -- Cells free now, as a check counts them (gcra.lua).
-    local free = burst - math.ceil((tat - NOW_US) * limit / period)
+    -- Cells free now, as a check counts them.
+    local value = redis.call('GET', STATE)
+    local admits, wait, free = decide(STATE, value, limit, period, burst, cost, false)
     granted = math.max(math.min(wanted, room, free), 0)
     if free < wanted then
       spent = 1
     end
-    if free < cost then
-      retry = math.ceil(tat + cost * interval - burst * interval - NOW_US)
-      if retry < 0 then
-        retry = 0
-      end
+    if not admits then
+      retry = wait
     end
     if granted > 0 then
-      write_tat(tat + granted * interval)
+      local _, _, _, _, stored, at_ms = decide(STATE, value, limit, period, burst, granted, true)
+      write(STATE, value, stored, at_ms)
       local expires = NOW_US + tonumber(ARGV[5])
       redis.call('ZADD', SLICES, int(expires), ARGV[2] .. ':' .. int(granted))
     end

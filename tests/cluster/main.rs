@@ -24,6 +24,7 @@ mod fake_node;
 mod adjust;
 mod admin;
 mod adoption;
+mod algorithms;
 mod batch;
 mod catalog;
 mod check_many;

@@ -1,10 +1,11 @@
-//! The check a limiter with one limit sends (`gcra_check.lua`,
-//! `fw_check.lua`, `swc_check.lua`, `slog_check.lua`, after
-//! `one_limit.lua`: the generic check specialised so that
-//! it costs Redis less) agrees with the generic check (`limit_prelude.lua`,
-//! the algorithm's file, `limit_main.lua`, which multi-limits send) on every
-//! input: the same reply, the same state written with the same expiry, the
-//! same errors.
+//! The check a limiter with one limit sends (the algorithm's file, then
+//! `one_limit.lua`: straight-line code that costs Redis less) agrees with
+//! the generic check (`limit_prelude.lua`, every algorithm's file,
+//! `limit_main.lua`, which multi-limits send) on every input: the same
+//! reply, the same state written with the same expiry, the same errors.
+//! Both run the algorithm's one `decide`; what this tests is that the two
+//! drivers apply the same rules around it (override, block, shadow, mode,
+//! a cost above the capacity, the reply's clamps).
 //!
 //! Both run side by side on the same node, each on its own keys, through
 //! random sequences of checks, peeks, inline (migration) checks, overrides,
@@ -24,7 +25,7 @@ use redis::aio::MultiplexedConnection;
 /// `clock.lua` with the time taken from the last two `ARGV` (seconds,
 /// microseconds), which it removes: the checks see their own `ARGV` only
 /// (a one-limit check's optional arguments are absent when not given).
-const TEST_CLOCK: &str = "\
+pub(crate) const TEST_CLOCK: &str = "\
 local CLOCK_US = tonumber(table.remove(ARGV))
 local CLOCK_S = tonumber(table.remove(ARGV))
 local NOW_US = CLOCK_S * 1000000 + CLOCK_US
@@ -40,46 +41,35 @@ struct Pair {
 }
 
 impl Pair {
-    fn new(code: &'static str, algorithm: &str, special: &str) -> Self {
-        let generic = format!(
-            "{TEST_CLOCK}{}{algorithm}{}",
-            include_str!("../../src/scripts/limit_prelude.lua"),
-            include_str!("../../src/scripts/limit_main.lua"),
-        );
+    /// The algorithm of `code` whose one-limit script is `name`, both sides
+    /// as the crate sends them but on the test clock.
+    fn new(code: &'static str, name: &str) -> Self {
         Pair {
             code,
-            generic: redis::Script::new(&generic),
-            special: redis::Script::new(&format!(
-                "{TEST_CLOCK}{}{special}{}",
-                include_str!("../../src/scripts/one_limit.lua"),
-                include_str!("../../src/scripts/one_limit_end.lua"),
-            )),
+            generic: on_test_clock("multi_limit"),
+            special: on_test_clock(name),
         }
     }
 }
 
+/// The crate's script `name` with `clock.lua` replaced by [`TEST_CLOCK`].
+pub(crate) fn on_test_clock(name: &str) -> redis::Script {
+    let (_, code) = shardlimit::__private::scripts()
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .unwrap_or_else(|| panic!("no script {name}"));
+    let code = code
+        .strip_prefix(include_str!("../../src/scripts/clock.lua"))
+        .unwrap_or_else(|| panic!("{name} does not start with clock.lua"));
+    redis::Script::new(&format!("{TEST_CLOCK}{code}"))
+}
+
 fn pairs() -> [Pair; 4] {
     [
-        Pair::new(
-            "gcra",
-            include_str!("../../src/scripts/gcra.lua"),
-            include_str!("../../src/scripts/gcra_check.lua"),
-        ),
-        Pair::new(
-            "fw",
-            include_str!("../../src/scripts/fixed_window.lua"),
-            include_str!("../../src/scripts/fw_check.lua"),
-        ),
-        Pair::new(
-            "swc",
-            include_str!("../../src/scripts/sliding_window.lua"),
-            include_str!("../../src/scripts/swc_check.lua"),
-        ),
-        Pair::new(
-            "slog",
-            include_str!("../../src/scripts/sliding_log.lua"),
-            include_str!("../../src/scripts/slog_check.lua"),
-        ),
+        Pair::new("gcra", "gcra"),
+        Pair::new("fw", "fixed_window"),
+        Pair::new("swc", "sliding_window"),
+        Pair::new("slog", "sliding_log"),
     ]
 }
 
@@ -227,7 +217,7 @@ async fn set_both(conn: &mut MultiplexedConnection, keys: [&str; 2], value: Opti
     }
 }
 
-async fn server_time_us(conn: &mut MultiplexedConnection) -> u64 {
+pub(crate) async fn server_time_us(conn: &mut MultiplexedConnection) -> u64 {
     let (s, us): (u64, u64) = redis::cmd("TIME").query_async(conn).await.unwrap();
     s * 1_000_000 + us
 }

@@ -195,10 +195,11 @@ impl Round<'_> {
                 })
                 .collect::<Vec<Option<Verdict>>>()
         };
-        let verdicts = check(&mut guards, false);
+        let mut verdicts = check(&mut guards, false);
         let allowed = verdicts.iter().flatten().all(|v| v.verdict.allowed);
         if allowed && self.consume {
-            check(&mut guards, true);
+            // What each leaves after taking the request, as Redis reports.
+            verdicts = check(&mut guards, true);
         }
         let decisions = verdicts
             .into_iter()

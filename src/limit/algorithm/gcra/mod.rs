@@ -3,17 +3,23 @@
 //! memory; the key expires when the bucket is full again.
 
 use std::num::NonZeroU32;
+use std::sync::LazyLock;
 use std::time::Duration;
 
-use super::{Local, LocalState, LocalVerdict, Remaining, Rules, StateRead, count};
+use super::{Local, LocalState, LocalVerdict, Remaining, Rules, StateRead, count, one_limit};
 use crate::admin::Usage;
 use crate::error::{Error, Result};
 use crate::limit::Quota;
-use crate::scripts;
+use crate::scripts::Script;
+
+/// Its check alone (the one-limit check).
+static SCRIPT: LazyLock<Script> = LazyLock::new(|| one_limit(&RULES));
 
 pub(super) static RULES: Rules = Rules {
     words: "GCRA",
-    script: &scripts::GCRA,
+    name: "gcra",
+    lua: include_str!("gcra.lua"),
+    script: &SCRIPT,
     max_limit: NonZeroU32::MAX,
     bursts: true,
     bounds,
@@ -93,7 +99,7 @@ fn local(state: &mut LocalState, at: Local) -> LocalVerdict {
     if allowed && at.consume {
         state.tat = next;
     }
-    let (left, ahead) = if allowed {
+    let (left, ahead) = if allowed && at.consume {
         (free - at.cost, next - at.now)
     } else {
         (free, tat - at.now)

@@ -3,11 +3,11 @@
 //! so the limit is bounded.
 
 use std::num::NonZeroU32;
+use std::sync::LazyLock;
 
-use super::{LocalVerdict, Rules, StateRead, no_bounds};
+use super::{LocalVerdict, Rules, StateRead, no_bounds, one_limit};
 use crate::admin::Usage;
-
-use crate::scripts;
+use crate::scripts::Script;
 
 /// The largest limit (and cost): see
 /// [`Algorithm::SLIDING_LOG_MAX_LIMIT`](crate::Algorithm::SLIDING_LOG_MAX_LIMIT).
@@ -16,9 +16,14 @@ pub(super) const MAX_LIMIT: NonZeroU32 = match NonZeroU32::new(128) {
     None => NonZeroU32::MIN,
 };
 
+/// Its check alone (the one-limit check).
+static SCRIPT: LazyLock<Script> = LazyLock::new(|| one_limit(&RULES));
+
 pub(super) static RULES: Rules = Rules {
     words: "sliding log",
-    script: &scripts::SLIDING_LOG,
+    name: "sliding_log",
+    lua: include_str!("sliding_log.lua"),
+    script: &SCRIPT,
     max_limit: MAX_LIMIT,
     bursts: false,
     bounds: no_bounds,
@@ -50,24 +55,25 @@ pub(super) static RULES: Rules = Rules {
                     .map(|&t| (t + at.period - at.now).max(1))
             })
             .flatten();
-        let newest = if allowed {
+        let counted = allowed && at.consume;
+        let newest = if counted {
             Some(at.now)
         } else {
             state.log.back().copied()
         };
         // When the oldest unit (after an admission: the new ones if none
         // was in) leaves the window.
-        let oldest = if allowed {
+        let oldest = if counted {
             Some(state.log.front().copied().unwrap_or(at.now))
         } else {
             state.log.front().copied()
         };
-        if allowed && at.consume {
+        if counted {
             state.log.extend((0..at.cost).map(|_| at.now));
         }
         LocalVerdict {
             allowed,
-            remaining: at.left_after(used, allowed),
+            remaining: at.left_after(used, counted),
             retry_after_us: retry,
             reset_after_us: newest.map_or(0, |t| t + at.period - at.now),
             more_after_us: oldest.map_or(0, |t| t + at.period - at.now),

@@ -3,15 +3,20 @@
 //! still overlaps the sliding window. Approximate; cheap at any limit.
 
 use std::num::NonZeroU32;
+use std::sync::LazyLock;
 
-use super::{LocalVerdict, Rules, StateRead, count, no_bounds, seed_window};
+use super::{LocalVerdict, Rules, StateRead, count, no_bounds, one_limit, seed_window};
 use crate::admin::Usage;
+use crate::scripts::Script;
 
-use crate::scripts;
+/// Its check alone (the one-limit check).
+static SCRIPT: LazyLock<Script> = LazyLock::new(|| one_limit(&RULES));
 
 pub(super) static RULES: Rules = Rules {
     words: "sliding window counter",
-    script: &scripts::SLIDING_WINDOW,
+    name: "sliding_window",
+    lua: include_str!("sliding_window.lua"),
+    script: &SCRIPT,
     max_limit: NonZeroU32::MAX,
     bursts: false,
     bounds: no_bounds,
@@ -66,14 +71,18 @@ pub(super) static RULES: Rules = Rules {
         if allowed && at.consume {
             state.count += at.cost;
         }
+        // Full again when both windows' units have left: this window's a
+        // period after it ends, the previous one's when this one ends.
         let reset = if state.count > 0 {
             2 * at.period - elapsed
+        } else if state.previous > 0 {
+            at.period - elapsed
         } else {
             0
         };
         LocalVerdict {
             allowed,
-            remaining: at.left_after(used, allowed),
+            remaining: at.left_after(used, allowed && at.consume),
             retry_after_us: retry,
             reset_after_us: reset,
             // Cautious: when the estimate falls by a unit is not worked out

@@ -1,0 +1,88 @@
+-- GCRA (generic cell rate algorithm): a token / leaky bucket in one number.
+--
+-- The one place its decision is written in Lua: every script that decides
+-- for GCRA (the one-limit check, the multi-limit check, the adjustments,
+-- the quota slices) is assembled from this file (src/scripts.rs), and
+-- mod.rs beside it is its Rust side, tested against it on random sequences
+-- (tests/cluster/algorithms.rs). What each function must do is the
+-- interface every algorithm's file gives: see src/limit/algorithm.rs.
+--
+-- KEYS: one key holding the theoretical arrival time (TAT, us); it expires
+--       when the TAT is reached, i.e. when the bucket is full again and the
+--       state is no longer needed.
+-- ARGV: limit and period set the rate (one unit per period/limit us, the
+--       emission interval); burst = capacity (the most units admitted at
+--       once from a full bucket).
+-- Reply: the meaning of redis-cell's CL.THROTTLE: limited = not allowed,
+--       limit = burst, remaining, retry_after, reset_after (until the
+--       bucket is full).
+-- The TAT is stored rounded up to a whole microsecond (never over-admits).
+-- One number decides and is reported: the units free now, burst less those
+-- the TAT still holds (rounded up). The request is admitted if its cost
+-- fits in them, and `remaining` is them (less the cost, once taken), so a
+-- denial always says fewer are left than it asked for. With integer TAT and
+-- time it is exact in the common case (no interval rounded in between).
+-- Bounds (checked by the client): the tolerance, burst * period / limit,
+-- is at most 366 days, so the TAT stays within NOW_US + 2 tolerances and
+-- the key's TTL within one.
+
+-- The state is a string: read with GET (or the one-limit check's MGET).
+local function read(key)
+  return redis.call('GET', key)
+end
+
+local function decide(_key, value, limit, period, burst, cost, counts)
+  local interval = period / limit
+  local tat = tonumber(value or 0)
+  if tat < NOW_US then
+    tat = NOW_US
+  end
+  local free = burst - math.ceil((tat - NOW_US) * limit / period)
+  local new_tat = tat + cost * interval
+  -- An integer (ceil) unless infinite or not a number: x % 1 is then NaN.
+  local stored = math.ceil(new_tat)
+  if stored % 1 ~= 0 or stored < 0 or stored >= MAX_EXACT then
+    out_of_range(stored)
+  end
+  if cost > free then
+    -- At least 1 us: the float may round a denial's wait to 0.
+    local wait = math.ceil(new_tat - interval * burst - NOW_US)
+    if wait < 1 then
+      wait = 1
+    end
+    return false, wait, free, math.ceil(tat - NOW_US)
+  end
+  if counts then
+    tat, free = new_tat, free - cost
+  end
+  -- When the TAT holds one unit fewer (0: it holds none), at least 1 us.
+  local held, more = burst - free, 0
+  if held > 0 then
+    more = math.ceil(tat - NOW_US - (held - 1) * interval)
+    if more < 1 then
+      more = 1
+    end
+  end
+  return true, more, free, math.ceil(tat - NOW_US), stored, math.ceil(stored / 1000)
+end
+
+local write = set_string_state
+
+local function adjust(key, limit, period, burst, delta)
+  local interval = period / limit
+  local tat = math.max(tonumber(redis.call('GET', key) or 0), NOW_US)
+  local new_tat
+  if delta >= 0 then
+    -- Never past an empty bucket (a TAT a tolerance ahead), nor back.
+    new_tat = math.min(tat + delta * interval, math.max(tat, NOW_US + interval * burst))
+  else
+    new_tat = math.max(tat + delta * interval, NOW_US)
+  end
+  if new_tat <= NOW_US then
+    redis.call('DEL', key)
+    return true
+  end
+  local stored = math.ceil(new_tat)
+  redis.call('SET', key, int(stored), 'PXAT', int(math.ceil(stored / 1000)))
+  return true
+end

@@ -1,0 +1,116 @@
+-- Sliding log: exact sliding window.
+--
+-- The one place its decision is written in Lua (see gcra.lua's header for
+-- how the scripts are assembled from it, and src/limit/algorithm.rs for
+-- what each function must do).
+--
+-- KEYS: one sorted set; one member per admitted unit, scored by admission
+--       time (us). Entries older than the period are trimmed by every
+--       admitted check (never by a denied one or a peek, which write
+--       nothing); the key expires when its newest entry leaves the window.
+-- ARGV: limit = units per sliding period; period (us, whole ms); burst unused.
+-- Reply: retry_after = until enough of the oldest entries leave the window
+--       for this cost to fit; reset_after = until the newest entry leaves it.
+-- Bounds: the client caps the limit, and so the cost, at 128
+-- (Algorithm::SLIDING_LOG_MAX_LIMIT): a key never holds more than `limit`
+-- members, so it stays a compact listpack (Redis' default
+-- zset-max-listpack-entries is 128; ~4 KB per subject), and the worst check
+-- (trim 128 members, add 128) stays under a millisecond in SLOWLOG, as
+-- tests/cluster/limits_bounds.rs measures (about 0.5 ms; 1000 members took 1.2-1.6
+-- ms and 250 up to 1 ms on the loaded test host).
+-- One member per unit rather than per request keeps `used` a ZCOUNT and the
+-- retry time one ZRANGEBYSCORE ... LIMIT, both O(log n) in C; a member per
+-- request carrying its cost would need Lua to sum the window's costs.
+
+-- The state is a sorted set, which the functions below read themselves.
+local function read(_key)
+  return false
+end
+
+-- The units the window holds and its newest entry's score (-1: none),
+-- with `after` the window's start as ZCOUNT's exclusive bound: '(horizon'.
+local function live(key, after)
+  local used = redis.call('ZCOUNT', key, after, '+inf')
+  local newest = -1
+  if used > 0 then
+    newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+  end
+  return used, newest
+end
+
+-- The score of the n-th (from 0) oldest entry in the window.
+local function nth(key, after, n)
+  return tonumber(redis.call('ZRANGEBYSCORE', key, after, '+inf',
+    'WITHSCORES', 'LIMIT', n, 1)[2])
+end
+
+local function decide(key, _value, limit, period, _burst, cost, counts)
+  local horizon = NOW_US - period
+  if horizon % 1 ~= 0 or horizon < 0 or horizon >= MAX_EXACT then
+    out_of_range(horizon)
+  end
+  local after = '(' .. string.format('%d', horizon)
+  local used, newest = live(key, after)
+  if used + cost > limit then
+    -- The (used + cost - limit)-th oldest live entry must leave the window.
+    return false, nth(key, after, used + cost - limit - 1) + period - NOW_US, limit - used,
+      used > 0 and (newest + period - NOW_US) or 0
+  end
+  -- Scores are unique and increasing per key, so members never collide even
+  -- if two calls see the same microsecond.
+  local stamp = math.max(NOW_US, newest + 1)
+  local at_ms = math.ceil((stamp + period) / 1000)
+  local remaining, reset = limit - used, used > 0 and (newest + period - NOW_US) or 0
+  if counts then
+    if stamp % 1 ~= 0 or stamp < 0 or stamp >= MAX_EXACT or at_ms >= MAX_EXACT then
+      out_of_range(stamp)
+    end
+    remaining, reset = limit - used - cost, stamp + period - NOW_US
+  end
+  -- When more than `remaining` units are free: when the oldest live entry
+  -- (after an admission: the new ones if none was) leaves the window.
+  local more = reset
+  if used > 0 then
+    more = nth(key, after, 0) + period - NOW_US
+  end
+  return true, more, remaining, reset, stamp, cost, horizon, at_ms
+end
+
+-- Trims what left the window, adds one member per unit (at most 128: the
+-- limit's cap, so one ZADD of up to 2 x 128 arguments, far under unpack()'s
+-- stack limit of 8000), expires with the newest.
+local function write(key, _value, stamp, count, horizon, at_ms)
+  local s = string.format('%d', stamp)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', horizon))
+  if count == 1 then
+    redis.call('ZADD', key, s, s .. ':1')
+  else
+    local add = {}
+    for i = 1, count do
+      add[2 * i - 1], add[2 * i] = s, s .. ':' .. i
+    end
+    redis.call('ZADD', key, unpack(add))
+  end
+  redis.call('PEXPIREAT', key, string.format('%d', at_ms))
+end
+
+local function adjust(key, limit, period, _burst, delta)
+  local horizon = NOW_US - period
+  if delta < 0 then
+    -- The newest entries go first; an emptied set is deleted by Redis.
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', int(horizon))
+    redis.call('ZPOPMAX', key, int(-delta))
+    return true
+  end
+  local used, newest = live(key, '(' .. int(horizon))
+  local add = math.min(delta, limit - used)
+  if add <= 0 then
+    return false
+  end
+  local stamp = math.max(NOW_US, newest + 1)
+  local at_ms = math.ceil((stamp + period) / 1000)
+  int(stamp)
+  int(at_ms)
+  write(key, false, stamp, add, horizon, at_ms)
+  return true
+end
