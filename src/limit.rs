@@ -169,7 +169,6 @@
 
 mod adjust;
 pub(crate) mod algorithm;
-mod batch;
 mod catalog;
 mod check;
 mod decision;

@@ -204,6 +204,17 @@ impl MultiLimiter {
             cache: self.cache.as_deref(),
         }
     }
+
+    /// Checks many `(subject, cost)` requests at once, each against every
+    /// limit, as [`RateLimiter::check_many`] does for one limit: one
+    /// pipeline per master, each request its own all-or-nothing script, the
+    /// results in the order of `requests`.
+    pub async fn check_many<S: AsRef<[u8]>>(
+        &self,
+        requests: &[(S, u32)],
+    ) -> Vec<Result<MultiDecision>> {
+        self.pipeline().run_many(requests).await
+    }
 }
 
 /// A limiter alone, checked exactly as [`RateLimiter::check_n`] checks it:
