@@ -11,6 +11,13 @@
 //! obfuscated `_id`, a malformed entry) gives no address to limit, so the
 //! request is limited by the peer, the proxy itself: a shared limit, never
 //! a free pass.
+//!
+//! Why the walk is not a crate's: `client-ip` 0.2.1, the extractor under
+//! `axum-client-ip`, has no trusted proxies and no hop count. Its
+//! `rightmost_forwarded` and `rightmost_x_forwarded_for` read the last
+//! entry of the last header line, one hop, without looking at the peer:
+//! our `hops(1)` with the peer check left to the caller, and its parsing
+//! (`parse.rs` says how that differs).
 
 mod parse;
 
@@ -372,6 +379,36 @@ mod tests {
         assert_eq!(key(&four, "10.0.0.2:1", &chain), "10.0.0.2");
         assert_eq!(key(&one, "198.51.100.1:1", &chain), "198.51.100.1");
         assert_eq!(key(&one, "10.0.0.2:1", &[(h, "1.1.1.1, junk")]), "10.0.0.2");
+    }
+
+    /// Entries a client writes left of its proxy's, and line shapes
+    /// proxies send (`client-ip` 0.2.1 gives no address for the garbage,
+    /// `wss`, trailing comma and empty last line cases).
+    #[test]
+    fn a_client_cannot_move_its_key_with_entries_it_writes() {
+        let fwd = extractor(ProxyHeader::Forwarded, None);
+        let h = "forwarded";
+        // The proxy appends to the client's line: the client's garbage is
+        // a hop the walk never reaches.
+        let garbage = [(h, "for=example.com, for=203.0.113.7")];
+        assert_eq!(key(&fwd, "10.0.0.2:1", &garbage), "203.0.113.7");
+        // A quote left open takes the proxy's element into it: no address
+        // there, so the peer, never the spoofed 1.1.1.1.
+        let open_quote = [(h, r#"for=1.1.1.1;by=", for=203.0.113.7"#)];
+        assert_eq!(key(&fwd, "10.0.0.2:1", &open_quote), "10.0.0.2");
+        let websocket = [(h, "for=203.0.113.7;proto=wss")];
+        assert_eq!(key(&fwd, "10.0.0.2:1", &websocket), "203.0.113.7");
+
+        let xff = extractor(ProxyHeader::XForwardedFor, None);
+        let h = "x-forwarded-for";
+        let trailing_comma = [(h, "1.1.1.1, 203.0.113.7, ")];
+        assert_eq!(key(&xff, "10.0.0.2:1", &trailing_comma), "203.0.113.7");
+        // Hops count over every line, an empty one adding none.
+        let lines = [(h, "1.1.1.1, 203.0.113.7"), (h, "198.51.100.4"), (h, "")];
+        let two = extractor(ProxyHeader::XForwardedFor, Some(2));
+        assert_eq!(key(&two, "10.0.0.2:1", &lines), "203.0.113.7");
+        let one = extractor(ProxyHeader::XForwardedFor, Some(1));
+        assert_eq!(key(&one, "10.0.0.2:1", &lines), "198.51.100.4");
     }
 
     #[test]
