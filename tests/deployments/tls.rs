@@ -401,3 +401,61 @@ pub(crate) async fn run_provider_child() {
         other => panic!("SHARDLIMIT_CHILD_PROVIDER is {other:?}, not after or before"),
     }
 }
+
+/// tonic's TLS server puts `TcpConnectInfo` in the requests beside
+/// `TlsConnectInfo<TcpConnectInfo>`, so `PeerIp::tonic_connect_info()`
+/// limits calls by the peer's address over TLS as well (docs/grpc.md).
+#[cfg(feature = "tonic")]
+#[tokio::test]
+#[ignore = "needs the TLS cluster (cluster-compose/up.sh --tls)"]
+async fn a_tonic_server_over_tls_limits_calls_by_peer_address() {
+    use shardlimit::tower::{PeerIp, RateLimitLayer};
+    use tonic::transport::server::TcpIncoming;
+    use tonic::transport::{
+        Certificate, Channel, ClientTlsConfig, Identity, Server, ServerTlsConfig,
+    };
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+
+    let cluster = builder().build().await.unwrap();
+    let limiter = RateLimiter::builder(&cluster, "peer", Quota::per_minute(1))
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::builder(limiter.clone(), PeerIp::tonic_connect_info())
+        .grpc()
+        .build()
+        .unwrap();
+    let read = |name: &str| std::fs::read(tls_file(name)).unwrap();
+    let identity = Identity::from_pem(read("node.crt"), read("node.key"));
+    let incoming = TcpIncoming::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = incoming.local_addr().unwrap().port();
+    let (_reporter, health) = tonic_health::server::health_reporter();
+    let server = Server::builder()
+        .tls_config(ServerTlsConfig::new().identity(identity))
+        .unwrap()
+        .layer(layer)
+        .add_service(health);
+    tokio::spawn(server.serve_with_incoming(incoming));
+
+    let tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(std::fs::read(ca()).unwrap()))
+        .domain_name("localhost");
+    let channel = Channel::from_shared(format!("https://127.0.0.1:{port}"))
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = HealthClient::new(channel);
+    let call = || {
+        tonic::Request::new(HealthCheckRequest {
+            service: String::new(),
+        })
+    };
+    client.check(call()).await.unwrap();
+    let status = client.check(call()).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    // Keyed by the peer's address, as the layer found it.
+    assert_eq!(limiter.peek("127.0.0.1").await.unwrap().remaining, 0);
+}
