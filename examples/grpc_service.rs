@@ -78,8 +78,9 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let incoming = TcpIncoming::bind(addr)?;
     let addr = incoming.local_addr()?;
     let (_reporter, health) = tonic_health::server::health_reporter();
-    // The per-peer layer outside: its refusals cost the per-key limit
-    // nothing, and it is refunded for what the per-key layer refuses.
+    // The per-peer layer outside (added first): its refusals cost the
+    // per-key limit nothing, and it is refunded for what the per-key layer
+    // refuses (why this order: docs/http.md, "Stacking limits").
     let server = Server::builder()
         .layer(by_peer)
         .layer(by_key)

@@ -37,7 +37,8 @@
 //! [`HeaderKey`](crate::tower::HeaderKey) (`x-api-key`), the authority
 //! (`:authority`) with [`Authority`](crate::tower::Authority), the peer's
 //! address with [`PeerIp::tonic_connect_info`](crate::tower::PeerIp::tonic_connect_info)
-//! (tonic's `TcpConnectInfo`):
+//! (tonic's `TcpConnectInfo`). The per-peer layer
+//! goes outside, as for HTTP ([why](https://github.com/shardlimit/shardlimit/blob/main/docs/http.md#stacking-limits-one-check-or-one-layer-per-key)):
 //!
 //! ```no_run
 //! # async fn demo(cluster: shardlimit::Cluster) -> Result<(), Box<dyn std::error::Error>> {
