@@ -25,7 +25,11 @@
 //! Opening the socket here means making the TLS session here too, with the
 //! settings redis-rs would use: the CA of [`ClusterBuilder::tls_ca_pem`]
 //! (else the operating system's trust store), the client certificate if
-//! one is given, and the server's name checked against its certificate.
+//! one is given, and the server's name checked against its certificate —
+//! but not its rustls crypto provider, which redis-rs takes from (or
+//! installs as) the process default: see [`crypto_provider`]. So every
+//! TLS session of the crate starts here, the deny cache's pub/sub
+//! connections included ([`Connector::pubsub`]).
 //!
 //! [`ClusterBuilder::tls_ca_pem`]: crate::cluster::ClusterBuilder::tls_ca_pem
 
