@@ -93,7 +93,10 @@ async fn main() -> Result<(), Box<dyn Error>> {
         .route("/", get(|| async { "shardlimit axum demo\n" }))
         .route("/stats", get(stats))
         .merge(api);
-    // The two extractors are different types, hence two `layer` calls.
+    // Per IP outside the per-key layer (the last layer is the outer one),
+    // so its refusals never charge a key (docs/http.md, "Stacking
+    // limits"). The two extractors are different types, hence two `layer`
+    // calls.
     let routes = match std::env::var("DEMO_TRUSTED_PROXIES") {
         Ok(proxies) => {
             let mut client_ip = ForwardedIp::builder(peer, ProxyHeader::XForwardedFor);

@@ -1,7 +1,7 @@
 //! A gRPC service (tonic) rate-limited on the cluster with the tower layer
 //! in gRPC mode — the standard health service stands in for yours:
 //!
-//! * every call, per peer address (tonic's `TcpConnectInfo`): GCRA, 100 per
+//! * every call, per peer address (`PeerIp::tonic_connect_info()`): GCRA, 100 per
 //!   second, fail-open (an unreachable Redis must not take the service down);
 //! * per API key (`x-api-key` metadata): 5 per 10 seconds, fail-closed, as a
 //!   sliding log — exactly 5 in any 10 s (the default GCRA with that quota
@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use shardlimit::tower::{HeaderKey, MissingKey, PeerIp, RateLimitLayer};
 use shardlimit::{Algorithm, Cluster, FailurePolicy, Quota, RateLimiter};
-use tonic::transport::server::{TcpConnectInfo, TcpIncoming};
+use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
@@ -61,14 +61,10 @@ async fn main() -> Result<(), Box<dyn Error>> {
     )
     .algorithm(Algorithm::SlidingLog)
     .build()?;
-    let by_peer = RateLimitLayer::builder(
-        per_peer,
-        PeerIp::from_extensions("tonic TcpConnectInfo", |ext| {
-            ext.get::<TcpConnectInfo>()?.remote_addr()
-        }),
-    )
-    .grpc()
-    .build()?;
+    // The address tonic's server tells, over TCP or TLS.
+    let by_peer = RateLimitLayer::builder(per_peer, PeerIp::tonic_connect_info())
+        .grpc()
+        .build()?;
     let by_key = RateLimitLayer::builder(per_key, HeaderKey::from_static("x-api-key"))
         .missing_key(MissingKey::Reject)
         .grpc()
@@ -82,8 +78,9 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let incoming = TcpIncoming::bind(addr)?;
     let addr = incoming.local_addr()?;
     let (_reporter, health) = tonic_health::server::health_reporter();
-    // The per-peer layer outside: its refusals cost the per-key limit
-    // nothing, and it is refunded for what the per-key layer refuses.
+    // The per-peer layer outside (added first): its refusals cost the
+    // per-key limit nothing, and it is refunded for what the per-key layer
+    // refuses (why this order: docs/http.md, "Stacking limits").
     let server = Server::builder()
         .layer(by_peer)
         .layer(by_key)

@@ -2,7 +2,8 @@
 //!
 //! * **HTTP limits**: per API key 10/s with bursts of 20, per client IP
 //!   1000/h, fail-open (a Redis outage lets requests through, counted);
-//!   the per-key layer is outside, so its refusals never charge the IP.
+//!   the per-IP layer is outside, so its refusals never charge a key (why:
+//!   docs/http.md, "Stacking limits").
 //! * **A singleton job** under a fenced lock: one process of the fleet runs
 //!   it, with a watchdog keeping the lock while it runs.
 //! * **A lease cap**: at most 3 exports per tenant at once.
@@ -86,13 +87,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let routes = Router::new()
         .route("/api/items", get(items))
-        // The last route_layer is the outer one: per key, then per IP.
-        .route_layer(RateLimitLayer::new(per_ip, PeerIp::connect_info()))
+        // The last route_layer is the outer one: per IP, then per key.
         .route_layer(
             RateLimitLayer::builder(per_key, HeaderKey::from_static("x-api-key"))
                 .missing_key(MissingKey::Reject)
                 .build()?,
         )
+        .route_layer(RateLimitLayer::new(per_ip, PeerIp::connect_info()))
         .route("/exports/{tenant}", post(export))
         .with_state(app.clone());
 

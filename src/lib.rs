@@ -221,7 +221,8 @@
 //!   sketch, its window, the publishing task and the keys it writes.
 //! * `tower` (feature `tower`) — a `tower::Layer` that rate-limits HTTP
 //!   requests with `429`, `Retry-After` and the IETF `RateLimit` headers;
-//!   feature `axum` adds axum's connection info (`PeerIp::connect_info`).
+//!   feature `axum` adds axum's connection info (`PeerIp::connect_info`),
+//!   feature `tonic` gRPC statuses and tonic's (`PeerIp::tonic_connect_info`).
 //! * The operator apps are crates of their own in this workspace, built on
 //!   [`admin`]: the Limits page (`shardlimit-web`, an axum router of
 //!   server-rendered pages and JSON — overview, every limiter paged across

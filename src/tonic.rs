@@ -36,28 +36,23 @@
 //! headers when the layer sees them: an API key with
 //! [`HeaderKey`](crate::tower::HeaderKey) (`x-api-key`), the authority
 //! (`:authority`) with [`Authority`](crate::tower::Authority), the peer's
-//! address with [`PeerIp::from_extensions`](crate::tower::PeerIp::from_extensions)
-//! reading tonic's `TcpConnectInfo`:
+//! address with [`PeerIp::tonic_connect_info`](crate::tower::PeerIp::tonic_connect_info)
+//! (tonic's `TcpConnectInfo`). The per-peer layer
+//! goes outside, as for HTTP ([why](https://github.com/shardlimit/shardlimit/blob/main/docs/http.md#stacking-limits-one-check-or-one-layer-per-key)):
 //!
 //! ```no_run
 //! # async fn demo(cluster: shardlimit::Cluster) -> Result<(), Box<dyn std::error::Error>> {
 //! use shardlimit::{Quota, RateLimiter};
 //! use shardlimit::tower::{HeaderKey, PeerIp, RateLimitLayer};
-//! use tonic::transport::server::TcpConnectInfo;
 //!
 //! let per_key = RateLimiter::builder(&cluster, "rpc-key", Quota::per_second(10)).build()?;
 //! let per_peer = RateLimiter::builder(&cluster, "rpc-peer", Quota::per_second(100)).build()?;
 //! let by_key = RateLimitLayer::builder(per_key, HeaderKey::from_static("x-api-key"))
 //!     .grpc()
 //!     .build()?;
-//! let by_peer = RateLimitLayer::builder(
-//!     per_peer,
-//!     PeerIp::from_extensions("tonic TcpConnectInfo", |ext| {
-//!         ext.get::<TcpConnectInfo>()?.remote_addr()
-//!     }),
-//! )
-//! .grpc()
-//! .build()?;
+//! let by_peer = RateLimitLayer::builder(per_peer, PeerIp::tonic_connect_info())
+//!     .grpc()
+//!     .build()?;
 //! let (_, health) = tonic_health::server::health_reporter();
 //! tonic::transport::Server::builder()
 //!     .layer(by_peer)
@@ -69,18 +64,20 @@
 //! ```
 
 use std::fmt::Write as _;
+use std::net::SocketAddr;
 use std::time::Duration;
 
+use ::tonic::transport::server::TcpConnectInfo;
 use ::tonic::{Code, Status};
 use http::Response;
 use tonic_types::{ErrorDetails, QuotaViolation, StatusExt as _};
 
 use crate::limit::MultiDecision;
 use crate::limit::{Algorithm, Decision, RateLimiter};
-use crate::tower::RateLimitLayerBuilder;
 use crate::tower::config::Config;
 use crate::tower::headers;
 use crate::tower::respond::sealed::Respond;
+use crate::tower::{PeerIp, RateLimitLayerBuilder};
 
 /// The protocol of a layer built with
 /// [`grpc`](RateLimitLayerBuilder::grpc): it refuses with gRPC statuses
@@ -108,6 +105,39 @@ impl<X> RateLimitLayerBuilder<X> {
     /// ```
     pub fn grpc(self) -> RateLimitLayerBuilder<X, Grpc> {
         self.with_protocol()
+    }
+}
+
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
+impl PeerIp<SocketAddr> {
+    /// Reads tonic's `TcpConnectInfo`, which tonic's `Server` puts in every
+    /// request, over TLS too (feature `tonic`; axum's counterpart is
+    /// [`PeerIp::connect_info`](crate::tower::PeerIp)). IPv6 by /64, IPv4
+    /// by address. A request without it has no key: another server's, or
+    /// one served from your own TLS acceptor's streams
+    /// (`serve_with_incoming`), where tonic inserts only
+    /// `TlsConnectInfo<TcpConnectInfo>` — read that with
+    /// [`PeerIp::from_extensions`](crate::tower::PeerIp::from_extensions)
+    /// (`|ext| ext.get::<TlsConnectInfo<TcpConnectInfo>>()?.get_ref().remote_addr()`).
+    ///
+    /// ```
+    /// use http::Request;
+    /// use shardlimit::tower::{KeyExtractor, PeerIp};
+    /// use tonic::transport::server::TcpConnectInfo;
+    ///
+    /// let mut req = Request::new(());
+    /// req.extensions_mut().insert(TcpConnectInfo {
+    ///     local_addr: None,
+    ///     remote_addr: "198.51.100.4:50051".parse().ok(),
+    /// });
+    /// let key = PeerIp::tonic_connect_info().extract(&req).unwrap();
+    /// assert_eq!(key.as_ref(), b"198.51.100.4");
+    /// ```
+    #[must_use]
+    pub fn tonic_connect_info() -> Self {
+        PeerIp::from_extensions("tonic::transport::server::TcpConnectInfo", |extensions| {
+            extensions.get::<TcpConnectInfo>()?.remote_addr()
+        })
     }
 }
 

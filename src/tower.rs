@@ -12,7 +12,8 @@
 //!   [`MultiLimiter`](crate::MultiLimiter).
 //! * [`KeyExtractor`] — what a request is limited by: any closure
 //!   `Fn(&Request<B>) -> Option<K>`, or [`PeerIp`] (the client address;
-//!   IPv6 by its /64; with axum, [`PeerIp::connect_info`], feature `axum`), [`ForwardedIp`] (the client address behind trusted
+//!   IPv6 by its /64; with axum, [`PeerIp::connect_info`], feature `axum`;
+//!   with tonic, `PeerIp::tonic_connect_info`, feature `tonic`), [`ForwardedIp`] (the client address behind trusted
 //!   proxies) or [`HeaderKey`] (a header value, e.g. an API key).
 //! * [`HeaderStyle`], [`QuotaUnit`] — which rate-limit fields responses
 //!   carry, and what the limits count.

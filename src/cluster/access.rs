@@ -222,21 +222,6 @@ fn is_tls(info: &ConnectionInfo) -> bool {
     matches!(info.addr(), ConnectionAddr::TcpTls { .. })
 }
 
-/// Whether any of `seeds` is reached over TLS.
-pub(crate) fn any_tls(seeds: &[ConnectionInfo]) -> bool {
-    seeds.iter().any(is_tls)
-}
-
-/// Makes rustls' `ring` provider the process default unless the
-/// application installed one: rustls panics when it cannot tell which of
-/// several compiled-in providers to use, and we would rather choose.
-pub(crate) fn install_crypto_provider() {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        // Losing a race to another installer is fine: one is installed.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
-}
-
 /// A node as shown to people: `redis[s]://[user[:***]@]host:port`.
 pub(crate) fn show(info: &ConnectionInfo) -> String {
     let (scheme, host, port) = match info.addr() {

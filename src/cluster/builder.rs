@@ -379,9 +379,6 @@ impl ClusterBuilder {
                 ),
             ));
         }
-        if access::any_tls(&seeds) {
-            access::install_crypto_provider();
-        }
         let connector = Connector::new(&seeds, certificates.as_ref())?;
         let seed_list = seeds.iter().map(access::show).collect::<Vec<_>>().join(",");
         let router = Router::new(

@@ -26,7 +26,8 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, ConnectionInfo, RedisError};
+use redis::aio::PubSub;
+use redis::{AsyncConnectionConfig, ConnectionInfo, RedisError};
 use tokio::time::Instant;
 
 use super::socket::{Connector, Socket};
@@ -126,8 +127,7 @@ pub struct NodeState {
 
 pub(crate) struct Node {
     addr: String,
-    client: Client,
-    /// The client's address and settings, which `config.connector` opens.
+    /// The node's address and settings, which `config.connector` opens.
     info: ConnectionInfo,
     config: NodeConfig,
     /// One connection per [`Lane`].
@@ -158,11 +158,10 @@ struct Down {
 }
 
 impl Node {
-    pub(crate) fn new(addr: String, client: Client, config: NodeConfig) -> Self {
+    pub(crate) fn new(addr: String, info: ConnectionInfo, config: NodeConfig) -> Self {
         Node {
             addr,
-            info: client.get_connection_info().clone(),
-            client,
+            info,
             config,
             live: [RwLock::new(None), RwLock::new(None)],
             connecting: tokio::sync::Mutex::new(()),
@@ -174,12 +173,14 @@ impl Node {
         }
     }
 
-    /// `host:port`.
-    /// The client that opens this node's connections.
-    pub(crate) fn client(&self) -> &Client {
-        &self.client
+    /// A pub/sub connection of its own to this node (the deny cache's
+    /// invalidations on a standalone server or Sentinel primary), opened
+    /// as its other connections are.
+    pub(crate) async fn pubsub(&self) -> Result<PubSub, RedisError> {
+        self.config.connector.pubsub(&self.info).await
     }
 
+    /// `host:port`.
     pub(crate) fn addr(&self) -> &str {
         &self.addr
     }

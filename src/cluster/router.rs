@@ -28,7 +28,7 @@ mod refresh;
 mod sentinel;
 mod standalone;
 
-use redis::{Client, ConnectionAddr, ConnectionInfo, Value};
+use redis::{ConnectionAddr, ConnectionInfo, Value};
 
 use super::call::{Refresh, Request, node_request};
 use super::deployment::{Deployment, is_cluster_disabled};
@@ -236,11 +236,7 @@ impl Router {
             .template
             .clone()
             .set_addr(at_address(self.template.addr(), host, port)?);
-        let client = Client::open(info).map_err(|err| Error::Config {
-            field: "nodes",
-            reason: format!("{addr}: {err}"),
-        })?;
-        let node = Arc::new(Node::new(addr.clone(), client, self.config.node.clone()));
+        let node = Arc::new(Node::new(addr.clone(), info, self.config.node.clone()));
         nodes.insert(addr, node.clone());
         Ok(node)
     }

@@ -25,7 +25,11 @@
 //! Opening the socket here means making the TLS session here too, with the
 //! settings redis-rs would use: the CA of [`ClusterBuilder::tls_ca_pem`]
 //! (else the operating system's trust store), the client certificate if
-//! one is given, and the server's name checked against its certificate.
+//! one is given, and the server's name checked against its certificate —
+//! but not its rustls crypto provider, which redis-rs takes from (or
+//! installs as) the process default: see [`crypto_provider`]. So every
+//! TLS session of the crate starts here, the deny cache's pub/sub
+//! connections included ([`Connector::pubsub`]).
 //!
 //! [`ClusterBuilder::tls_ca_pem`]: crate::cluster::ClusterBuilder::tls_ca_pem
 
@@ -36,11 +40,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
+use redis::aio::{MultiplexedConnection, PubSub};
 use redis::{
     AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, ErrorKind, RedisError, RedisResult,
     TlsCertificates,
 };
+use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::net::TcpStream;
@@ -92,6 +97,39 @@ impl Connector {
         info: &ConnectionInfo,
         config: AsyncConnectionConfig,
     ) -> RedisResult<(MultiplexedConnection, Socket)> {
+        let stream = self.stream(info).await?;
+        let shared = Shared::new();
+        let counted = Counted::new(Box::into_pin(stream), Arc::clone(&shared));
+        let (conn, driver) =
+            MultiplexedConnection::new_with_config(info.redis_settings(), counted, config).await?;
+        let ends = Ends(Arc::clone(&shared));
+        let driver = tokio::spawn(async move {
+            // Set however the driver goes: done, panicked or aborted.
+            let _ends = ends;
+            driver.await;
+        });
+        Ok((
+            conn,
+            Socket {
+                shared,
+                driver: driver.abort_handle(),
+            },
+        ))
+    }
+
+    /// A RESP2 pub/sub connection to `info`'s address, set up by redis-rs.
+    /// Not `Client::get_async_pubsub`: redis-rs would make the TLS session
+    /// itself, with a rustls config built by `ClientConfig::builder()`,
+    /// which installs a process-wide provider when none is (see
+    /// [`crypto_provider`]).
+    pub(crate) async fn pubsub(&self, info: &ConnectionInfo) -> RedisResult<PubSub> {
+        let stream = self.stream(info).await?;
+        PubSub::new(info.redis_settings(), Box::into_pin(stream)).await
+    }
+
+    /// The socket to `info`'s address: TCP, with a TLS session over it for
+    /// a `rediss://` node.
+    async fn stream(&self, info: &ConnectionInfo) -> RedisResult<Box<dyn Stream>> {
         let (host, port, tls) = match info.addr() {
             ConnectionAddr::Tcp(host, port) => (host, *port, None),
             ConnectionAddr::TcpTls { host, port, .. } => {
@@ -115,7 +153,7 @@ impl Connector {
         // The crate sets no TCP option but this one, which redis-rs would
         // apply from the same settings.
         tcp.set_nodelay(info.tcp_settings().nodelay())?;
-        let stream: Box<dyn Stream> = match tls {
+        Ok(match tls {
             None => Box::new(tcp),
             Some(config) => {
                 let name = ServerName::try_from(host.as_str())
@@ -132,24 +170,7 @@ impl Connector {
                     .await?;
                 Box::new(session)
             }
-        };
-        let shared = Shared::new();
-        let counted = Counted::new(Box::into_pin(stream), Arc::clone(&shared));
-        let (conn, driver) =
-            MultiplexedConnection::new_with_config(info.redis_settings(), counted, config).await?;
-        let ends = Ends(Arc::clone(&shared));
-        let driver = tokio::spawn(async move {
-            // Set however the driver goes: done, panicked or aborted.
-            let _ends = ends;
-            driver.await;
-        });
-        Ok((
-            conn,
-            Socket {
-                shared,
-                driver: driver.abort_handle(),
-            },
-        ))
+        })
     }
 }
 
@@ -192,7 +213,10 @@ fn client_config(certificates: Option<&TlsCertificates>) -> Result<rustls::Clien
             roots.add_parsable_certificates(native.certs);
         }
     }
-    let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
+    let builder = rustls::ClientConfig::builder_with_provider(crypto_provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|err| tls_config(format!("the rustls crypto provider: {err}")))?
+        .with_root_certificates(roots);
     match certificates.and_then(|c| c.client_tls.as_ref()) {
         None => Ok(builder.with_no_client_auth()),
         Some(client) => {
@@ -206,6 +230,36 @@ fn client_config(certificates: Option<&TlsCertificates>) -> Result<rustls::Clien
                 .map_err(|err| tls_config(format!("the client certificate: {err}")))
         }
     }
+}
+
+/// The rustls crypto provider of our TLS sessions: the process default if
+/// the application installed one (its choice: aws-lc-rs, FIPS, …), else
+/// *ring*, given to this config alone.
+///
+/// Never installed as the process default: that is the application's to
+/// do, once, and `install_default` refuses a second provider — an
+/// application that installed its own after a library had installed one
+/// would fail (or panic on its `expect`). Nor `ClientConfig::builder()`,
+/// which installs the provider named by rustls' crate features when none
+/// is installed, and panics when the features name two (an application
+/// with aws-lc-rs beside our *ring*). Read when the connector is built
+/// (`ClusterBuilder::build`), so a default installed later serves the
+/// handles built after it.
+fn crypto_provider() -> Arc<CryptoProvider> {
+    match CryptoProvider::get_default() {
+        Some(installed) => Arc::clone(installed),
+        None => Arc::new(ring_provider()),
+    }
+}
+
+/// rustls' *ring* provider. rustls 0.23.48 deprecates this function (*ring*
+/// has no post-quantum key exchange) without a replacement for *ring*; it
+/// stays our fallback because it builds with no C toolchain, and an
+/// application that wants post-quantum key exchange installs aws-lc-rs as
+/// the process default, which is then what we use.
+#[allow(deprecated)]
+fn ring_provider() -> CryptoProvider {
+    rustls::crypto::ring::default_provider()
 }
 
 fn tls_config(reason: String) -> Error {

@@ -25,3 +25,14 @@ mod fake_node;
 mod sentinel;
 mod standalone;
 mod tls;
+
+/// Run by `tls::an_application_installs_its_crypto_provider_*` in a
+/// process of its own: installs an application's rustls provider before
+/// or after connecting, as `SHARDLIMIT_CHILD_PROVIDER` says. Outside the
+/// `tls` module, so that `--ignored tls::` does not run it in the shared
+/// process.
+#[tokio::test]
+#[ignore = "a helper run in a child process"]
+async fn child_installs_a_crypto_provider() {
+    tls::run_provider_child().await;
+}

@@ -3,7 +3,9 @@
 //! runs them with `--ignored` once that cluster is up: the behaviour suite
 //! every deployment runs (`tests/behaviour`), plus what is TLS's and the
 //! ACL's own: one seed reaching every master, mutual TLS, refusals that are
-//! never bypassed, a missing permission named.
+//! never bypassed, a missing permission named, and an application that
+//! installs its own rustls provider before or after connecting (in a
+//! process of its own).
 //!
 //! Env: `SHARDLIMIT_TLS_NODES` (default `rediss://127.0.0.1:7000`, one seed
 //! only: the five other nodes are found from the topology),
@@ -300,4 +302,160 @@ async fn the_cli_counts_over_mutual_tls_from_the_environment() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("total\t1"));
+}
+
+/// An application that installs its own rustls provider — `install_default`,
+/// which refuses a second one — after shardlimit connected over TLS: the
+/// library must not have installed one (issue 42, item 8). In a process of
+/// its own, as the process default is set once per process.
+#[tokio::test]
+#[ignore = "needs the TLS cluster (cluster-compose/up.sh --tls)"]
+async fn an_application_installs_its_crypto_provider_after_connecting() {
+    provider_child("after").await;
+}
+
+/// The same application installing its provider first: shardlimit's TLS
+/// sessions use it, not a provider of the library's choosing.
+#[tokio::test]
+#[ignore = "needs the TLS cluster (cluster-compose/up.sh --tls)"]
+async fn an_application_installs_its_crypto_provider_before_connecting() {
+    provider_child("before").await;
+}
+
+async fn provider_child(when: &str) {
+    // At the binary's root (main.rs), outside this module.
+    let test = common::child::harness_name("deployments", "child_installs_a_crypto_provider");
+    common::child::child_process(&test, &[("PROVIDER", when)]).await;
+}
+
+/// Random draws made through the application's provider: a TLS handshake
+/// makes some (its `ClientHello` random).
+static APP_DRAWS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The application's provider's randomness: *ring*'s, counted.
+#[derive(Debug)]
+struct CountedRandom;
+
+impl rustls::crypto::SecureRandom for CountedRandom {
+    fn fill(&self, buf: &mut [u8]) -> Result<(), rustls::crypto::GetRandomFailed> {
+        APP_DRAWS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        ring_provider().secure_random.fill(buf)
+    }
+}
+
+// Deprecated in rustls 0.23.48 (no post-quantum key exchange); aws-lc-rs,
+// the other built-in provider, needs a C toolchain and cmake to build,
+// and which provider it is does not matter here: that it is the
+// application's own instance does.
+#[allow(deprecated)]
+fn ring_provider() -> rustls::crypto::CryptoProvider {
+    rustls::crypto::ring::default_provider()
+}
+
+/// A provider of the application's own: *ring* with its draws counted.
+fn app_provider() -> rustls::crypto::CryptoProvider {
+    rustls::crypto::CryptoProvider {
+        secure_random: &CountedRandom,
+        ..ring_provider()
+    }
+}
+
+/// One check on subjects of every master: a TLS session to each.
+async fn check_every_master(cluster: &Cluster) {
+    let limiter = RateLimiter::builder(cluster, "api", Quota::per_hour(NonZeroU32::MAX))
+        .build()
+        .unwrap();
+    for i in 0..30 {
+        assert!(limiter.check(&format!("user:{i}")).await.unwrap().allowed);
+    }
+}
+
+/// The child's side of the provider tests: `SHARDLIMIT_CHILD_PROVIDER` is
+/// `after` (connect, then install) or `before` (install, then connect).
+pub(crate) async fn run_provider_child() {
+    let draws = || APP_DRAWS.load(std::sync::atomic::Ordering::Relaxed);
+    match std::env::var("SHARDLIMIT_CHILD_PROVIDER").as_deref() {
+        Ok("after") => {
+            let first = builder().build().await.unwrap();
+            check_every_master(&first).await;
+            app_provider()
+                .install_default()
+                .expect("the application installs its rustls provider after shardlimit connected");
+            // A handle built now uses it; the first one goes on working.
+            let second = builder().build().await.unwrap();
+            check_every_master(&second).await;
+            assert!(
+                draws() > 0,
+                "the second handle ignored the installed provider"
+            );
+            check_every_master(&first).await;
+        }
+        Ok("before") => {
+            app_provider()
+                .install_default()
+                .expect("the application installs its rustls provider first");
+            let cluster = builder().build().await.unwrap();
+            check_every_master(&cluster).await;
+            assert!(draws() > 0, "shardlimit's TLS ignored the process default");
+        }
+        other => panic!("SHARDLIMIT_CHILD_PROVIDER is {other:?}, not after or before"),
+    }
+}
+
+/// tonic's TLS server puts `TcpConnectInfo` in the requests beside
+/// `TlsConnectInfo<TcpConnectInfo>`, so `PeerIp::tonic_connect_info()`
+/// limits calls by the peer's address over TLS as well (docs/grpc.md).
+#[cfg(feature = "tonic")]
+#[tokio::test]
+#[ignore = "needs the TLS cluster (cluster-compose/up.sh --tls)"]
+async fn a_tonic_server_over_tls_limits_calls_by_peer_address() {
+    use shardlimit::tower::{PeerIp, RateLimitLayer};
+    use tonic::transport::server::TcpIncoming;
+    use tonic::transport::{
+        Certificate, Channel, ClientTlsConfig, Identity, Server, ServerTlsConfig,
+    };
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+
+    let cluster = builder().build().await.unwrap();
+    let limiter = RateLimiter::builder(&cluster, "peer", Quota::per_minute(1))
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::builder(limiter.clone(), PeerIp::tonic_connect_info())
+        .grpc()
+        .build()
+        .unwrap();
+    let read = |name: &str| std::fs::read(tls_file(name)).unwrap();
+    let identity = Identity::from_pem(read("node.crt"), read("node.key"));
+    let incoming = TcpIncoming::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = incoming.local_addr().unwrap().port();
+    let (_reporter, health) = tonic_health::server::health_reporter();
+    let server = Server::builder()
+        .tls_config(ServerTlsConfig::new().identity(identity))
+        .unwrap()
+        .layer(layer)
+        .add_service(health);
+    tokio::spawn(server.serve_with_incoming(incoming));
+
+    let tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(std::fs::read(ca()).unwrap()))
+        .domain_name("localhost");
+    let channel = Channel::from_shared(format!("https://127.0.0.1:{port}"))
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = HealthClient::new(channel);
+    let call = || {
+        tonic::Request::new(HealthCheckRequest {
+            service: String::new(),
+        })
+    };
+    client.check(call()).await.unwrap();
+    let status = client.check(call()).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    // Keyed by the peer's address, as the layer found it.
+    assert_eq!(limiter.peek("127.0.0.1").await.unwrap().remaining, 0);
 }

@@ -14,7 +14,7 @@ use shardlimit::tonic::Grpc;
 use shardlimit::tower::{Authority, HeaderKey, KeyExtractor, PeerIp, RateLimitLayer};
 use shardlimit::{Cluster, MultiLimiter, Quota, RateLimiter};
 use tonic::body::Body;
-use tonic::transport::server::{TcpConnectInfo, TcpIncoming};
+use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};
 use tonic::{Code, Status};
 use tonic_health::pb::HealthCheckRequest;
@@ -174,15 +174,10 @@ async fn calls_are_keyed_by_peer_address_and_by_authority() {
             .build()
             .unwrap()
     };
-    let by_peer = RateLimitLayer::builder(
-        one_a_minute("peer"),
-        PeerIp::from_extensions("tonic TcpConnectInfo", |ext| {
-            ext.get::<TcpConnectInfo>()?.remote_addr()
-        }),
-    )
-    .grpc()
-    .build()
-    .unwrap();
+    let by_peer = RateLimitLayer::builder(one_a_minute("peer"), PeerIp::tonic_connect_info())
+        .grpc()
+        .build()
+        .unwrap();
     let by_authority = RateLimitLayer::builder(one_a_minute("authority"), Authority)
         .grpc()
         .build()

@@ -16,8 +16,8 @@ fn config() -> NodeConfig {
 
 fn refused_node() -> Arc<Node> {
     // Nothing listens on port 1: every connection attempt is refused.
-    let client = Client::open("redis://127.0.0.1:1").unwrap();
-    Arc::new(Node::new("127.0.0.1:1".into(), client, config()))
+    let info = redis::IntoConnectionInfo::into_connection_info("redis://127.0.0.1:1").unwrap();
+    Arc::new(Node::new("127.0.0.1:1".into(), info, config()))
 }
 
 #[tokio::test]

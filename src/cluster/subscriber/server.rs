@@ -21,7 +21,7 @@ pub(super) async fn follow_server(
     let Some(channel) = hub.upgrade().map(|h| h.server_channel()) else {
         return Ok(());
     };
-    let mut pubsub = tokio::time::timeout(config.connect_timeout, node.client().get_async_pubsub())
+    let mut pubsub = tokio::time::timeout(config.connect_timeout, node.pubsub())
         .await
         .map_err(|_| timed_out("connecting the invalidation subscriber"))??;
     pubsub.subscribe(&channel).await?;
