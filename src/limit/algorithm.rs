@@ -47,22 +47,25 @@ pub(crate) struct Rules {
     /// Its decision in Lua (`<name>/<name>.lua`), the one place it is
     /// written: every script that decides for it is assembled from it
     /// (`assemble.rs`). It defines, as locals, with `NOW_US` the server's
-    /// time, the helpers of `numbers.lua` and `BURSTS` (from
-    /// [`bursts`](Self::bursts)) before it:
+    /// time, the helpers of `numbers.lua`, and `BURSTS` (from
+    /// [`bursts`](Self::bursts)) and `STRING_STATE` (its state is a string
+    /// a check reads with `GET`, from [`state`](Self::state)) before it:
     ///
-    /// * `read(key)`: the state key's value if the state is a string (a
-    ///   `GET`), else `false` (the functions below read it themselves);
     /// * `decide(key, value, limit, period_us, burst, cost, counts)`: the
-    ///   decision on a request of `cost` (at most the capacity), reading
-    ///   only; `counts`: an admission is written, and what it reports is
-    ///   after it. Returns `admits, wait, remaining, reset_us`, then the
-    ///   values `write` takes (up to four) when it admits: `wait` is, when
-    ///   it denies, the time until the same request could be admitted
-    ///   (at least 1 µs); when it admits, the time until more than
+    ///   decision on a request of `cost` (at most the capacity); `value` is
+    ///   the state key's value when `STRING_STATE` (`false` if absent or
+    ///   read by an `MGET` as of another type). With `counts`, an admission
+    ///   is written (with a TTL), and what it reports is after it; without,
+    ///   it only reads. Returns `admits, wait, remaining, reset_us`: `wait`
+    ///   is, when it denies, the time until the same request could be
+    ///   admitted (at least 1 µs); when it admits, the time until more than
     ///   `remaining` is free (0: all is). Every number it would write is
-    ///   checked to be an exact integer before it returns;
-    /// * `write(key, value, ...)`: writes what `decide` admitted, with a TTL;
-    /// * `adjust(key, limit, period_us, burst, delta)`: counts `delta`
+    ///   checked to be an exact integer whether it writes or not, so a
+    ///   multi-limit check can decide every limit before it writes any.
+    ///   (It writes itself, not through a function of its own: every call
+    ///   of a Lua function costs Redis about 1% of a check.)
+    /// * after a line `-- [adjust]`, which the checks leave out,
+    ///   `adjust(key, limit, period_us, burst, delta)`: counts `delta`
     ///   units as used (a penalty, never past an empty quota) or, negative,
     ///   gives them back (a reward, never past a full one); returns whether
     ///   it wrote.

@@ -19,8 +19,7 @@ for i = 1, #KEYS / LIMIT_KEYS do
     return redis.error_reply('ERR shardlimit: unknown algorithm ' .. tostring(code))
   end
   local limit, period, burst = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  -- The override and the block first: whether an admission is written
-  -- decides what the algorithm reports.
+  -- The override first (the quota decided under), and the block.
   local o, b, okey
   -- How long this limit's override and block stay as they are (see
   -- settled_ms in limit_prelude.lua).
@@ -53,46 +52,42 @@ for i = 1, #KEYS / LIMIT_KEYS do
   -- Only an override can make the capacity smaller than the cost: what a
   -- request of the whole capacity would see, but denied for good.
   local never = cost > capacity
-  local l = {
-    algo = algo, key = key, value = algo.read(key), limit = limit, period = period,
-    burst = burst, cost = never and capacity or cost, capacity = capacity,
-    -- Decided as if written when an admission would be, if every limit
-    -- admits (decided again below if one does not).
-    counts = CONSUME and wait_block <= 0 and not never,
-    shadow = ARGV[a + 4] == '1', settled = settled,
-    applied_limit = applied_limit, applied_period = applied_period,
-  }
-  l.ok, l.wait, l.remaining, l.reset, l.s1, l.s2, l.s3, l.s4 =
-    algo.decide(key, l.value, limit, period, burst, l.cost, l.counts)
+  local take = never and capacity or cost
+  local value = algo.string_state and redis.call('GET', key)
+  -- Decided without writing; written (decided again, counting) below once
+  -- every limit admits.
+  local ok, wait, remaining, reset = algo.decide(key, value, limit, period, burst, take, false)
   if never then
-    l.ok, l.wait = false, -1
+    ok, wait = false, -1
   end
   if wait_block > 0 then
     -- Blocked: denied until the block ends, or later if the limit itself
     -- would still deny then (never stays never).
-    if l.ok or (l.wait >= 0 and wait_block > l.wait) then
-      l.wait = wait_block
+    if ok or (wait >= 0 and wait_block > wait) then
+      wait = wait_block
     end
-    l.ok = false
+    ok = false
     flags = flags + 1
   end
-  l.flags = flags
-  limits[i] = l
-  all_ok = all_ok and (l.ok or l.shadow)
+  local shadow = ARGV[a + 4] == '1'
+  limits[i] = {
+    decide = algo.decide, key = key, value = value, limit = limit, period = period, burst = burst,
+    take = take, capacity = capacity, ok = ok, wait = wait, remaining = remaining, reset = reset,
+    flags = flags, settled = settled, applied_limit = applied_limit,
+    applied_period = applied_period,
+  }
+  all_ok = all_ok and (ok or shadow)
 end
 
--- Only now, with every decision made and every number checked, write.
+-- Only now, with every decision made and every number checked, write: each
+-- limit that admitted takes the request, and reports what it leaves after.
 local consumed = all_ok and CONSUME
 local reply = { all_ok and 1 or 0 }
 for i = 1, #limits do
   local l = limits[i]
   if l.ok and consumed then
-    l.algo.write(l.key, l.value, l.s1, l.s2, l.s3, l.s4)
-  elseif l.ok and l.counts then
-    -- Admitted by this limit, refused by another: what it leaves is what
-    -- it left before this request.
     l.ok, l.wait, l.remaining, l.reset =
-      l.algo.decide(l.key, l.value, l.limit, l.period, l.burst, l.cost, false)
+      l.decide(l.key, l.value, l.limit, l.period, l.burst, l.take, true)
   end
   reply[#reply + 1] = l.ok and 1 or 0
   reply[#reply + 1] = math.min(math.max(l.remaining, 0), l.capacity)

@@ -75,7 +75,8 @@
 -- (numbers.lua).
 
 -- Every algorithm's functions, by its code in ARGV (fw | slog | swc | gcra):
--- { bursts, read, decide, write, adjust } (see src/limit/algorithm.rs).
+-- { bursts, string_state, decide, adjust } (see src/limit/algorithm.rs;
+-- adjust in limit_adjust.lua alone).
 local ALGOS = {}
 
 -- An override's value ("limit period_us burst", or false/'' for none) as

@@ -1,5 +1,5 @@
--- Numbers a script writes, and the string state some algorithms keep:
--- follows clock.lua in every rate-limit script.
+-- Numbers a script writes, and the errors of a write refused: follows
+-- clock.lua in every rate-limit script.
 --
 -- A number written is an integer in [0, 2^53): above 2^53 a double no
 -- longer holds every integer, and string.format('%d') would silently wrap
@@ -23,15 +23,10 @@ local function int(x)
   return string.format('%d', x)
 end
 
--- Writes a string state (an integer, checked) that expires at `at_ms`
--- (PXAT). `value` is what the key was read as: read as absent (false) by an
--- MGET, which reads a key of another type as absent where GET would refuse
--- it, it is written only if still absent (NX), and a key of another type is
--- refused, never replaced.
-local function set_string_state(key, value, state, at_ms)
-  if value then
-    redis.call('SET', key, string.format('%d', state), 'PXAT', string.format('%d', at_ms))
-  elseif not redis.call('SET', key, string.format('%d', state), 'PXAT', string.format('%d', at_ms), 'NX') then
-    error({ err = 'WRONGTYPE Operation against a key holding the wrong kind of value: ' .. key })
-  end
+-- Raises the error of a string state that cannot be written: read as
+-- absent by an MGET (which reads a key of another type as absent where GET
+-- would refuse it), it is written only if still absent (SET ... NX), so a
+-- key of another type is refused, never replaced.
+local function wrong_type(key)
+  error({ err = 'WRONGTYPE Operation against a key holding the wrong kind of value: ' .. key })
 end

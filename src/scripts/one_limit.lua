@@ -36,7 +36,7 @@ local SETTLED = -1
 -- state among them, which its part reads itself) as absent where GET would
 -- refuse it (WRONGTYPE): a string state is written only if it is absent
 -- (NX) when it was read as absent, and refused otherwise, so a key of
--- another type is never replaced (numbers.lua: set_string_state).
+-- another type is never replaced (numbers.lua: wrong_type).
 if MODE == 'i1' or MODE == 'i0' then
   VALUE, OVERRIDE, BLOCK = redis.call('MGET', KEY)[1], ARGV[7], ARGV[8]
   if OVERRIDE ~= '' or BLOCK ~= '' then
@@ -93,12 +93,12 @@ local COUNTS = (MODE == '1' or MODE == 'i1') and not BLOCK_WAIT
 -- so) with the capacity in its place, then denied for good.
 local CAPACITY = BURSTS and BURST or LIMIT
 local never = COST > CAPACITY
-local ok, retry, remaining, reset, s1, s2, s3, s4 =
+-- An admission that counts is written by decide itself.
+local ok, retry, remaining, reset =
   decide(KEY, VALUE, LIMIT, PERIOD, BURST, never and CAPACITY or COST, COUNTS and not never)
 if never then
   ok, retry = false, -1
 end
-local writes = ok and COUNTS
 
 -- Blocked: denied until the block ends, or later if the limit itself would
 -- still deny then (never stays never).
@@ -112,9 +112,6 @@ if BLOCK_WAIT then
 end
 -- Shadow mode refuses nothing.
 local all_ok = ok or ARGV[6] == '1'
-if writes then
-  write(KEY, VALUE, s1, s2, s3, s4)
-end
 if remaining > CAPACITY then
   remaining = CAPACITY
 elseif remaining < 0 then

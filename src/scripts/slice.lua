@@ -98,8 +98,8 @@ if ARGV[1] == 'take' then
       retry = wait
     end
     if granted > 0 then
-      local _, _, _, _, stored, at_ms = decide(STATE, value, limit, period, burst, granted, true)
-      write(STATE, value, stored, at_ms)
+      -- Taken as a check of `granted` units would take them.
+      decide(STATE, value, limit, period, burst, granted, true)
       local expires = NOW_US + tonumber(ARGV[5])
       redis.call('ZADD', SLICES, int(expires), ARGV[2] .. ':' .. int(granted))
     end

@@ -3,20 +3,41 @@
 //! written once, and every script that decides for it runs that one text.
 //!
 //! An algorithm's file defines, as locals (see the interface on
-//! [`Rules::lua`]): `read`, `decide`, `write` and `adjust`; `BURSTS` is set
-//! before it from [`Rules::bursts`]. The one-limit check is the file then
-//! `one_limit.lua`, calling them directly; the generic check and the
-//! adjustments hold every algorithm's file, each in a `do ... end` block of
-//! its own that files its functions in `ALGOS` under the algorithm's code.
+//! [`Rules::lua`]): `decide`, then, after a line `-- [adjust]`,
+//! `adjust`; `BURSTS` and `STRING_STATE` are set before it from its
+//! [`Rules`]. The checks take the file up to `-- [adjust]` (every function
+//! a script defines is made anew on every call, which Redis pays for): the
+//! one-limit check is that part then `one_limit.lua`, calling `decide`
+//! directly; the generic check holds every algorithm's part, each in a
+//! `do ... end` block of its own that files its functions in `ALGOS` under
+//! the algorithm's code. The adjustments hold every whole file the same
+//! way, the slices GCRA's.
 
 use std::sync::LazyLock;
 
-use super::{Algorithm, Rules};
+use super::{Algorithm, Rules, StateRead};
 use crate::scripts::{self, Script};
 
-/// `BURSTS`, as an algorithm's file expects it before it.
-fn bursts(rules: &Rules) -> String {
-    format!("local BURSTS = {}\n", rules.bursts)
+/// The line that ends the part of an algorithm's file the checks take.
+const ADJUST_PART: &str = "\n-- [adjust]";
+
+/// What an algorithm's file expects set before it: `BURSTS` (a request may
+/// cost up to the burst, not the limit) and `STRING_STATE` (its state is a
+/// string, which a check reads with `GET`; else its functions read it).
+fn settings(rules: &Rules) -> String {
+    format!(
+        "local BURSTS = {}\nlocal STRING_STATE = {}\n",
+        rules.bursts,
+        matches!(rules.state, StateRead::Integer(_)),
+    )
+}
+
+/// The part of an algorithm's file a check takes: up to `-- [adjust]`.
+fn check_part(rules: &Rules) -> &'static str {
+    rules
+        .lua
+        .split_once(ADJUST_PART)
+        .map_or(rules.lua, |(check, _)| check)
 }
 
 /// The check of one limit of the algorithm of `rules`: its script.
@@ -24,8 +45,8 @@ pub(super) fn one_limit(rules: &Rules) -> Script {
     let code = [
         scripts::CLOCK,
         scripts::NUMBERS,
-        &bursts(rules),
-        rules.lua,
+        &settings(rules),
+        check_part(rules),
         scripts::ONE_LIMIT,
     ]
     .concat();
@@ -33,18 +54,23 @@ pub(super) fn one_limit(rules: &Rules) -> Script {
 }
 
 /// Every algorithm's file, each in a block that files its functions in
-/// `ALGOS` under its code (the `kind` of its keys, which the generic check's
-/// `ARGV` names).
-fn every_algorithm() -> String {
+/// `ALGOS` under its code (the `kind` of its keys, which the generic
+/// check's `ARGV` names): the part the checks take, or with `adjust` the
+/// whole file.
+fn every_algorithm(adjust: bool) -> String {
     Algorithm::ALL
         .into_iter()
         .map(|algorithm| {
             let rules = algorithm.rules();
+            let (lua, more) = if adjust {
+                (rules.lua, " adjust = adjust,")
+            } else {
+                (check_part(rules), "")
+            };
             format!(
-                "do\n{}{}ALGOS['{}'] = {{ bursts = BURSTS, read = read, decide = decide, \
-                 write = write, adjust = adjust }}\nend\n",
-                bursts(rules),
-                rules.lua,
+                "do\n{}{lua}ALGOS['{}'] = {{ bursts = BURSTS, string_state = STRING_STATE, \
+                 decide = decide,{more} }}\nend\n",
+                settings(rules),
                 algorithm.kind(),
             )
         })
@@ -52,13 +78,13 @@ fn every_algorithm() -> String {
 }
 
 /// A script of every algorithm: `driver` after the generic check's helpers
-/// and every algorithm's file.
-fn generic(name: &'static str, driver: &str) -> Script {
+/// and every algorithm's file (whole, with `adjust`).
+fn generic(name: &'static str, driver: &str, adjust: bool) -> Script {
     let code = [
         scripts::CLOCK,
         scripts::NUMBERS,
         scripts::LIMIT_PRELUDE,
-        &every_algorithm(),
+        &every_algorithm(adjust),
         driver,
     ]
     .concat();
@@ -68,12 +94,12 @@ fn generic(name: &'static str, driver: &str) -> Script {
 /// The check of any number of limits, of any algorithms (see
 /// `limit_prelude.lua`).
 pub(crate) static MULTI_LIMIT: LazyLock<Script> =
-    LazyLock::new(|| generic("multi_limit", scripts::LIMIT_MAIN));
+    LazyLock::new(|| generic("multi_limit", scripts::LIMIT_MAIN, false));
 
 /// A change to one limit of one subject other than a check (see
 /// `limit_adjust.lua`).
 pub(crate) static LIMIT_ADJUST: LazyLock<Script> =
-    LazyLock::new(|| generic("limit_adjust", scripts::LIMIT_ADJUST));
+    LazyLock::new(|| generic("limit_adjust", scripts::LIMIT_ADJUST, true));
 
 /// The quota slices of a GCRA limit (see `slice.lua`): GCRA's file, then
 /// the slices' driver.
@@ -82,7 +108,7 @@ pub(crate) static SLICE: LazyLock<Script> = LazyLock::new(|| {
     let code = [
         scripts::CLOCK,
         scripts::NUMBERS,
-        &bursts(gcra),
+        &settings(gcra),
         gcra.lua,
         scripts::SLICE,
     ]

@@ -14,11 +14,6 @@
 -- subject's windows line up. Up to 2x the limit can pass in a short span
 -- around a boundary (the end of one window and the start of the next).
 
--- The state is a string: read with GET (or the one-limit check's MGET).
-local function read(key)
-  return redis.call('GET', key)
-end
-
 -- The end of the current window (us), and the units `key` (read as
 -- `value`) counts in it.
 local function window(key, value, period)
@@ -50,15 +45,21 @@ local function decide(key, value, limit, period, _burst, cost, counts)
     return false, until_end, limit - used, used > 0 and until_end or 0
   end
   if counts then
+    -- Read as absent, it is written only if still absent (see numbers.lua).
+    if value then
+      redis.call('SET', key, string.format('%d', after), 'PXAT', string.format('%d', at_ms))
+    elseif not redis.call('SET', key, string.format('%d', after), 'PXAT', string.format('%d', at_ms), 'NX') then
+      wrong_type(key)
+    end
     -- The window's end frees everything.
-    return true, until_end, limit - after, until_end, after, at_ms
+    return true, until_end, limit - after, until_end
   end
   local reset = used > 0 and until_end or 0
   return true, reset, limit - used, reset
 end
 
-local write = set_string_state
-
+-- [adjust]: penalize and reward (limit_adjust.lua), GCRA's slices; the
+-- checks are assembled without what follows (src/limit/algorithm/assemble.rs).
 local function adjust(key, limit, period, _burst, delta)
   local window_end, used = window(key, redis.call('GET', key), period)
   local new = math.min(math.max(used + delta, 0), limit)

@@ -26,12 +26,7 @@
 -- is at most 366 days, so the TAT stays within NOW_US + 2 tolerances and
 -- the key's TTL within one.
 
--- The state is a string: read with GET (or the one-limit check's MGET).
-local function read(key)
-  return redis.call('GET', key)
-end
-
-local function decide(_key, value, limit, period, burst, cost, counts)
+local function decide(key, value, limit, period, burst, cost, counts)
   local interval = period / limit
   local tat = tonumber(value or 0)
   if tat < NOW_US then
@@ -54,6 +49,13 @@ local function decide(_key, value, limit, period, burst, cost, counts)
   end
   if counts then
     tat, free = new_tat, free - cost
+    -- Read as absent, it is written only if still absent (see numbers.lua).
+    local at_ms = string.format('%d', math.ceil(stored / 1000))
+    if value then
+      redis.call('SET', key, string.format('%d', stored), 'PXAT', at_ms)
+    elseif not redis.call('SET', key, string.format('%d', stored), 'PXAT', at_ms, 'NX') then
+      wrong_type(key)
+    end
   end
   -- When the TAT holds one unit fewer (0: it holds none), at least 1 us.
   local held, more = burst - free, 0
@@ -63,11 +65,11 @@ local function decide(_key, value, limit, period, burst, cost, counts)
       more = 1
     end
   end
-  return true, more, free, math.ceil(tat - NOW_US), stored, math.ceil(stored / 1000)
+  return true, more, free, math.ceil(tat - NOW_US)
 end
 
-local write = set_string_state
-
+-- [adjust]: penalize and reward (limit_adjust.lua), GCRA's slices; the
+-- checks are assembled without what follows (src/limit/algorithm/assemble.rs).
 local function adjust(key, limit, period, burst, delta)
   local interval = period / limit
   local tat = math.max(tonumber(redis.call('GET', key) or 0), NOW_US)

@@ -22,11 +22,6 @@
 -- retry time one ZRANGEBYSCORE ... LIMIT, both O(log n) in C; a member per
 -- request carrying its cost would need Lua to sum the window's costs.
 
--- The state is a sorted set, which the functions below read themselves.
-local function read(_key)
-  return false
-end
-
 -- The units the window holds and its newest entry's score (-1: none),
 -- with `after` the window's start as ZCOUNT's exclusive bound: '(horizon'.
 local function live(key, after)
@@ -60,12 +55,27 @@ local function decide(key, _value, limit, period, _burst, cost, counts)
   -- if two calls see the same microsecond.
   local stamp = math.max(NOW_US, newest + 1)
   local at_ms = math.ceil((stamp + period) / 1000)
+  if stamp % 1 ~= 0 or stamp < 0 or stamp >= MAX_EXACT or at_ms >= MAX_EXACT then
+    out_of_range(stamp)
+  end
   local remaining, reset = limit - used, used > 0 and (newest + period - NOW_US) or 0
   if counts then
-    if stamp % 1 ~= 0 or stamp < 0 or stamp >= MAX_EXACT or at_ms >= MAX_EXACT then
-      out_of_range(stamp)
-    end
     remaining, reset = limit - used - cost, stamp + period - NOW_US
+    -- Trim what left the window, add one member per unit (at most 128:
+    -- the limit's cap, so one ZADD of up to 2 x 128 arguments, far under
+    -- unpack()'s stack limit of 8000), expire with the newest.
+    local s = string.format('%d', stamp)
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', horizon))
+    if cost == 1 then
+      redis.call('ZADD', key, s, s .. ':1')
+    else
+      local add = {}
+      for i = 1, cost do
+        add[2 * i - 1], add[2 * i] = s, s .. ':' .. i
+      end
+      redis.call('ZADD', key, unpack(add))
+    end
+    redis.call('PEXPIREAT', key, string.format('%d', at_ms))
   end
   -- When more than `remaining` units are free: when the oldest live entry
   -- (after an admission: the new ones if none was) leaves the window.
@@ -73,27 +83,11 @@ local function decide(key, _value, limit, period, _burst, cost, counts)
   if used > 0 then
     more = nth(key, after, 0) + period - NOW_US
   end
-  return true, more, remaining, reset, stamp, cost, horizon, at_ms
+  return true, more, remaining, reset
 end
 
--- Trims what left the window, adds one member per unit (at most 128: the
--- limit's cap, so one ZADD of up to 2 x 128 arguments, far under unpack()'s
--- stack limit of 8000), expires with the newest.
-local function write(key, _value, stamp, count, horizon, at_ms)
-  local s = string.format('%d', stamp)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', horizon))
-  if count == 1 then
-    redis.call('ZADD', key, s, s .. ':1')
-  else
-    local add = {}
-    for i = 1, count do
-      add[2 * i - 1], add[2 * i] = s, s .. ':' .. i
-    end
-    redis.call('ZADD', key, unpack(add))
-  end
-  redis.call('PEXPIREAT', key, string.format('%d', at_ms))
-end
-
+-- [adjust]: penalize and reward (limit_adjust.lua), GCRA's slices; the
+-- checks are assembled without what follows (src/limit/algorithm/assemble.rs).
 local function adjust(key, limit, period, _burst, delta)
   local horizon = NOW_US - period
   if delta < 0 then
@@ -102,15 +96,13 @@ local function adjust(key, limit, period, _burst, delta)
     redis.call('ZPOPMAX', key, int(-delta))
     return true
   end
-  local used, newest = live(key, '(' .. int(horizon))
+  -- Count `add` units as admitted, as a check of that cost would (never
+  -- past the limit).
+  local used = live(key, '(' .. int(horizon))
   local add = math.min(delta, limit - used)
   if add <= 0 then
     return false
   end
-  local stamp = math.max(NOW_US, newest + 1)
-  local at_ms = math.ceil((stamp + period) / 1000)
-  int(stamp)
-  int(at_ms)
-  write(key, false, stamp, add, horizon, at_ms)
+  decide(key, false, limit, period, 0, add, true)
   return true
 end

@@ -14,11 +14,6 @@
 -- the worst case (all of the previous window's traffic at its very end) up to
 -- 2x the limit can pass within one period, the fixed window's bound.
 
--- The state is a hash, which the functions below read themselves.
-local function read(_key)
-  return false
-end
-
 -- The units counted in window w and in window w - 1, as the key holds them
 -- (a key of an older window holds neither).
 local function counts_in(key, w)
@@ -81,21 +76,20 @@ local function decide(key, _value, limit, period, _burst, cost, counts)
     end
   else
     remaining, reset, cur = math.floor(limit - estimate - cost), window_end - NOW_US, c
+    redis.call('HSET', key, 'w', string.format('%d', w), 'c', string.format('%d', c),
+      'p', string.format('%d', prev))
+    redis.call('PEXPIREAT', key, string.format('%d', at_ms))
   end
   -- When more than `remaining` units are free (0: all are).
   local want, more = math.max(remaining, 0) + 1, 0
   if want <= limit then
     more = wait_for(start, period, limit, cur, prev, want)
   end
-  return true, more, remaining, reset, w, c, prev, at_ms
+  return true, more, remaining, reset
 end
 
-local function write(key, _value, w, c, prev, at_ms)
-  redis.call('HSET', key, 'w', string.format('%d', w), 'c', string.format('%d', c),
-    'p', string.format('%d', prev))
-  redis.call('PEXPIREAT', key, string.format('%d', at_ms))
-end
-
+-- [adjust]: penalize and reward (limit_adjust.lua), GCRA's slices; the
+-- checks are assembled without what follows (src/limit/algorithm/assemble.rs).
 local function adjust(key, limit, period, _burst, delta)
   local w = math.floor(NOW_US / period)
   local cur, prev = counts_in(key, w)
@@ -111,12 +105,7 @@ local function adjust(key, limit, period, _burst, delta)
     redis.call('DEL', key)
     return true
   end
-  local at_ms = (w + 2) * period / 1000
-  -- Every number checked before the first write.
-  int(w)
-  int(cur)
-  int(prev)
-  int(at_ms)
-  write(key, false, w, cur, prev, at_ms)
+  redis.call('HSET', key, 'w', int(w), 'c', int(cur), 'p', int(prev))
+  redis.call('PEXPIREAT', key, int((w + 2) * period / 1000))
   return true
 end
