@@ -37,7 +37,8 @@ use redis::{FromRedisValue, ToRedisArgs, Value};
 pub use self::builder::ClusterBuilder;
 pub use self::builder::env::{
     CLUSTER_PORT_ENV, DEFAULT_NODES, DEPLOYMENT_ENV, NAMESPACE_ENV, NODES_ENV, PASSWORD_ENV,
-    PASSWORD_FILE_ENV, SENTINEL_SERVICE_ENV, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, USER_ENV,
+    PASSWORD_FILE_ENV, SENTINEL_SERVICE_ENV, SUBJECT_SECRET_ENV, SUBJECT_SECRET_FILE_ENV,
+    TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, USER_ENV,
 };
 use self::call::{Op, Request};
 pub use self::deployment::Deployment;
@@ -52,7 +53,7 @@ use self::subscriber::SubscriberConfig;
 pub use self::topology::{NodeAddr, Shard, Topology};
 pub use self::transaction::{Transaction, TxCommand};
 use crate::error::{Error, Result};
-use crate::keys::{KeyBuilder, KeySet};
+use crate::keys::{KeyBuilder, KeySet, SubjectHasher};
 use crate::metrics::ClusterMetrics;
 pub use crate::outcomes::PrimitiveStats;
 use crate::outcomes::{Outcomes, Registry};
@@ -148,6 +149,8 @@ pub struct Cluster {
 struct Inner {
     router: Arc<Router>,
     keys: KeyBuilder,
+    /// What credentials are limited under: the subject secret's digests.
+    subject_hasher: SubjectHasher,
     command_timeout: Duration,
     registry: Registry,
     metrics: ClusterMetrics,
@@ -183,6 +186,24 @@ impl Cluster {
     #[must_use]
     pub fn namespace(&self) -> &str {
         self.inner.keys.namespace()
+    }
+
+    /// The hasher of credential subjects: keyed by the subject secret this
+    /// handle was built with
+    /// ([`ClusterBuilder::subject_secret`]), else by the namespace's
+    /// default key, which is no secret (see [`SubjectHasher`]). The HTTP
+    /// and gRPC layers limit credential keys under its digests; the CLI and
+    /// the Limits page look raw keys up with it.
+    ///
+    /// ```no_run
+    /// # fn demo(cluster: shardlimit::Cluster) {
+    /// let subject = cluster.subject_hasher().hash("sk-live-4eC39HqLyjWD");
+    /// println!("the API key is limited as {subject}");
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn subject_hasher(&self) -> &SubjectHasher {
+        &self.inner.subject_hasher
     }
 
     /// The bound on every call.
