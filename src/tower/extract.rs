@@ -47,6 +47,26 @@ pub trait KeyExtractor<B>: Clone + Send + Sync + 'static {
     /// The key of `request`, or `None` if it has none.
     fn extract(&self, request: &Request<B>) -> Option<Self::Key>;
 
+    /// Whether the key is a credential — an API key, a bearer token — that
+    /// must not be stored in Redis as it is: the layer then limits it under
+    /// its keyed digest, `hmac:…`
+    /// ([`Cluster::subject_hasher`](crate::Cluster::subject_hasher)), and
+    /// the admin view shows that digest; an operator finds it by the raw
+    /// key (`shardlimit show`, the Limits page's find box). The default is
+    /// `false`, for keys that are no secret and are best read as they are
+    /// (an IP address, a host, a user id); [`HeaderKey`] says `true` unless
+    /// told otherwise ([`HeaderKey::credential`]).
+    ///
+    /// ```
+    /// use http::Request;
+    /// use shardlimit::tower::{HeaderKey, KeyExtractor, PeerIp};
+    /// assert!(KeyExtractor::<()>::is_credential(&HeaderKey::from_static("x-api-key")));
+    /// assert!(!KeyExtractor::<()>::is_credential(&PeerIp::new()));
+    /// ```
+    fn is_credential(&self) -> bool {
+        false
+    }
+
     /// Where the key is looked for, for the warning the layer logs (at
     /// most every few seconds) when requests have none: `the request
     /// extension core::net::SocketAddr`, `header x-api-key`. The default
@@ -397,6 +417,14 @@ impl<T> fmt::Debug for PeerIpBuilder<T> {
 /// [`HeaderValue`] itself (a reference-counted clone, no copy); an absent or
 /// empty header is a missing key.
 ///
+/// A header key is a **credential** by default
+/// ([`is_credential`](KeyExtractor::is_credential)): an API key or a bearer
+/// token, which the layer limits under its keyed digest (`hmac:…`, see
+/// [`SubjectHasher`](crate::keys::SubjectHasher)) so that Redis, the
+/// throttled reports and the Limits page never hold it. For a header that
+/// is no secret (a tenant id, a client name) and is better read as it is
+/// in the admin view, say so with [`credential(false)`](Self::credential).
+///
 /// ```
 /// use http::Request;
 /// use shardlimit::tower::{HeaderKey, KeyExtractor};
@@ -408,6 +436,7 @@ impl<T> fmt::Debug for PeerIpBuilder<T> {
 #[derive(Clone, Debug)]
 pub struct HeaderKey {
     name: HeaderName,
+    credential: bool,
 }
 
 impl HeaderKey {
@@ -420,16 +449,35 @@ impl HeaderKey {
     /// ```
     #[must_use]
     pub fn new(name: HeaderName) -> Self {
-        HeaderKey { name }
+        HeaderKey {
+            name,
+            credential: true,
+        }
     }
 
     /// Reads header `name`, a static lowercase header name; like
     /// [`HeaderName::from_static`], it panics if `name` is not one.
     #[must_use]
     pub fn from_static(name: &'static str) -> Self {
-        HeaderKey {
-            name: HeaderName::from_static(name),
-        }
+        HeaderKey::new(HeaderName::from_static(name))
+    }
+
+    /// Whether the header's value is a credential, limited under its keyed
+    /// digest rather than as it is. Default `true`: a header key is most
+    /// often an API key or a bearer token. `false` for a header that is no
+    /// secret, such as a tenant id, so the admin view shows its value (a
+    /// layer with [`hash_keys(true)`](super::RateLimitLayerBuilder::hash_keys)
+    /// hashes it all the same).
+    ///
+    /// ```
+    /// use shardlimit::tower::{HeaderKey, KeyExtractor};
+    /// let tenant = HeaderKey::from_static("x-tenant-id").credential(false);
+    /// assert!(!KeyExtractor::<()>::is_credential(&tenant));
+    /// ```
+    #[must_use]
+    pub fn credential(mut self, on: bool) -> Self {
+        self.credential = on;
+        self
     }
 }
 
@@ -442,6 +490,10 @@ impl<B> KeyExtractor<B> for HeaderKey {
             .get(&self.name)
             .filter(|v| !v.is_empty())
             .cloned()
+    }
+
+    fn is_credential(&self) -> bool {
+        self.credential
     }
 
     fn looked_for(&self) -> String {
