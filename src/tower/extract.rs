@@ -5,7 +5,6 @@ use std::marker::PhantomData;
 use std::net::{IpAddr, SocketAddr};
 
 use http::Request;
-use http::header::{HeaderName, HeaderValue};
 
 use super::ip::{DEFAULT_IPV4_PREFIX, DEFAULT_IPV6_PREFIX, IpKey, Prefixes};
 use crate::error::Result;
@@ -17,11 +16,11 @@ use crate::error::Result;
 ///
 /// Implemented for every `Fn(&Request<B>) -> Option<K>` closure that is
 /// `Clone + Send + Sync + 'static`, and by the ready-made [`PeerIp`] and
-/// [`HeaderKey`].
+/// [`HeaderKey`](super::HeaderKey).
 ///
 /// The key must be owned (`'static`): the request moves on to the inner
 /// service while the check runs. Return something that does not allocate
-/// where you can — a [`HeaderValue`] clone only bumps a reference count.
+/// where you can — a [`HeaderValue`](http::HeaderValue) clone only bumps a reference count.
 ///
 /// ```
 /// use http::Request;
@@ -54,8 +53,9 @@ pub trait KeyExtractor<B>: Clone + Send + Sync + 'static {
     /// the admin view shows that digest; an operator finds it by the raw
     /// key (`shardlimit show`, the Limits page's find box). The default is
     /// `false`, for keys that are no secret and are best read as they are
-    /// (an IP address, a host, a user id); [`HeaderKey`] says `true` unless
-    /// told otherwise ([`HeaderKey::credential`]).
+    /// (an IP address, a host, a user id); [`HeaderKey`](super::HeaderKey)
+    /// says `true` unless told otherwise
+    /// ([`HeaderKey::credential`](super::HeaderKey::credential)).
     ///
     /// ```
     /// use http::Request;
@@ -413,94 +413,6 @@ impl<T> fmt::Debug for PeerIpBuilder<T> {
     }
 }
 
-/// The value of a request header, e.g. an API key. The key is the
-/// [`HeaderValue`] itself (a reference-counted clone, no copy); an absent or
-/// empty header is a missing key.
-///
-/// A header key is a **credential** by default
-/// ([`is_credential`](KeyExtractor::is_credential)): an API key or a bearer
-/// token, which the layer limits under its keyed digest (`hmac:…`, see
-/// [`SubjectHasher`](crate::keys::SubjectHasher)) so that Redis, the
-/// throttled reports and the Limits page never hold it. For a header that
-/// is no secret (a tenant id, a client name) and is better read as it is
-/// in the admin view, say so with [`credential(false)`](Self::credential).
-///
-/// ```
-/// use http::Request;
-/// use shardlimit::tower::{HeaderKey, KeyExtractor};
-///
-/// let api_key = HeaderKey::from_static("x-api-key");
-/// let req = Request::builder().header("x-api-key", "k-7f3a").body(()).unwrap();
-/// assert_eq!(api_key.extract(&req).unwrap(), "k-7f3a");
-/// ```
-#[derive(Clone, Debug)]
-pub struct HeaderKey {
-    name: HeaderName,
-    credential: bool,
-}
-
-impl HeaderKey {
-    /// Reads header `name`.
-    ///
-    /// ```
-    /// use http::header::AUTHORIZATION;
-    /// use shardlimit::tower::HeaderKey;
-    /// let by_token = HeaderKey::new(AUTHORIZATION);
-    /// ```
-    #[must_use]
-    pub fn new(name: HeaderName) -> Self {
-        HeaderKey {
-            name,
-            credential: true,
-        }
-    }
-
-    /// Reads header `name`, a static lowercase header name; like
-    /// [`HeaderName::from_static`], it panics if `name` is not one.
-    #[must_use]
-    pub fn from_static(name: &'static str) -> Self {
-        HeaderKey::new(HeaderName::from_static(name))
-    }
-
-    /// Whether the header's value is a credential, limited under its keyed
-    /// digest rather than as it is. Default `true`: a header key is most
-    /// often an API key or a bearer token. `false` for a header that is no
-    /// secret, such as a tenant id, so the admin view shows its value (a
-    /// layer with [`hash_keys(true)`](super::RateLimitLayerBuilder::hash_keys)
-    /// hashes it all the same).
-    ///
-    /// ```
-    /// use shardlimit::tower::{HeaderKey, KeyExtractor};
-    /// let tenant = HeaderKey::from_static("x-tenant-id").credential(false);
-    /// assert!(!KeyExtractor::<()>::is_credential(&tenant));
-    /// ```
-    #[must_use]
-    pub fn credential(mut self, on: bool) -> Self {
-        self.credential = on;
-        self
-    }
-}
-
-impl<B> KeyExtractor<B> for HeaderKey {
-    type Key = HeaderValue;
-
-    fn extract(&self, request: &Request<B>) -> Option<HeaderValue> {
-        request
-            .headers()
-            .get(&self.name)
-            .filter(|v| !v.is_empty())
-            .cloned()
-    }
-
-    fn is_credential(&self) -> bool {
-        self.credential
-    }
-
-    fn looked_for(&self) -> String {
-        format!("header {}", self.name)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -528,15 +440,8 @@ mod tests {
     }
 
     #[test]
-    fn missing_extension_or_header_is_no_key() {
+    fn missing_extension_is_no_key() {
         let req = Request::new(());
         assert!(PeerIp::new().extract(&req).is_none());
-        assert!(HeaderKey::from_static("x-api-key").extract(&req).is_none());
-        let empty = Request::builder().header("x-api-key", "").body(()).unwrap();
-        assert!(
-            HeaderKey::from_static("x-api-key")
-                .extract(&empty)
-                .is_none()
-        );
     }
 }
