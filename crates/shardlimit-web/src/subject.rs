@@ -86,11 +86,16 @@ fn html(base: &Base, v: &SubjectView, quotas: &Quotas, catalog_error: Option<&st
             "Subject " code #subject { (shown) }
             @if v.hashed { " " span.badge #hashed title="a credential's keyed digest" { "hashed" } }
         }
-        @if v.hashed {
+        @if v.hashed && v.subject.starts_with(b"hmac:") {
             p.muted #hashed-note {
                 "A hashed subject: the keyed digest of a credential (an API key, a bearer token), "
                 "which is never stored as it is. Type the raw key in Find to come here; this page "
                 "hashes it with " (v.hashed_with) "."
+            }
+        } @else if v.hashed {
+            p.muted #hashed-note {
+                "A hashed subject: the SHA-256 digest of a subject too long or too secret to be "
+                "stored as it is (HashedSubject::of), which Find does not compute."
             }
         }
         dl.facts {
