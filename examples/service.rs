@@ -88,6 +88,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let routes = Router::new()
         .route("/api/items", get(items))
         // The last route_layer is the outer one: per IP, then per key.
+        // An API key is a credential: limited under its keyed digest
+        // (SHARDLIMIT_SUBJECT_SECRET keys it), never stored in Redis as sent.
         .route_layer(
             RateLimitLayer::builder(per_key, HeaderKey::from_static("x-api-key"))
                 .missing_key(MissingKey::Reject)

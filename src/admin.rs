@@ -18,7 +18,8 @@
 //! actions: lift a subject's block ([`Scanner::unblock`]), clear its
 //! override ([`Scanner::clear_override`]), give a key the audit found
 //! without a TTL one ([`Scanner::give_ttl`], never changing a TTL a key
-//! has).
+//! has). An operator's lookup of a typed subject reads it as it is and by
+//! the keyed digest credentials are limited under ([`Scanner::lookup`]).
 //!
 //! [`throttled()`] merges what every process reports of the subjects its
 //! limiters deny most ("throttled now"; opt-in per limiter with
@@ -32,12 +33,14 @@ mod info;
 #[cfg(feature = "json")]
 #[cfg_attr(docsrs, doc(cfg(feature = "json")))]
 pub mod json;
+mod lookup;
 mod reset;
 mod scanner;
 mod throttled;
 
 pub use catalog::{Catalog, Headroom, PublishedSpec, QuotaSource};
 pub use info::{LimiterInfo, Progress, Usage};
+pub use lookup::Lookup;
 pub use reset::{InUse, ResetPlan};
 pub use scanner::{
     AuditReport, CountReport, DEFAULT_SCAN_COUNT, KeyState, MAX_GIVEN_TTL, MAX_PAGE_ROUNDS,

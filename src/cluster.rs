@@ -37,7 +37,8 @@ use redis::{FromRedisValue, ToRedisArgs, Value};
 pub use self::builder::ClusterBuilder;
 pub use self::builder::env::{
     CLUSTER_PORT_ENV, DEFAULT_NODES, DEPLOYMENT_ENV, NAMESPACE_ENV, NODES_ENV, PASSWORD_ENV,
-    PASSWORD_FILE_ENV, SENTINEL_SERVICE_ENV, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, USER_ENV,
+    PASSWORD_FILE_ENV, SENTINEL_SERVICE_ENV, SUBJECT_SECRET_ENV, SUBJECT_SECRET_FILE_ENV,
+    TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, USER_ENV,
 };
 use self::call::{Op, Request};
 pub use self::deployment::Deployment;
@@ -52,7 +53,7 @@ use self::subscriber::SubscriberConfig;
 pub use self::topology::{NodeAddr, Shard, Topology};
 pub use self::transaction::{Transaction, TxCommand};
 use crate::error::{Error, Result};
-use crate::keys::{KeyBuilder, KeySet};
+use crate::keys::{KeyBuilder, KeySet, SubjectHasher};
 use crate::metrics::ClusterMetrics;
 pub use crate::outcomes::PrimitiveStats;
 use crate::outcomes::{Outcomes, Registry};
@@ -148,6 +149,8 @@ pub struct Cluster {
 struct Inner {
     router: Arc<Router>,
     keys: KeyBuilder,
+    /// What credentials are limited under: the subject secret's digests.
+    subject_hasher: SubjectHasher,
     command_timeout: Duration,
     registry: Registry,
     metrics: ClusterMetrics,
@@ -183,6 +186,24 @@ impl Cluster {
     #[must_use]
     pub fn namespace(&self) -> &str {
         self.inner.keys.namespace()
+    }
+
+    /// The hasher of credential subjects: keyed by the subject secret this
+    /// handle was built with
+    /// ([`ClusterBuilder::subject_secret`]), else by the namespace's
+    /// default key, which is no secret (see [`SubjectHasher`]). The HTTP
+    /// and gRPC layers limit credential keys under its digests; the CLI and
+    /// the Limits page look raw keys up with it.
+    ///
+    /// ```no_run
+    /// # fn demo(cluster: shardlimit::Cluster) {
+    /// let subject = cluster.subject_hasher().hash("sk-live-4eC39HqLyjWD");
+    /// println!("the API key is limited as {subject}");
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn subject_hasher(&self) -> &SubjectHasher {
+        &self.inner.subject_hasher
     }
 
     /// The bound on every call.
@@ -354,30 +375,6 @@ impl Cluster {
         convert(Cow::Borrowed(TRANSACTION_OP), value)
     }
 
-    /// The deployment: [`Deployment::Cluster`] or
-    /// [`Deployment::Standalone`] once known, [`Deployment::Sentinel`] when
-    /// configured; [`Deployment::Detect`] only
-    /// while a [lazily connected](ClusterBuilder::lazy_connect) handle has
-    /// not reached a node yet.
-    ///
-    /// ```no_run
-    /// # async fn demo(cluster: shardlimit::Cluster) {
-    /// if cluster.deployment() == shardlimit::cluster::Deployment::Standalone {
-    ///     println!("one redis-server serves every slot");
-    /// }
-    /// # }
-    /// ```
-    #[must_use]
-    pub fn deployment(&self) -> Deployment {
-        self.inner.router.deployment()
-    }
-
-    /// Whether one server that is no cluster node serves every slot: a
-    /// standalone server or a Sentinel primary (no cluster commands).
-    pub(crate) fn is_standalone(&self) -> bool {
-        self.inner.router.is_standalone()
-    }
-
     /// The masters, their slots and replicas, as a node of the cluster sees
     /// them now (`CLUSTER SLOTS` from a master that is up, else a seed). A
     /// standalone server is one shard serving every slot, with the id
@@ -445,11 +442,6 @@ impl Cluster {
         outcome
     }
 
-    /// The hub of deny-cache invalidations shared by this handle's clones.
-    pub(crate) fn invalidations(&self) -> &Arc<Invalidations> {
-        &self.inner.invalidations
-    }
-
     /// Starts following other processes' invalidations (once; needs a
     /// running tokio runtime, else the next call tries again).
     pub(crate) fn follow_invalidations(&self) {
@@ -459,17 +451,6 @@ impl Cluster {
                 &self.inner.router,
                 &self.inner.subscriber,
             );
-        }
-    }
-
-    /// How a script on `slot` tells every process's deny caches: the
-    /// command and the channel.
-    pub(crate) fn invalidation_channel(&self, slot: u16) -> (&'static str, String) {
-        let hub = &self.inner.invalidations;
-        if self.is_standalone() {
-            ("PUBLISH", hub.server_channel())
-        } else {
-            ("SPUBLISH", hub.slot_channel(slot))
         }
     }
 

@@ -36,7 +36,9 @@
 //! Namespace, kind, name and part are `[A-Za-z0-9_.-]{1,64}`.
 //!
 //! A longer subject, or one that should not appear in key names (an API
-//! key, a bearer token), can be replaced by its digest: [`HashedSubject`].
+//! key, a bearer token), can be replaced by its digest: [`HashedSubject`],
+//! keyed by the cluster's [`SubjectHasher`] for credentials (what the HTTP
+//! and gRPC layers do by default).
 //!
 //! # Proof, not hope
 //!
@@ -47,7 +49,7 @@
 //! key under a namespace back into its subject and primitive.
 
 mod builder;
-mod hashed;
+pub(crate) mod hashed;
 mod ident;
 mod keyset;
 mod kind;
@@ -56,7 +58,7 @@ mod slot;
 
 pub(crate) use builder::subject_slot;
 pub use builder::{KeyBuilder, MAX_SUBJECT_LEN};
-pub use hashed::HashedSubject;
+pub use hashed::{HashedSubject, MIN_SUBJECT_SECRET_LEN, SubjectHasher};
 pub use ident::{KeyId, MAX_IDENT_LEN};
 pub use keyset::KeySet;
 pub use kind::{Kind, UnknownKind};

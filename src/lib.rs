@@ -174,6 +174,12 @@
 //! the background and the admin side reads in one call (see
 //! [the catalog](limit#the-catalog)).
 //!
+//! A credential is never stored as it is: the HTTP and gRPC layers limit an
+//! API key or a bearer token under its keyed digest (`sl:{hmac:…}:gcra:api`,
+//! [`keys::SubjectHasher`], keyed by the
+//! [subject secret](cluster::ClusterBuilder::subject_secret)), which the CLI
+//! and the Limits page find from the raw key.
+//!
 //! # Escape hatch: your own scripts
 //!
 //! The primitives are built on two calls you can use too, with the same

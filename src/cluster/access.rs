@@ -22,7 +22,7 @@ use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
 use crate::error::{Error, Result};
 
-/// A password: shown as `***` by `Debug`.
+/// A password or a subject secret: shown as `***` by `Debug`.
 #[derive(Clone)]
 pub(crate) struct Secret(pub(crate) String);
 
@@ -30,6 +30,24 @@ impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("***")
     }
+}
+
+/// The secret in the file at `path` (a password, a subject secret): its
+/// text without one trailing newline; an empty one is an error of `field`.
+pub(crate) fn read_secret_file(field: &'static str, path: &std::path::Path) -> Result<String> {
+    let text = std::fs::read_to_string(path).map_err(|err| Error::Config {
+        field,
+        reason: format!("cannot read {}: {err}", path.display()),
+    })?;
+    let text = text.strip_suffix('\n').unwrap_or(&text);
+    let text = text.strip_suffix('\r').unwrap_or(text);
+    if text.is_empty() {
+        return Err(Error::Config {
+            field,
+            reason: format!("{} is empty", path.display()),
+        });
+    }
+    Ok(text.to_owned())
 }
 
 /// PEM data, given inline or as a file read by `build()`.
@@ -60,9 +78,9 @@ impl fmt::Debug for Pem {
     }
 }
 
-/// Where the password comes from.
+/// Where a secret (the password, the subject secret) comes from.
 #[derive(Clone, Debug)]
-pub(crate) enum PasswordSource {
+pub(crate) enum SecretSource {
     Value(Secret),
     /// A file holding it; one trailing newline is ignored.
     File(PathBuf),
@@ -72,7 +90,7 @@ pub(crate) enum PasswordSource {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Security {
     pub(crate) username: Option<String>,
-    pub(crate) password: Option<PasswordSource>,
+    pub(crate) password: Option<SecretSource>,
     pub(crate) tls_ca: Option<Pem>,
     pub(crate) tls_cert: Option<Pem>,
     /// The client key; its `Debug` shows only where it comes from.
@@ -87,22 +105,8 @@ impl Security {
     fn password(&self) -> Result<Option<String>> {
         match &self.password {
             None => Ok(None),
-            Some(PasswordSource::Value(secret)) => Ok(Some(secret.0.clone())),
-            Some(PasswordSource::File(path)) => {
-                let text = std::fs::read_to_string(path).map_err(|err| Error::Config {
-                    field: "password_file",
-                    reason: format!("cannot read {}: {err}", path.display()),
-                })?;
-                let text = text.strip_suffix('\n').unwrap_or(&text);
-                let text = text.strip_suffix('\r').unwrap_or(text);
-                if text.is_empty() {
-                    return Err(Error::Config {
-                        field: "password_file",
-                        reason: format!("{} is empty", path.display()),
-                    });
-                }
-                Ok(Some(text.to_owned()))
-            }
+            Some(SecretSource::Value(secret)) => Ok(Some(secret.0.clone())),
+            Some(SecretSource::File(path)) => read_secret_file("password_file", path).map(Some),
         }
     }
 
@@ -354,7 +358,7 @@ mod tests {
     fn show_hides_the_password_and_keeps_the_rest() {
         let security = Security {
             username: Some("app".into()),
-            password: Some(PasswordSource::Value(Secret("s3cret".into()))),
+            password: Some(SecretSource::Value(Secret("s3cret".into()))),
             ..Security::default()
         };
         let seeds = security.apply(&["redis://h:7000".to_owned()]).unwrap();
@@ -392,7 +396,7 @@ mod tests {
         let path = std::env::temp_dir().join(format!("sl-pw-{}", rand::random::<u64>()));
         std::fs::write(&path, "s3cret\n").unwrap();
         let security = Security {
-            password: Some(PasswordSource::File(path.clone())),
+            password: Some(SecretSource::File(path.clone())),
             ..Security::default()
         };
         let seeds = security.apply(&["redis://h:1".to_owned()]).unwrap();

@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use self::env::{
     DEPLOYMENT_ENV, NAMESPACE_ENV, NODES_ENV, PASSWORD_ENV, PASSWORD_FILE_ENV,
-    SENTINEL_SERVICE_ENV, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, USER_ENV,
+    SENTINEL_SERVICE_ENV, SUBJECT_SECRET_ENV, SUBJECT_SECRET_FILE_ENV, TLS_CA_ENV, TLS_CERT_ENV,
+    TLS_KEY_ENV, USER_ENV,
 };
-use super::access::{self, Pem, Security};
+use super::access::{self, Pem, SecretSource, Security};
 use super::deployment::Deployment;
 use super::node::NodeConfig;
 use super::router::{Router, RouterConfig};
@@ -33,7 +34,8 @@ impl Cluster {
     /// of [`DEPLOYMENT_ENV`] (default: detect), with the credentials and TLS
     /// files of the environment when they are set: [`USER_ENV`],
     /// [`PASSWORD_ENV`] (else [`PASSWORD_FILE_ENV`]), [`TLS_CA_ENV`],
-    /// [`TLS_CERT_ENV`] and [`TLS_KEY_ENV`]. Files are read by
+    /// [`TLS_CERT_ENV`] and [`TLS_KEY_ENV`], and the subject secret of
+    /// [`SUBJECT_SECRET_ENV`] (else [`SUBJECT_SECRET_FILE_ENV`]). Files are read by
     /// [`ClusterBuilder::build`], which also reports a missing node list —
     /// [`Error::Config`] naming `SHARDLIMIT_NODES` — before contacting
     /// anything: a service never falls back to nodes it was not given.
@@ -80,6 +82,14 @@ impl Cluster {
         } else if let Some(path) = var(PASSWORD_FILE_ENV) {
             builder = builder.password_file(path);
         }
+        if let Some(secret) = std::env::var(SUBJECT_SECRET_ENV)
+            .ok()
+            .filter(|s| !s.is_empty())
+        {
+            builder = builder.subject_secret(secret);
+        } else if let Some(path) = var(SUBJECT_SECRET_FILE_ENV) {
+            builder = builder.subject_secret_file(path);
+        }
         if let Some(ca) = var(TLS_CA_ENV) {
             builder = builder.tls_ca_file(ca);
         }
@@ -109,6 +119,8 @@ pub struct ClusterBuilder {
     nodes_env: Option<String>,
     sentinel_service: Option<String>,
     security: Security,
+    /// The key of credential subjects' digests; `Debug` hides it.
+    subject_secret: Option<SecretSource>,
     namespace: String,
     command_timeout: Duration,
     connect_timeout: Duration,
@@ -130,6 +142,7 @@ impl ClusterBuilder {
             nodes_env: None,
             sentinel_service: None,
             security: Security::default(),
+            subject_secret: None,
             namespace: "sl".to_owned(),
             command_timeout: Duration::from_millis(250),
             connect_timeout: Duration::from_secs(2),
@@ -312,6 +325,7 @@ impl ClusterBuilder {
     /// [`Error::Connect`].
     pub async fn build(self) -> Result<Cluster> {
         let keys = KeyBuilder::new(&self.namespace)?;
+        let subject_hasher = self.subject_hasher()?;
         if let Some(reason) = &self.nodes_env {
             return Err(config(NODES_ENV, reason.clone()));
         }
@@ -428,6 +442,7 @@ impl ClusterBuilder {
                 router,
                 invalidations: Arc::new(Invalidations::new(keys.namespace())),
                 keys,
+                subject_hasher,
                 command_timeout: self.command_timeout,
                 registry: Registry::default(),
                 metrics: ClusterMetrics::default(),
@@ -446,6 +461,7 @@ impl fmt::Debug for ClusterBuilder {
             .field("deployment", &self.deployment)
             .field("sentinel_service", &self.sentinel_service)
             .field("security", &self.security)
+            .field("subject_secret", &self.subject_secret)
             .field("namespace", &self.namespace)
             .field("command_timeout", &self.command_timeout)
             .field("connect_timeout", &self.connect_timeout)

@@ -3,7 +3,7 @@
 //! the service shares.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Once};
 use std::time::Duration;
 
 use http::HeaderValue;
@@ -148,8 +148,12 @@ pub(crate) struct Config {
     /// Units admitted here are given back when an inner layer denies.
     pub(crate) refund_inner_denials: bool,
     pub(crate) cost: u32,
-    /// Every key is limited under its digest, not only over-long ones.
+    /// Every key is limited under its digest, not only credentials and
+    /// over-long ones.
     pub(crate) hash_keys: bool,
+    /// The one warning that credentials are hashed without a subject
+    /// secret.
+    pub(crate) no_secret_warned: Once,
     /// At most one warning per few seconds about checks that failed (503).
     pub(crate) warn: WarnLimiter,
     /// At most one warning per few seconds about requests without a key.
@@ -177,6 +181,28 @@ impl fmt::Debug for Config {
 }
 
 impl Config {
+    /// Warns, once per layer, when credentials are hashed under the
+    /// namespace's default key: it keeps them out of Redis, but is no
+    /// secret, so a short or guessable key can be found from its digest.
+    /// Once, not per request: it is configuration, known at the first
+    /// credential.
+    pub(crate) fn warn_no_subject_secret(&self) {
+        if self.limits.subject_hasher().has_secret() {
+            return;
+        }
+        self.no_secret_warned.call_once(|| {
+            let limits = self.limits.limiters();
+            let limiter = limits.first().map_or("", |l| l.name());
+            tracing::warn!(
+                limiter,
+                "shardlimit: credential keys are limited under digests keyed by the namespace's \
+                 default key, which is not secret: raw keys stay out of Redis, but a short or \
+                 guessable key can be found again from its digest. Give every process the same \
+                 subject secret (SHARDLIMIT_SUBJECT_SECRET, or ClusterBuilder::subject_secret)"
+            );
+        });
+    }
+
     /// This response's jitter: uniformly random in `0..=jitter`, zero when
     /// jitter is off.
     pub(crate) fn draw_jitter(&self) -> Duration {

@@ -5,7 +5,6 @@ use std::marker::PhantomData;
 use std::net::{IpAddr, SocketAddr};
 
 use http::Request;
-use http::header::{HeaderName, HeaderValue};
 
 use super::ip::{DEFAULT_IPV4_PREFIX, DEFAULT_IPV6_PREFIX, IpKey, Prefixes};
 use crate::error::Result;
@@ -17,11 +16,11 @@ use crate::error::Result;
 ///
 /// Implemented for every `Fn(&Request<B>) -> Option<K>` closure that is
 /// `Clone + Send + Sync + 'static`, and by the ready-made [`PeerIp`] and
-/// [`HeaderKey`].
+/// [`HeaderKey`](super::HeaderKey).
 ///
 /// The key must be owned (`'static`): the request moves on to the inner
 /// service while the check runs. Return something that does not allocate
-/// where you can — a [`HeaderValue`] clone only bumps a reference count.
+/// where you can — a [`HeaderValue`](http::HeaderValue) clone only bumps a reference count.
 ///
 /// ```
 /// use http::Request;
@@ -46,6 +45,27 @@ pub trait KeyExtractor<B>: Clone + Send + Sync + 'static {
 
     /// The key of `request`, or `None` if it has none.
     fn extract(&self, request: &Request<B>) -> Option<Self::Key>;
+
+    /// Whether the key is a credential — an API key, a bearer token — that
+    /// must not be stored in Redis as it is: the layer then limits it under
+    /// its keyed digest, `hmac:…`
+    /// ([`Cluster::subject_hasher`](crate::Cluster::subject_hasher)), and
+    /// the admin view shows that digest; an operator finds it by the raw
+    /// key (`shardlimit show`, the Limits page's find box). The default is
+    /// `false`, for keys that are no secret and are best read as they are
+    /// (an IP address, a host, a user id); [`HeaderKey`](super::HeaderKey)
+    /// says `true` unless told otherwise
+    /// ([`HeaderKey::credential`](super::HeaderKey::credential)).
+    ///
+    /// ```
+    /// use http::Request;
+    /// use shardlimit::tower::{HeaderKey, KeyExtractor, PeerIp};
+    /// assert!(KeyExtractor::<()>::is_credential(&HeaderKey::from_static("x-api-key")));
+    /// assert!(!KeyExtractor::<()>::is_credential(&PeerIp::new()));
+    /// ```
+    fn is_credential(&self) -> bool {
+        false
+    }
 
     /// Where the key is looked for, for the warning the layer logs (at
     /// most every few seconds) when requests have none: `the request
@@ -393,62 +413,6 @@ impl<T> fmt::Debug for PeerIpBuilder<T> {
     }
 }
 
-/// The value of a request header, e.g. an API key. The key is the
-/// [`HeaderValue`] itself (a reference-counted clone, no copy); an absent or
-/// empty header is a missing key.
-///
-/// ```
-/// use http::Request;
-/// use shardlimit::tower::{HeaderKey, KeyExtractor};
-///
-/// let api_key = HeaderKey::from_static("x-api-key");
-/// let req = Request::builder().header("x-api-key", "k-7f3a").body(()).unwrap();
-/// assert_eq!(api_key.extract(&req).unwrap(), "k-7f3a");
-/// ```
-#[derive(Clone, Debug)]
-pub struct HeaderKey {
-    name: HeaderName,
-}
-
-impl HeaderKey {
-    /// Reads header `name`.
-    ///
-    /// ```
-    /// use http::header::AUTHORIZATION;
-    /// use shardlimit::tower::HeaderKey;
-    /// let by_token = HeaderKey::new(AUTHORIZATION);
-    /// ```
-    #[must_use]
-    pub fn new(name: HeaderName) -> Self {
-        HeaderKey { name }
-    }
-
-    /// Reads header `name`, a static lowercase header name; like
-    /// [`HeaderName::from_static`], it panics if `name` is not one.
-    #[must_use]
-    pub fn from_static(name: &'static str) -> Self {
-        HeaderKey {
-            name: HeaderName::from_static(name),
-        }
-    }
-}
-
-impl<B> KeyExtractor<B> for HeaderKey {
-    type Key = HeaderValue;
-
-    fn extract(&self, request: &Request<B>) -> Option<HeaderValue> {
-        request
-            .headers()
-            .get(&self.name)
-            .filter(|v| !v.is_empty())
-            .cloned()
-    }
-
-    fn looked_for(&self) -> String {
-        format!("header {}", self.name)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -476,15 +440,8 @@ mod tests {
     }
 
     #[test]
-    fn missing_extension_or_header_is_no_key() {
+    fn missing_extension_is_no_key() {
         let req = Request::new(());
         assert!(PeerIp::new().extract(&req).is_none());
-        assert!(HeaderKey::from_static("x-api-key").extract(&req).is_none());
-        let empty = Request::builder().header("x-api-key", "").body(()).unwrap();
-        assert!(
-            HeaderKey::from_static("x-api-key")
-                .extract(&empty)
-                .is_none()
-        );
     }
 }

@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, Once};
 use std::time::Duration;
 
 use tower::Layer;
@@ -273,26 +273,31 @@ impl<X, P> RateLimitLayerBuilder<X, P> {
         self
     }
 
-    /// Whether every key is limited under its SHA-256 digest
-    /// ([`HashedSubject`](crate::keys::HashedSubject)) rather than as is.
-    /// Default `false`: keys are used as they are, except keys longer than
-    /// [`MAX_SUBJECT_LEN`], which are always hashed (a JWT must be limited
-    /// like any other key).
+    /// Whether every key is limited under its keyed digest (`hmac:…`, by
+    /// [`Cluster::subject_hasher`](crate::Cluster::subject_hasher)), not only
+    /// credentials. Default `false`: a key the extractor says is a
+    /// [credential](super::KeyExtractor::is_credential) ([`HeaderKey`](super::HeaderKey),
+    /// unless built with `credential(false)`) is hashed, and so is any key
+    /// longer than [`MAX_SUBJECT_LEN`] (a JWT must be limited like any other
+    /// key); other keys — IP addresses, hosts, what a closure returns — are
+    /// used as they are, readable in the admin view.
     ///
-    /// Turn it on when keys are secrets (API keys, bearer tokens), so they
-    /// are not stored verbatim in Redis key names. The price: the admin view
-    /// (`shardlimit list`) shows `sha256:…` digests instead of the keys, and
-    /// each request computes a SHA-256 of its key (on the stack). An unkeyed
-    /// digest hides only what is hard to guess: it does not make an IP
-    /// address or a user id secret.
+    /// Turn it on when a closure's keys are secrets (a session token read
+    /// from a cookie), so they are not stored in Redis key names either. An
+    /// operator still finds a hashed key's limits by the raw key:
+    /// `shardlimit show <key>` and the Limits page's find box hash what
+    /// they are given the same way (with the same subject secret). Each
+    /// hashed request computes one HMAC-SHA-256 of its key, on the stack.
     ///
     /// ```no_run
     /// # fn demo(limiter: shardlimit::RateLimiter) -> shardlimit::Result<()> {
-    /// use http::header::AUTHORIZATION;
-    /// use shardlimit::tower::{HeaderKey, RateLimitLayer};
-    /// let per_token = RateLimitLayer::builder(limiter, HeaderKey::new(AUTHORIZATION))
-    ///     .hash_keys(true)
-    ///     .build()?;
+    /// use http::Request;
+    /// use shardlimit::tower::RateLimitLayer;
+    /// let per_session = RateLimitLayer::builder(limiter, |req: &Request<()>| {
+    ///     req.headers().get("cookie").cloned()
+    /// })
+    /// .hash_keys(true)
+    /// .build()?;
     /// # Ok(()) }
     /// ```
     pub fn hash_keys(mut self, on: bool) -> Self {
@@ -330,9 +335,10 @@ impl<X, P> RateLimitLayerBuilder<X, P> {
     }
 
     /// Whether the IETF fields carry the partition key, `pk=:<base64>:`:
-    /// the key the request was limited under (its SHA-256 digest with
-    /// [`hash_keys`](Self::hash_keys) or for an over-long key; the
-    /// fallback key for a keyless request). Default `false`: the key is the
+    /// the key the request was limited under (its keyed digest, `hmac:…`,
+    /// for a credential, an over-long key or with
+    /// [`hash_keys`](Self::hash_keys); the fallback key for a keyless
+    /// request). Default `false`: the key is the
     /// client's identity — an IP address, an API key — and a response may
     /// be logged, cached or shown where the key should not be. Turn it on
     /// when the client knows the key anyway and acts for several (draft-11
@@ -432,6 +438,7 @@ impl<X, P> RateLimitLayerBuilder<X, P> {
                 refund_inner_denials: self.settings.refund_inner_denials,
                 cost: self.settings.cost,
                 hash_keys: self.settings.hash_keys,
+                no_secret_warned: Once::new(),
                 warn: WarnLimiter::new(),
                 warn_missing: WarnLimiter::new(),
             }),

@@ -1,6 +1,7 @@
 //! What a layer checks: one [`RateLimiter`] or a [`MultiLimiter`].
 
 use crate::error::Result;
+use crate::keys::SubjectHasher;
 use crate::limit::{MultiDecision, MultiLimiter, RateLimiter};
 
 /// The limit(s) a [`RateLimitLayer`](super::RateLimitLayer) enforces: a
@@ -46,6 +47,13 @@ impl Limits {
     #[must_use]
     pub fn limiters(&self) -> &[RateLimiter] {
         self.0.limiters()
+    }
+
+    /// The hasher of credential keys: that of the limiters' cluster (a
+    /// multi-limiter has at least one limiter, all on one handle, as its
+    /// check pipeline relies on too).
+    pub(crate) fn subject_hasher(&self) -> &SubjectHasher {
+        self.0.limiters()[0].cluster().subject_hasher()
     }
 
     /// The most one request may cost.

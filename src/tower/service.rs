@@ -95,15 +95,21 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let credential = self.extractor.is_credential();
         let key = self
             .extractor
             .extract(&request)
             .filter(|k| !k.as_ref().is_empty())
             .map(|k| {
-                // Hashing is a fixed-length stand-in for a key too long to
-                // be a subject, and for every key when keys are secrets.
-                if self.config.hash_keys || k.as_ref().len() > MAX_SUBJECT_LEN {
-                    Subject::Hashed(HashedSubject::of(k))
+                // The keyed digest keeps a credential out of Redis, and is
+                // a fixed-length stand-in for a key too long to be a
+                // subject (one digest for both, so an operator's lookup
+                // by the raw key finds either).
+                if credential || self.config.hash_keys || k.as_ref().len() > MAX_SUBJECT_LEN {
+                    if credential {
+                        self.config.warn_no_subject_secret();
+                    }
+                    Subject::Hashed(self.config.limits.subject_hasher().hash(k))
                 } else {
                     Subject::Key(k)
                 }

@@ -721,3 +721,97 @@ async fn list_and_show_say_remaining_of_the_published_or_given_limit() {
     let out = cli(&ns, &["show", "busy", "--quota", "api"]);
     assert_eq!(out.status.code(), Some(2), "a bad --quota is refused");
 }
+
+/// Issue 42, item 6: a credential is limited under its keyed digest, so
+/// `show` takes the raw key and hashes it with the services' subject
+/// secret (from `SHARDLIMIT_SUBJECT_SECRET` or `--subject-secret-file`),
+/// saying which rows are the hashed subject; without the secret it finds
+/// nothing and says what to give.
+#[tokio::test]
+async fn show_finds_a_credential_by_its_raw_key_with_the_subject_secret() {
+    crate::cli_built();
+    let namespace = common::unique_namespace("cli-hashed");
+    let secret = "9c2e7a41f0b35d86e1a4c7f29b0d3e58";
+    let cluster = shardlimit::Cluster::builder(common::node_urls())
+        .namespace(&namespace)
+        .subject_secret(secret)
+        .build()
+        .await
+        .unwrap();
+    let api = RateLimiter::builder(&cluster, "api", Quota::per_hour(10))
+        .build()
+        .unwrap();
+    let raw = "sk-live-Zq81mXr4";
+    let digest = cluster.subject_hasher().hash(raw);
+    // What the HTTP layer does with a HeaderKey (tests/http/layer.rs).
+    for _ in 0..3 {
+        assert!(api.check(digest).await.unwrap().allowed);
+    }
+    let show = |env: &[(&str, &str)], args: &[&str]| {
+        let mut command = Command::new(crate::common::cli_exe());
+        command
+            .env_remove("SHARDLIMIT_SUBJECT_SECRET")
+            .env_remove("SHARDLIMIT_SUBJECT_SECRET_FILE")
+            .env("SHARDLIMIT_NODES", common::node_urls().join(","))
+            .env("SHARDLIMIT_NAMESPACE", &namespace)
+            .envs(env.iter().copied())
+            .arg("show")
+            .args(args);
+        command.output().unwrap()
+    };
+
+    let out = show(&[("SHARDLIMIT_SUBJECT_SECRET", secret)], &[raw, "--json"]);
+    let rows = json_lines(&out);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["subject"], digest.as_str());
+    assert_eq!(rows[0]["found_by"], "keyed_digest");
+    assert!(
+        rows[0]["state"]["theoretical_arrival_us"].is_u64(),
+        "{}",
+        rows[0]
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "hashed subject: {digest} is the subject given, hashed with the subject secret (1 of the rows above)"
+        )),
+        "{err}"
+    );
+    assert!(!stdout(&out).contains(raw) && !err.contains(secret));
+
+    // The same from a file; the table says the digest.
+    let dir = std::env::temp_dir().join(format!("{namespace}-secret"));
+    std::fs::write(&dir, format!("{secret}\n")).unwrap();
+    let path = dir.to_str().unwrap();
+    let out = show(&[], &["--subject-secret-file", path, raw]);
+    assert!(out.status.success());
+    let text = stdout(&out);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("gcra\tapi\t") && l.contains(digest.as_str())),
+        "{text}"
+    );
+    std::fs::remove_file(&dir).unwrap();
+
+    // Without the secret: the namespace's default key finds nothing, and
+    // the note says what to give.
+    let out = show(&[], &[raw, "--json"]);
+    assert!(json_lines(&out).is_empty());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("nothing under the subject given")
+            && err.contains("SHARDLIMIT_SUBJECT_SECRET"),
+        "{err}"
+    );
+
+    // A hashed subject given as it is: only read as it is.
+    let out = show(&[], &[digest.as_str(), "--json"]);
+    let rows = json_lines(&out);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["found_by"], "subject");
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

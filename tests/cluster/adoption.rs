@@ -176,11 +176,13 @@ async fn a_lazy_handle_says_not_connected_yet_and_wait_ready_waits() {
 /// Issue 28, item 6: a service built with `builder_from_env` and no
 /// `SHARDLIMIT_NODES` stops at `build()` with an error naming the variable
 /// and saying what to set (it connected to 127.0.0.1:7000..7005), and
-/// takes its namespace from `SHARDLIMIT_NAMESPACE`. The environment is only
-/// changed for a child process of this test binary.
+/// takes its namespace from `SHARDLIMIT_NAMESPACE` — and (issue 42, item 6)
+/// its subject secret from `SHARDLIMIT_SUBJECT_SECRET`, refusing one too
+/// short. The environment is only changed for a child process of this
+/// test binary.
 #[test]
 fn builder_from_env_needs_the_nodes_and_reads_the_namespace() {
-    let child = |nodes: Option<&str>| {
+    let child = |nodes: Option<&str>, secret: Option<&str>| {
         let mut command = std::process::Command::new(std::env::current_exe().unwrap());
         command
             .args([
@@ -196,6 +198,11 @@ fn builder_from_env_needs_the_nodes_and_reads_the_namespace() {
         if let Some(nodes) = nodes {
             command.env("SHARDLIMIT_NODES", nodes);
         }
+        command.env_remove("SHARDLIMIT_SUBJECT_SECRET");
+        command.env_remove("SHARDLIMIT_SUBJECT_SECRET_FILE");
+        if let Some(secret) = secret {
+            command.env("SHARDLIMIT_SUBJECT_SECRET", secret);
+        }
         let out = command.output().unwrap();
         let text = format!(
             "{}{}",
@@ -205,8 +212,11 @@ fn builder_from_env_needs_the_nodes_and_reads_the_namespace() {
         // A child that matched no test would pass having checked nothing.
         assert!(out.status.success() && text.contains("1 passed"), "{text}");
     };
-    child(None);
-    child(Some(&common::node_urls().join(",")));
+    let nodes = common::node_urls().join(",");
+    child(None, None);
+    child(Some(&nodes), None);
+    child(Some(&nodes), Some("0d4c8e1f7a2b9c3e5f6a7b8c9d0e1f2a"));
+    child(Some(&nodes), Some("too-short"));
 }
 
 /// The child of the test above: without nodes, `build()` refuses before
@@ -232,8 +242,25 @@ async fn env_child() {
             }
             other => panic!("expected the unset nodes to be refused, got {other:?}"),
         }
+    } else if let Ok(secret) = std::env::var("SHARDLIMIT_SUBJECT_SECRET") {
+        if secret.len() < shardlimit::keys::MIN_SUBJECT_SECRET_LEN {
+            match result {
+                Err(Error::Config { field, reason }) => {
+                    assert_eq!(field, "subject_secret");
+                    assert!(!reason.contains(&secret), "{reason}");
+                }
+                other => panic!("expected the short secret to be refused, got {other:?}"),
+            }
+            return;
+        }
+        let hasher = result.unwrap().subject_hasher().clone();
+        let given = shardlimit::keys::SubjectHasher::with_secret(&secret).unwrap();
+        assert!(hasher.has_secret());
+        assert_eq!(hasher.hash("k"), given.hash("k"));
     } else {
-        assert_eq!(result.unwrap().namespace(), "from-env");
+        let cluster = result.unwrap();
+        assert_eq!(cluster.namespace(), "from-env");
+        assert!(!cluster.subject_hasher().has_secret());
     }
 }
 

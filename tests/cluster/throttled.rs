@@ -287,8 +287,21 @@ async fn the_http_layers_denials_are_reported() {
         );
     }
     assert_eq!(statuses, [200, 429, 429, 429]);
+    // The key is a credential: reported under its keyed digest, never as
+    // it is.
+    let digest = cluster.subject_hasher().hash("client-7");
     until(&cluster, Duration::from_secs(10), |v| {
-        denials(v, "http", "client-7") == Some(3)
+        denials(v, "http", digest.as_str()) == Some(3)
     })
     .await;
+    let view = admin::throttled(&cluster).await.unwrap();
+    let reported = name(&view, "http").unwrap();
+    assert!(
+        reported
+            .subjects
+            .iter()
+            .all(|s| !s.subject.windows(8).any(|w| w == b"client-7")),
+        "{:?}",
+        reported.subjects
+    );
 }

@@ -225,9 +225,10 @@ async fn x_ratelimit_fields_go_over_the_wire_byte_for_byte() {
 #[tokio::test]
 async fn both_styles_with_partition_key_unit_and_plain_bodies_byte_for_byte() {
     let cluster = common::cluster("hdr-both").await;
+    // A key that is no credential, so `pk` is the key itself.
     let layer = RateLimitLayer::builder(
         three_per_six(&cluster, "upload"),
-        HeaderKey::from_static("x-api-key"),
+        HeaderKey::from_static("x-api-key").credential(false),
     )
     .header_style(HeaderStyle::Both)
     .show_partition_key(true)
@@ -437,7 +438,9 @@ async fn a_blocked_subject_is_abnormal_usage_and_only_denying_limits_are_named()
     let hourly = RateLimiter::builder(&cluster, "hourly", Quota::per_hour(100))
         .build()
         .unwrap();
-    hourly.block("bad", Duration::from_secs(30)).await.unwrap();
+    // The API key is a credential: an operator blocks its digest.
+    let bad = cluster.subject_hasher().hash("bad");
+    hourly.block(bad, Duration::from_secs(30)).await.unwrap();
     let multi = MultiLimiter::new([fast, hourly]).unwrap();
     let service = RateLimitLayer::builder(multi, HeaderKey::from_static("x-api-key"))
         .missing_key(MissingKey::Reject)

@@ -26,7 +26,6 @@ use axum::extract::ConnectInfo;
 use axum::routing::get;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use shardlimit::keys::HashedSubject;
 use shardlimit::tower::{
     ForwardedIp, HeaderKey, MissingKey, PeerIp, ProxyHeader, RateLimitBypassed, RateLimitLayer,
 };
@@ -151,7 +150,9 @@ async fn the_request_over_the_limit_gets_429_with_retry_after_and_ratelimit_head
     );
     assert_eq!(ratelimit(&denied), [("api".into(), 0, retry_after)]);
     // The limiter agrees, on the server's clock.
-    let peek = three_per_six(&cluster, "api").peek("k-1").await.unwrap();
+    // The API key is a credential: limited under its keyed digest.
+    let k1 = cluster.subject_hasher().hash("k-1");
+    let peek = three_per_six(&cluster, "api").peek(k1).await.unwrap();
     assert!(peek.retry_after.unwrap() <= Duration::from_secs(retry_after));
 
     // Another key is unaffected.
@@ -296,7 +297,7 @@ async fn a_multi_limit_lists_every_policy_and_the_binding_limit_and_denies_on_th
             .unwrap(),
     ])
     .unwrap()
-    .peek("k")
+    .peek(cluster.subject_hasher().hash("k"))
     .await
     .unwrap();
     assert_eq!(peek.decisions[1].remaining, 997);
@@ -499,6 +500,107 @@ async fn keys_over_the_subject_limit_are_limited_like_any_other() {
     common::assert_every_key_has_ttl(cluster.namespace()).await;
 }
 
+/// Issue 42, item 6: an API key is a credential, so the layer's default
+/// keeps it out of Redis: no key name on any master holds it.
+#[tokio::test]
+async fn a_header_key_is_never_stored_raw_by_default() {
+    let cluster = common::cluster("tower-cred").await;
+    let calls = Arc::new(AtomicU32::new(0));
+    let service = RateLimitLayer::new(
+        three_per_six(&cluster, "api"),
+        HeaderKey::from_static("x-api-key"),
+    )
+    .layer(counting_inner(calls.clone()));
+    let secret = "sk-live-4eC39HqLyjWD";
+    for _ in 0..3 {
+        let response = service.clone().oneshot(with_key(secret)).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    let denied = service.clone().oneshot(with_key(secret)).await.unwrap();
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+
+    // Every key under the namespace, scanned on every master.
+    let keys = common::all_keys_with_pttl(cluster.namespace()).await;
+    let limited: Vec<String> = keys
+        .iter()
+        .map(|(key, _)| String::from_utf8_lossy(key).into_owned())
+        .filter(|key| !key.contains("{shardlimit.catalog}"))
+        .collect();
+    assert_eq!(limited.len(), 1, "{limited:?}");
+    for (key, _) in &keys {
+        let key = String::from_utf8_lossy(key);
+        assert!(!key.contains(secret), "the raw API key is in Redis: {key}");
+    }
+    // It is limited under the cluster's keyed digest: what an operator's
+    // lookup by the raw key finds.
+    let digest = cluster.subject_hasher().hash(secret);
+    assert!(digest.as_str().starts_with("hmac:"), "{digest}");
+    assert!(limited[0].contains(digest.as_str()), "{limited:?}");
+    let peek = three_per_six(&cluster, "api").peek(digest).await.unwrap();
+    assert_eq!(peek.remaining, 0);
+
+    // A header that is no credential, said so, is kept as it is.
+    let tenants = RateLimitLayer::new(
+        three_per_six(&cluster, "tenant"),
+        HeaderKey::from_static("x-tenant").credential(false),
+    )
+    .layer(counting_inner(calls.clone()));
+    let request = Request::builder()
+        .header("x-tenant", "acme")
+        .body(String::new())
+        .unwrap();
+    assert_eq!(
+        tenants.oneshot(request).await.unwrap().status(),
+        StatusCode::OK
+    );
+    let peek = three_per_six(&cluster, "tenant")
+        .peek("acme")
+        .await
+        .unwrap();
+    assert_eq!(peek.remaining, 2);
+}
+
+/// With a subject secret, every process given it limits a key under the
+/// same digest, which no process without it computes.
+#[tokio::test]
+async fn processes_with_one_subject_secret_share_a_credentials_limit() {
+    let namespace = common::unique_namespace("tower-secret");
+    let secret = "3f8a1c9e7b2d4f60a5c8e1b7d9f2a4c6";
+    let process = || async {
+        Cluster::builder(common::node_urls())
+            .namespace(&namespace)
+            .subject_secret(secret)
+            .build()
+            .await
+            .unwrap()
+    };
+    let (one, two) = (process().await, process().await);
+    assert!(one.subject_hasher().has_secret());
+    let calls = Arc::new(AtomicU32::new(0));
+    let service = |cluster: &Cluster| {
+        RateLimitLayer::new(
+            three_per_six(cluster, "api"),
+            HeaderKey::from_static("x-api-key"),
+        )
+        .layer(counting_inner(calls.clone()))
+    };
+    let key = "k-42";
+    for cluster in [&one, &two, &one] {
+        let response = service(cluster).oneshot(with_key(key)).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    let denied = service(&two).oneshot(with_key(key)).await.unwrap();
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    let digest = one.subject_hasher().hash(key);
+    assert_eq!(digest, two.subject_hasher().hash(key));
+    let unkeyed = shardlimit::keys::SubjectHasher::for_namespace(&namespace).hash(key);
+    assert_ne!(digest, unkeyed);
+    let keys = common::keys_with_pttl(&namespace).await;
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let stored = String::from_utf8(keys[0].0.clone()).unwrap();
+    assert!(stored.contains(digest.as_str()), "{stored}");
+}
+
 #[tokio::test]
 async fn with_hash_keys_no_key_is_stored_verbatim() {
     let cluster = common::cluster("tower-hash").await;
@@ -523,8 +625,8 @@ async fn with_hash_keys_no_key_is_stored_verbatim() {
     assert_eq!(keys.len(), 1, "{keys:?}");
     let key = String::from_utf8(keys[0].0.clone()).unwrap();
     assert!(!key.contains(secret), "{key}");
-    // The same digest a caller gets from the public helper.
-    let digest = HashedSubject::of(secret);
+    // The same digest a caller gets from the cluster's hasher.
+    let digest = cluster.subject_hasher().hash(secret);
     assert!(key.contains(digest.as_str()), "{key}");
     let peek = three_per_six(&cluster, "api").peek(digest).await.unwrap();
     assert_eq!(peek.remaining, 0);
@@ -825,9 +927,10 @@ async fn ratelimit_policy_follows_the_quota_the_check_applied() {
     let limiter = RateLimiter::builder(&cluster, "api", Quota::per_second(10))
         .build()
         .unwrap();
+    // The API key is a credential: its override is set on its digest.
     limiter
         .set_override(
-            "vip",
+            cluster.subject_hasher().hash("vip"),
             Quota::per_second(50).allow_burst(100),
             Duration::from_secs(60),
         )
@@ -948,7 +1051,9 @@ async fn stacked_layers_charge_the_outer_limit_only_for_what_both_admit() {
             .unwrap();
         let inner = RateLimitLayer::new(per_key, HeaderKey::from_static("x-api-key"))
             .layer(counting_inner(Arc::new(AtomicU32::new(0))));
-        RateLimitLayer::builder(per_ip.clone(), HeaderKey::from_static("x-client"))
+        // The client's address, no credential: limited as it is.
+        let client = HeaderKey::from_static("x-client").credential(false);
+        RateLimitLayer::builder(per_ip.clone(), client)
             .refund_inner_denials(refund)
             .build()
             .unwrap()

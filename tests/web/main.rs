@@ -11,6 +11,7 @@ mod browser;
 mod bulk;
 mod cli;
 mod cost;
+mod find;
 mod headroom;
 mod hosts;
 mod scale;

@@ -62,6 +62,19 @@ pub(crate) struct Cli {
         global = true
     )]
     pub(crate) tls_key: Option<std::path::PathBuf>,
+    /// File holding the subject secret, the key the services hash
+    /// credential subjects (API keys, bearer tokens) with, so that `show`
+    /// finds them by the raw key (one trailing newline ignored). It can
+    /// also come from the environment variable SHARDLIMIT_SUBJECT_SECRET;
+    /// there is no flag for the secret itself, so it never shows in `ps`.
+    /// Neither: the namespace's default key, as services without a secret.
+    #[arg(
+        long,
+        env = "SHARDLIMIT_SUBJECT_SECRET_FILE",
+        hide_env_values = true,
+        global = true
+    )]
+    pub(crate) subject_secret_file: Option<std::path::PathBuf>,
     /// The namespace the primitives were built with.
     #[arg(
         long,
@@ -99,7 +112,9 @@ pub(crate) enum Command {
         #[command(flatten)]
         quotas: crate::quotas::QuotaArgs,
     },
-    /// Every primitive of one subject.
+    /// Every primitive of one subject: as typed, and under its keyed digest
+    /// (hmac:…), where credentials such as API keys are limited — so give
+    /// the raw key, with the services' subject secret.
     Show {
         subject: String,
         #[arg(long)]

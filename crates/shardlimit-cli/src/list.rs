@@ -4,7 +4,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use futures::StreamExt;
-use shardlimit::admin::{ScanEvent, Scanner};
+use shardlimit::admin::{Lookup, ScanEvent, Scanner};
 
 use super::output::{AnyResult, header, info_json, row, with_progress};
 use super::quotas::{QuotaArgs, catalog};
@@ -78,8 +78,11 @@ pub(crate) async fn list(
     })
 }
 
-/// `show`: every primitive of one subject, read from its slot, each rate
-/// limiter with its headroom.
+/// `show`: every primitive of one subject, read from its slot, and of its
+/// keyed digest, read from that one's (what a credential such as an API
+/// key is limited under), each rate limiter with its headroom. Rows are
+/// the same as `list`'s; what was hashed is said on stderr, and in JSON by
+/// each row's `found_by` (`subject` or `keyed_digest`).
 pub(crate) async fn show(
     scanner: &Scanner,
     out: &mut impl Write,
@@ -88,18 +91,56 @@ pub(crate) async fn show(
     quotas: &QuotaArgs,
     json: bool,
 ) -> AnyResult<ExitCode> {
-    let (found, catalog) = futures::join!(scanner.subject(subject), catalog(scanner, quotas));
+    let (found, catalog) = futures::join!(scanner.lookup(subject), catalog(scanner, quotas));
     let found = found?;
     if !json {
         header(out, table)?;
     }
-    for info in &found {
+    let rows = found
+        .typed
+        .iter()
+        .map(|info| ("subject", info))
+        .chain(found.hashed.iter().map(|info| ("keyed_digest", info)));
+    for (found_by, info) in rows {
         if json {
-            writeln!(out, "{}", info_json(info, &catalog))?;
+            let mut value = info_json(info, &catalog);
+            value["found_by"] = found_by.into();
+            writeln!(out, "{value}")?;
         } else {
             row(out, table, info, &catalog)?;
         }
     }
     out.flush()?;
+    if let Some(note) = hashed_note(&found) {
+        eprintln!("{note}");
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `show` says on stderr about the hashed subject it also read: which
+/// rows are its, or that neither it nor the subject as typed has any.
+/// Nothing when only the subject as typed has rows (a user id, an IP).
+fn hashed_note(found: &Lookup) -> Option<String> {
+    let digest = found.digest.as_ref()?;
+    let key = found.describe_key();
+    if !found.hashed.is_empty() {
+        Some(format!(
+            "hashed subject: {digest} is the subject given, hashed with {key} ({} of the rows \
+             above); credentials such as API keys are limited under their keyed digest, never \
+             stored raw",
+            found.hashed.len()
+        ))
+    } else if found.typed.is_empty() {
+        let hint = if found.with_secret {
+            "the same subject secret as the services"
+        } else {
+            "the services' subject secret, if they hash credentials with one"
+        };
+        Some(format!(
+            "nothing under the subject given, nor under its keyed digest {digest}, hashed with \
+             {key}; give {hint} (SHARDLIMIT_SUBJECT_SECRET or --subject-secret-file)"
+        ))
+    } else {
+        None
+    }
 }

@@ -24,7 +24,9 @@
 //! (or `SHARDLIMIT_NAMESPACE`; default `sl`); credentials `--user` (or
 //! `SHARDLIMIT_USER`) with the password from `SHARDLIMIT_PASSWORD` or
 //! `--password-file` (never a flag: it would show in `ps`); TLS `--tls-ca`,
-//! `--tls-cert`, `--tls-key` (or `SHARDLIMIT_TLS_CA`, ...). No output ever
+//! `--tls-cert`, `--tls-key` (or `SHARDLIMIT_TLS_CA`, ...); the subject
+//! secret the services hash credentials with, from `SHARDLIMIT_SUBJECT_SECRET`
+//! or `--subject-secret-file` (`show` hashes the raw key with it). No output ever
 //! shows a password: nodes are printed as `redis://user:***@host:port`, and
 //! `--help` does not print the environment's values. A progress bar goes to stderr when it is a terminal;
 //! `--json` prints JSON Lines (one object per line) so output streams at
@@ -132,6 +134,15 @@ async fn connect(cli: &Cli) -> AnyResult<Cluster> {
         _ => {
             if let Some(path) = &cli.password_file {
                 builder = builder.password_file(path);
+            }
+        }
+    }
+    // Likewise the subject secret: the environment's wins over a file.
+    match std::env::var(shardlimit::cluster::SUBJECT_SECRET_ENV) {
+        Ok(secret) if !secret.is_empty() => builder = builder.subject_secret(secret),
+        _ => {
+            if let Some(path) = &cli.subject_secret_file {
+                builder = builder.subject_secret_file(path);
             }
         }
     }

@@ -49,6 +49,7 @@ button.danger{background:var(--bad);border-color:var(--bad)}
 dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem}
 dl.facts dt{color:var(--muted)}
 dl.facts dd{margin:0}
+.badge{display:inline-block;font-size:.75rem;font-weight:600;padding:.05rem .45rem;border-radius:4px;background:var(--bg);border:1px solid var(--line);color:var(--muted);vertical-align:middle}
 ";
 
 /// A whole page: `title`, an optional banner above the content, `body`.
@@ -72,9 +73,11 @@ pub(super) fn page(base: &Base, title: &str, banner: Option<Markup>, body: Marku
                         a href=(base.to("/audit")) { "Audit" }
                     }
                     // On every page: straight to one subject's page, which
-                    // reads only that subject's slot.
-                    form.find method="get" action=(base.to("/subject")) {
-                        input type="search" name="subject" placeholder="Find subject" aria-label="Find subject" required;
+                    // reads only that subject's slot — or, for a raw API
+                    // key, its keyed digest's. Posted, so a typed key is
+                    // never in a URL (see find.rs).
+                    form.find method="post" action=(base.to("/find")) {
+                        input type="search" name="subject" placeholder="Find subject or API key" aria-label="Find subject or API key" required;
                         button type="submit" { "Find" }
                     }
                 }

@@ -11,7 +11,8 @@
 //! |---|---|---|---|
 //! | Overview: cluster state and served slots from `CLUSTER INFO` (a "cluster down" banner with the unserved slots), masters and replicas, AOF, memory, keys per master, primitives per kind and name and per master (by node id), a banner when the cluster is not fit for locks | `/` | `/api/overview` | `CLUSTER SLOTS`, and per master `INFO`s, `CLUSTER INFO` and `DBSIZE` in one pipeline on a connection of its own, each within [`node_timeout`](WebOptionsBuilder::node_timeout); counts from a background walk, the last complete one shown |
 //! | Limiters: a page of primitives, filtered by kind, name and subject glob, state in words, each rate limiter's remaining / limit (highlighted at the limit), the page's number and how much of the namespace the walk has covered; an exact subject alone leads to its subject page | `/limiters` | `/api/limiters` | rounds of at most [`PAGE_SCANS_PER_MASTER`](shardlimit::admin::PAGE_SCANS_PER_MASTER) `SCAN`s per master until the page is full or [`page_budget`](WebOptionsBuilder::page_budget) is spent, at most [`MAX_PAGE_ROUNDS`](shardlimit::admin::MAX_PAGE_ROUNDS) rounds; and the catalog's slot |
-//! | Subject: everything one subject has, its slot and master, with remaining / limit | `/subject?subject=…` | `/api/subject?subject=…` | its slot only, and the catalog's |
+//! | Subject: everything one subject has, its slot and master, with remaining / limit; a hashed subject (`hmac:…`, a credential's keyed digest) is marked as one | `/subject?subject=…` | `/api/subject?subject=…` | its slot only, and the catalog's |
+//! | Find (the box on every page): what the operator types — a subject, or a raw API key, hashed with the cluster's [subject secret](shardlimit::keys::SubjectHasher) — leads to the page of whichever has something (303), or a page saying neither does; posted, so a key is never in a URL | `POST /find` | — | the two subjects' slots ([`Scanner::lookup_at`](shardlimit::admin::Scanner::lookup_at)) |
 //! | Throttled now: per limiter, the subjects denied most in the last minutes across every process, with denial counts and rates and a reset per row | `/throttled[?name=…]` | `/api/throttled` | two calls to one master ([`admin::throttled`](shardlimit::admin::throttled())) |
 //! | Audit: keys without a TTL, keys that are not shardlimit's, per master | `/audit` | `/api/audit` | a background walk, the last complete one shown |
 //! | Reset one limiter or one subject: confirmation, then POST; offered per row of the subject page, the limiters list, the audit and Throttled now | `/reset?subject=…[&kind=…&name=…]` | `/api/reset` | one MULTI/EXEC on the slot |
@@ -98,6 +99,7 @@ mod audit;
 mod auth;
 mod base;
 mod csrf;
+mod find;
 mod host;
 mod http;
 mod jobs;
@@ -154,6 +156,7 @@ pub fn router(cluster: &Cluster, options: WebOptions) -> Router {
         .route("/api/limiters", get(limiters::api))
         .route("/subject", get(subject::page))
         .route("/api/subject", get(subject::api))
+        .route("/find", axum::routing::post(find::find))
         .route("/throttled", get(throttled::page))
         .route("/api/throttled", get(throttled::api))
         .route("/audit", get(audit::page))

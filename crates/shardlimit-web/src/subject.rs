@@ -21,10 +21,14 @@ use super::state::Shared;
 use super::words::Quotas;
 use super::{json as j, layout, words};
 use shardlimit::admin::LimiterInfo;
-use shardlimit::keys::{KeyId, slot};
+use shardlimit::keys::{HashedSubject, KeyId, slot};
 
 struct SubjectView {
     subject: Vec<u8>,
+    /// A hashed subject (`hmac:…`, `sha256:…`): a credential's digest.
+    hashed: bool,
+    /// What the page hashes a typed key with, in words.
+    hashed_with: &'static str,
     slot: u16,
     node: String,
     primitives: Vec<LimiterInfo>,
@@ -60,6 +64,8 @@ async fn serve(
         |s| s.master.to_string(),
     );
     let view = SubjectView {
+        hashed: HashedSubject::is_hashed(&subject),
+        hashed_with: state.cluster.subject_hasher().describe_key(),
         subject,
         slot: the_slot,
         node,
@@ -76,7 +82,22 @@ async fn serve(
 fn html(base: &Base, v: &SubjectView, quotas: &Quotas, catalog_error: Option<&str>) -> Markup {
     let shown = subject_display(&v.subject);
     let body = html! {
-        h1 { "Subject " code #subject { (shown) } }
+        h1 {
+            "Subject " code #subject { (shown) }
+            @if v.hashed { " " span.badge #hashed title="a credential's keyed digest" { "hashed" } }
+        }
+        @if v.hashed && v.subject.starts_with(b"hmac:") {
+            p.muted #hashed-note {
+                "A hashed subject: the keyed digest of a credential (an API key, a bearer token), "
+                "which is never stored as it is. Type the raw key in Find to come here; this page "
+                "hashes it with " (v.hashed_with) "."
+            }
+        } @else if v.hashed {
+            p.muted #hashed-note {
+                "A hashed subject: the SHA-256 digest of a subject too long or too secret to be "
+                "stored as it is (HashedSubject::of), which Find does not compute."
+            }
+        }
         dl.facts {
             dt { "Slot" } dd #slot { (v.slot) }
             dt { "Master" } dd.mono #node { (v.node) }
@@ -122,6 +143,7 @@ fn html(base: &Base, v: &SubjectView, quotas: &Quotas, catalog_error: Option<&st
 fn json(v: &SubjectView, quotas: &Quotas) -> Value {
     json!({
         "subject": j::subject(&v.subject),
+        "hashed": v.hashed,
         "slot": v.slot,
         "node": v.node,
         "primitives": v.primitives.iter().map(|i| j::limiter(i, quotas)).collect::<Vec<_>>(),

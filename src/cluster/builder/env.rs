@@ -35,6 +35,23 @@ pub const PASSWORD_ENV: &str = "SHARDLIMIT_PASSWORD";
 /// [`Cluster::builder_from_env`](crate::Cluster::builder_from_env) when [`PASSWORD_ENV`] is unset.
 pub const PASSWORD_FILE_ENV: &str = "SHARDLIMIT_PASSWORD_FILE";
 
+/// Environment variable with the subject secret, the key of the digests
+/// credentials are limited under
+/// ([`ClusterBuilder::subject_secret`](crate::cluster::ClusterBuilder::subject_secret),
+/// at least 16 bytes); read by
+/// [`Cluster::builder_from_env`](crate::Cluster::builder_from_env) and the
+/// CLI. Every process of a service, its CLI and its Limits page need the
+/// same. Unset (and [`SUBJECT_SECRET_FILE_ENV`] too): the namespace's
+/// default key, which is no secret (see
+/// [`SubjectHasher`](crate::keys::SubjectHasher)).
+pub const SUBJECT_SECRET_ENV: &str = "SHARDLIMIT_SUBJECT_SECRET";
+
+/// Environment variable with the path of a file holding the subject secret
+/// ([`ClusterBuilder::subject_secret_file`](crate::cluster::ClusterBuilder::subject_secret_file));
+/// read by [`Cluster::builder_from_env`](crate::Cluster::builder_from_env)
+/// and the CLI when [`SUBJECT_SECRET_ENV`] is unset.
+pub const SUBJECT_SECRET_FILE_ENV: &str = "SHARDLIMIT_SUBJECT_SECRET_FILE";
+
 /// Environment variable with the path of a PEM file of CA certificates
 /// ([`ClusterBuilder::tls_ca_file`](crate::cluster::ClusterBuilder::tls_ca_file)); read by [`Cluster::builder_from_env`](crate::Cluster::builder_from_env).
 pub const TLS_CA_ENV: &str = "SHARDLIMIT_TLS_CA";

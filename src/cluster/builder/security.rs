@@ -1,10 +1,13 @@
 //! The credential and TLS setters of [`ClusterBuilder`]: how every node is
-//! authenticated and reached.
+//! authenticated and reached; and the subject secret, the key of the
+//! digests credential subjects are limited under.
 
 use std::path::PathBuf;
 
 use super::ClusterBuilder;
-use crate::cluster::access::{PasswordSource, Pem, Secret};
+use crate::cluster::access::{Pem, Secret, SecretSource, read_secret_file};
+use crate::error::Result;
+use crate::keys::SubjectHasher;
 
 impl ClusterBuilder {
     /// The ACL username every node is authenticated as, overriding any in
@@ -35,7 +38,7 @@ impl ClusterBuilder {
     /// assert!(!format!("{builder:?}").contains("s3cret"));
     /// ```
     pub fn password(mut self, password: impl Into<String>) -> Self {
-        self.security.password = Some(PasswordSource::Value(Secret(password.into())));
+        self.security.password = Some(SecretSource::Value(Secret(password.into())));
         self
     }
 
@@ -55,7 +58,7 @@ impl ClusterBuilder {
     /// # Ok(()) }
     /// ```
     pub fn password_file(mut self, path: impl Into<PathBuf>) -> Self {
-        self.security.password = Some(PasswordSource::File(path.into()));
+        self.security.password = Some(SecretSource::File(path.into()));
         self
     }
 
@@ -135,5 +138,61 @@ impl ClusterBuilder {
         self.security.tls_cert = Some(Pem::File(cert.into()));
         self.security.tls_key = Some(Pem::File(key.into()));
         self
+    }
+
+    /// The subject secret: the key of the digests credential subjects (API
+    /// keys, bearer tokens) are limited under, so that a reader of Redis
+    /// cannot find a key by hashing guesses (see
+    /// [`SubjectHasher`](crate::keys::SubjectHasher)). At least
+    /// [`MIN_SUBJECT_SECRET_LEN`](crate::keys::MIN_SUBJECT_SECRET_LEN)
+    /// bytes, checked by [`build`](Self::build); e.g. `openssl rand -hex 32`.
+    /// Overrides any [`subject_secret_file`](Self::subject_secret_file).
+    /// Never shown: `Debug` prints `***`.
+    ///
+    /// Default: none — the namespace's default key, which is **not a
+    /// secret**: raw keys still stay out of Redis, but a short or guessable
+    /// one can be found from its digest. Every process of a service, and
+    /// the CLI and Limits page that look its subjects up
+    /// (`SHARDLIMIT_SUBJECT_SECRET`), must be given the same secret.
+    ///
+    /// ```
+    /// let builder = shardlimit::Cluster::builder(["redis://10.0.0.5:6379"])
+    ///     .subject_secret("7d9f0c2b5e1a48f3a6c0d2e4b8f1a3c5");
+    /// assert!(!format!("{builder:?}").contains("7d9f0c2b"));
+    /// ```
+    pub fn subject_secret(mut self, secret: impl Into<String>) -> Self {
+        self.subject_secret = Some(SecretSource::Value(Secret(secret.into())));
+        self
+    }
+
+    /// Reads the [subject secret](Self::subject_secret) from `path` in
+    /// [`build`](Self::build) (one trailing newline is ignored; an empty
+    /// file is an error), overriding any
+    /// [`subject_secret`](Self::subject_secret). Default: none.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> shardlimit::Result<()> {
+    /// let cluster = shardlimit::Cluster::builder(["redis://10.0.0.5:6379"])
+    ///     .subject_secret_file("/run/secrets/shardlimit-subject-secret")
+    ///     .build()
+    ///     .await?;
+    /// assert!(cluster.subject_hasher().has_secret());
+    /// # Ok(()) }
+    /// ```
+    pub fn subject_secret_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.subject_secret = Some(SecretSource::File(path.into()));
+        self
+    }
+
+    /// The hasher of credential subjects: the subject secret's, else the
+    /// namespace's default. Reads the secret's file.
+    pub(super) fn subject_hasher(&self) -> Result<SubjectHasher> {
+        match &self.subject_secret {
+            None => Ok(SubjectHasher::for_namespace(&self.namespace)),
+            Some(SecretSource::Value(secret)) => SubjectHasher::with_secret(&secret.0),
+            Some(SecretSource::File(path)) => {
+                SubjectHasher::with_secret(read_secret_file("subject_secret_file", path)?)
+            }
+        }
     }
 }
