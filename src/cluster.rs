@@ -375,6 +375,30 @@ impl Cluster {
         convert(Cow::Borrowed(TRANSACTION_OP), value)
     }
 
+    /// The deployment: [`Deployment::Cluster`] or
+    /// [`Deployment::Standalone`] once known, [`Deployment::Sentinel`] when
+    /// configured; [`Deployment::Detect`] only
+    /// while a [lazily connected](ClusterBuilder::lazy_connect) handle has
+    /// not reached a node yet.
+    ///
+    /// ```no_run
+    /// # async fn demo(cluster: shardlimit::Cluster) {
+    /// if cluster.deployment() == shardlimit::cluster::Deployment::Standalone {
+    ///     println!("one redis-server serves every slot");
+    /// }
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn deployment(&self) -> Deployment {
+        self.inner.router.deployment()
+    }
+
+    /// Whether one server that is no cluster node serves every slot: a
+    /// standalone server or a Sentinel primary (no cluster commands).
+    pub(crate) fn is_standalone(&self) -> bool {
+        self.inner.router.is_standalone()
+    }
+
     /// The masters, their slots and replicas, as a node of the cluster sees
     /// them now (`CLUSTER SLOTS` from a master that is up, else a seed). A
     /// standalone server is one shard serving every slot, with the id
@@ -442,6 +466,11 @@ impl Cluster {
         outcome
     }
 
+    /// The hub of deny-cache invalidations shared by this handle's clones.
+    pub(crate) fn invalidations(&self) -> &Arc<Invalidations> {
+        &self.inner.invalidations
+    }
+
     /// Starts following other processes' invalidations (once; needs a
     /// running tokio runtime, else the next call tries again).
     pub(crate) fn follow_invalidations(&self) {
@@ -451,6 +480,17 @@ impl Cluster {
                 &self.inner.router,
                 &self.inner.subscriber,
             );
+        }
+    }
+
+    /// How a script on `slot` tells every process's deny caches: the
+    /// command and the channel.
+    pub(crate) fn invalidation_channel(&self, slot: u16) -> (&'static str, String) {
+        let hub = &self.inner.invalidations;
+        if self.is_standalone() {
+            ("PUBLISH", hub.server_channel())
+        } else {
+            ("SPUBLISH", hub.slot_channel(slot))
         }
     }
 

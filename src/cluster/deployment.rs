@@ -4,7 +4,6 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::Cluster;
 use crate::error::Error;
 
 /// The kind of Redis deployment a [`Cluster`](crate::Cluster) talks to, set
@@ -112,33 +111,6 @@ pub(crate) fn is_cluster_disabled(err: &Error) -> bool {
             .to_ascii_lowercase()
             .contains("cluster support disabled"),
         _ => false,
-    }
-}
-
-/// The handle's deployment, as its router knows it.
-impl Cluster {
-    /// The deployment: [`Deployment::Cluster`] or
-    /// [`Deployment::Standalone`] once known, [`Deployment::Sentinel`] when
-    /// configured; [`Deployment::Detect`] only
-    /// while a [lazily connected](super::ClusterBuilder::lazy_connect) handle has
-    /// not reached a node yet.
-    ///
-    /// ```no_run
-    /// # async fn demo(cluster: shardlimit::Cluster) {
-    /// if cluster.deployment() == shardlimit::cluster::Deployment::Standalone {
-    ///     println!("one redis-server serves every slot");
-    /// }
-    /// # }
-    /// ```
-    #[must_use]
-    pub fn deployment(&self) -> Deployment {
-        self.inner.router.deployment()
-    }
-
-    /// Whether one server that is no cluster node serves every slot: a
-    /// standalone server or a Sentinel primary (no cluster commands).
-    pub(crate) fn is_standalone(&self) -> bool {
-        self.inner.router.is_standalone()
     }
 }
 

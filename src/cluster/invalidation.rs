@@ -26,9 +26,8 @@
 //! missed, keeps it out.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock, PoisonError, RwLock, Weak};
+use std::sync::{LazyLock, PoisonError, RwLock, Weak};
 
-use super::Cluster;
 use crate::keys::{ParsedKey, SLOT_COUNT, slot};
 
 /// The part of a limit's quota slices key (`<state key>:slices`), whose
@@ -215,26 +214,6 @@ impl std::fmt::Debug for Invalidations {
             .field("epoch", &self.epoch())
             .field("live_slots", &self.live_count.load(Ordering::SeqCst))
             .finish_non_exhaustive()
-    }
-}
-
-/// The handle's side of invalidations: its hub, and where a script
-/// publishes one.
-impl Cluster {
-    /// The hub of deny-cache invalidations shared by this handle's clones.
-    pub(crate) fn invalidations(&self) -> &Arc<Invalidations> {
-        &self.inner.invalidations
-    }
-
-    /// How a script on `slot` tells every process's deny caches: the
-    /// command and the channel.
-    pub(crate) fn invalidation_channel(&self, slot: u16) -> (&'static str, String) {
-        let hub = &self.inner.invalidations;
-        if self.is_standalone() {
-            ("PUBLISH", hub.server_channel())
-        } else {
-            ("SPUBLISH", hub.slot_channel(slot))
-        }
     }
 }
 
