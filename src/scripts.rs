@@ -105,8 +105,8 @@ macro_rules! scripts {
 
 /// The server's clock, read once: first in every script that needs the time.
 pub(crate) const CLOCK: &str = include_str!("scripts/clock.lua");
-/// The checks of numbers written, and the write of a string state: after the
-/// clock in every script that decides for an algorithm.
+/// The checks of numbers written: after the clock in the scripts that
+/// adjust a limit (not in the checks: each `decide` checks its own).
 pub(crate) const NUMBERS: &str = include_str!("scripts/numbers.lua");
 /// The one-limit check's driver, after the algorithm's file.
 pub(crate) const ONE_LIMIT: &str = include_str!("scripts/one_limit.lua");

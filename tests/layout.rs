@@ -417,7 +417,7 @@ const ARITHMETIC: [(&str, &[&str], &[&str]); 4] = [
     (
         // The previous window weighed by what is left of it.
         "sliding_window",
-        &["HMGET", "estimate", "(NOW_US - start) / period"],
+        &["HMGET", "estimate", "(now - start) / period"],
         &[
             "div_ceil(u128::from(at.period))",
             "room * at.period / state.previous",

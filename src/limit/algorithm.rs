@@ -47,12 +47,14 @@ pub(crate) struct Rules {
     /// Its decision in Lua (`<name>/<name>.lua`), the one place it is
     /// written: every script that decides for it is assembled from it
     /// (`assemble.rs`). It defines, as locals, with `NOW_US` the server's
-    /// time, the helpers of `numbers.lua`, and `BURSTS` (from
+    /// time and `BURSTS` (from
     /// [`bursts`](Self::bursts)) and `STRING_STATE` (its state is a string
     /// a check reads with `GET`, from [`state`](Self::state)) before it:
     ///
-    /// * `decide(key, value, limit, period_us, burst, cost, counts)`: the
-    ///   decision on a request of `cost` (at most the capacity); `value` is
+    /// * `decide(now_us, key, value, limit, period_us, burst, cost,
+    ///   counts)`: the decision at `now_us` (the server's time: a parameter,
+    ///   so that the function captures nothing, which makes it cheaper to
+    ///   define) on a request of `cost` (at most the capacity); `value` is
     ///   the state key's value when `STRING_STATE` (`false` if absent or
     ///   read by an `MGET` as of another type). With `counts`, an admission
     ///   is written (with a TTL), and what it reports is after it; without,
@@ -63,9 +65,10 @@ pub(crate) struct Rules {
     ///   checked to be an exact integer whether it writes or not, so a
     ///   multi-limit check can decide every limit before it writes any.
     ///   (It writes itself, not through a function of its own: every call
-    ///   of a Lua function costs Redis about 1% of a check.)
-    /// * after a line `-- [adjust]`, which the checks leave out,
-    ///   `adjust(key, limit, period_us, burst, delta)`: counts `delta`
+    ///   of a Lua function costs Redis about 1.4% of a check);
+    /// * after a line `-- [adjust]`, which the checks leave out (with the
+    ///   helpers of `numbers.lua` before it), `adjust(key, limit,
+    ///   period_us, burst, delta)`: counts `delta`
     ///   units as used (a penalty, never past an empty quota) or, negative,
     ///   gives them back (a reward, never past a full one); returns whether
     ///   it wrote.

@@ -56,7 +56,7 @@ for i = 1, #KEYS / LIMIT_KEYS do
   local value = algo.string_state and redis.call('GET', key)
   -- Decided without writing; written (decided again, counting) below once
   -- every limit admits.
-  local ok, wait, remaining, reset = algo.decide(key, value, limit, period, burst, take, false)
+  local ok, wait, remaining, reset = algo.decide(NOW_US, key, value, limit, period, burst, take, false)
   if never then
     ok, wait = false, -1
   end
@@ -87,7 +87,7 @@ for i = 1, #limits do
   local l = limits[i]
   if l.ok and consumed then
     l.ok, l.wait, l.remaining, l.reset =
-      l.decide(l.key, l.value, l.limit, l.period, l.burst, l.take, true)
+      l.decide(NOW_US, l.key, l.value, l.limit, l.period, l.burst, l.take, true)
   end
   reply[#reply + 1] = l.ok and 1 or 0
   reply[#reply + 1] = math.min(math.max(l.remaining, 0), l.capacity)

@@ -1,5 +1,7 @@
--- Numbers a script writes, and the errors of a write refused: follows
--- clock.lua in every rate-limit script.
+-- Numbers a script writes: follows clock.lua in the scripts that adjust a
+-- limit (limit_adjust.lua, slice.lua). The checks leave it out: every
+-- function a script defines costs Redis on every call, and each
+-- algorithm's decide checks its numbers itself.
 --
 -- A number written is an integer in [0, 2^53): above 2^53 a double no
 -- longer holds every integer, and string.format('%d') would silently wrap
@@ -21,12 +23,4 @@ local function int(x)
     out_of_range(x)
   end
   return string.format('%d', x)
-end
-
--- Raises the error of a string state that cannot be written: read as
--- absent by an MGET (which reads a key of another type as absent where GET
--- would refuse it), it is written only if still absent (SET ... NX), so a
--- key of another type is refused, never replaced.
-local function wrong_type(key)
-  error({ err = 'WRONGTYPE Operation against a key holding the wrong kind of value: ' .. key })
 end

@@ -36,7 +36,7 @@ local SETTLED = -1
 -- state among them, which its part reads itself) as absent where GET would
 -- refuse it (WRONGTYPE): a string state is written only if it is absent
 -- (NX) when it was read as absent, and refused otherwise, so a key of
--- another type is never replaced (numbers.lua: wrong_type).
+-- another type is never replaced (see gcra.lua).
 if MODE == 'i1' or MODE == 'i0' then
   VALUE, OVERRIDE, BLOCK = redis.call('MGET', KEY)[1], ARGV[7], ARGV[8]
   if OVERRIDE ~= '' or BLOCK ~= '' then
@@ -95,7 +95,7 @@ local CAPACITY = BURSTS and BURST or LIMIT
 local never = COST > CAPACITY
 -- An admission that counts is written by decide itself.
 local ok, retry, remaining, reset =
-  decide(KEY, VALUE, LIMIT, PERIOD, BURST, never and CAPACITY or COST, COUNTS and not never)
+  decide(NOW_US, KEY, VALUE, LIMIT, PERIOD, BURST, never and CAPACITY or COST, COUNTS and not never)
 if never then
   ok, retry = false, -1
 end

@@ -89,7 +89,7 @@ if ARGV[1] == 'take' then
     local room = math.floor(limit * tonumber(ARGV[9]) / 1000000) - outstanding
     -- Cells free now, as a check counts them.
     local value = redis.call('GET', STATE)
-    local admits, wait, free = decide(STATE, value, limit, period, burst, cost, false)
+    local admits, wait, free = decide(NOW_US, STATE, value, limit, period, burst, cost, false)
     granted = math.max(math.min(wanted, room, free), 0)
     if free < wanted then
       spent = 1
@@ -99,7 +99,7 @@ if ARGV[1] == 'take' then
     end
     if granted > 0 then
       -- Taken as a check of `granted` units would take them.
-      decide(STATE, value, limit, period, burst, granted, true)
+      decide(NOW_US, STATE, value, limit, period, burst, granted, true)
       local expires = NOW_US + tonumber(ARGV[5])
       redis.call('ZADD', SLICES, int(expires), ARGV[2] .. ':' .. int(granted))
     end

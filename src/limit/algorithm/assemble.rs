@@ -5,8 +5,11 @@
 //! An algorithm's file defines, as locals (see the interface on
 //! [`Rules::lua`]): `decide`, then, after a line `-- [adjust]`,
 //! `adjust`; `BURSTS` and `STRING_STATE` are set before it from its
-//! [`Rules`]. The checks take the file up to `-- [adjust]` (every function
-//! a script defines is made anew on every call, which Redis pays for): the
+//! [`Rules`]. The checks take the file up to `-- [adjust]`, without
+//! `numbers.lua` (every function a script defines is made anew on every
+//! call, and every Lua call costs, which Redis pays for: measured by
+//! benches/script_cost.sh, about 800 instructions a function with
+//! upvalues and 1,200 a call, of 88,000 for a check): the
 //! one-limit check is that part then `one_limit.lua`, calling `decide`
 //! directly; the generic check holds every algorithm's part, each in a
 //! `do ... end` block of its own that files its functions in `ALGOS` under
@@ -44,7 +47,6 @@ fn check_part(rules: &Rules) -> &'static str {
 pub(super) fn one_limit(rules: &Rules) -> Script {
     let code = [
         scripts::CLOCK,
-        scripts::NUMBERS,
         &settings(rules),
         check_part(rules),
         scripts::ONE_LIMIT,
@@ -82,7 +84,7 @@ fn every_algorithm(adjust: bool) -> String {
 fn generic(name: &'static str, driver: &str, adjust: bool) -> Script {
     let code = [
         scripts::CLOCK,
-        scripts::NUMBERS,
+        if adjust { scripts::NUMBERS } else { "" },
         scripts::LIMIT_PRELUDE,
         &every_algorithm(adjust),
         driver,

@@ -14,10 +14,8 @@
 -- subject's windows line up. Up to 2x the limit can pass in a short span
 -- around a boundary (the end of one window and the start of the next).
 
--- The end of the current window (us), and the units `key` (read as
--- `value`) counts in it.
-local function window(key, value, period)
-  local window_end = math.floor(NOW_US / period) * period + period
+local function decide(now, key, value, limit, period, _burst, cost, counts)
+  local window_end = math.floor(now / period) * period + period
   local used = tonumber(value or 0)
   -- A key of this window expires at its end. One that expires earlier (or
   -- never) is an earlier window's, still visible because Redis expires keys
@@ -27,29 +25,24 @@ local function window(key, value, period)
   if used > 0 and redis.call('PEXPIRETIME', key) < window_end / 1000 then
     used = 0
   end
-  return window_end, used
-end
-
-local function decide(key, value, limit, period, _burst, cost, counts)
-  local window_end, used = window(key, value, period)
   local after, at_ms = used + cost, window_end / 1000
   -- Integers in [0, 2^53) (x % 1 is NaN for an infinite x or not a number).
-  if after % 1 ~= 0 or after < 0 or after >= MAX_EXACT then
-    out_of_range(after)
+  local bad = (after % 1 ~= 0 or after < 0 or after >= 9007199254740992) and after
+    or (at_ms % 1 ~= 0 or at_ms < 0 or at_ms >= 9007199254740992) and at_ms
+  if bad then
+    error({ err = 'ERR shardlimit: number out of range: ' .. tostring(bad) })
   end
-  if at_ms % 1 ~= 0 or at_ms < 0 or at_ms >= MAX_EXACT then
-    out_of_range(at_ms)
-  end
-  local until_end = window_end - NOW_US
+  local until_end = window_end - now
   if after > limit then
     return false, until_end, limit - used, used > 0 and until_end or 0
   end
   if counts then
-    -- Read as absent, it is written only if still absent (see numbers.lua).
+    -- Read as absent by an MGET, it is written only if still absent (see
+    -- gcra.lua).
     if value then
       redis.call('SET', key, string.format('%d', after), 'PXAT', string.format('%d', at_ms))
     elseif not redis.call('SET', key, string.format('%d', after), 'PXAT', string.format('%d', at_ms), 'NX') then
-      wrong_type(key)
+      error({ err = 'WRONGTYPE Operation against a key holding the wrong kind of value: ' .. key })
     end
     -- The window's end frees everything.
     return true, until_end, limit - after, until_end
@@ -61,7 +54,12 @@ end
 -- [adjust]: penalize and reward (limit_adjust.lua), GCRA's slices; the
 -- checks are assembled without what follows (src/limit/algorithm/assemble.rs).
 local function adjust(key, limit, period, _burst, delta)
-  local window_end, used = window(key, redis.call('GET', key), period)
+  local window_end = math.floor(NOW_US / period) * period + period
+  local used = tonumber(redis.call('GET', key) or 0)
+  -- An earlier window's count (see decide).
+  if used > 0 and redis.call('PEXPIRETIME', key) < window_end / 1000 then
+    used = 0
+  end
   local new = math.min(math.max(used + delta, 0), limit)
   if new == 0 then
     redis.call('DEL', key)

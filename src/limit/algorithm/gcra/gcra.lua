@@ -26,46 +26,48 @@
 -- is at most 366 days, so the TAT stays within NOW_US + 2 tolerances and
 -- the key's TTL within one.
 
-local function decide(key, value, limit, period, burst, cost, counts)
+local function decide(now, key, value, limit, period, burst, cost, counts)
   local interval = period / limit
   local tat = tonumber(value or 0)
-  if tat < NOW_US then
-    tat = NOW_US
+  if tat < now then
+    tat = now
   end
-  local free = burst - math.ceil((tat - NOW_US) * limit / period)
+  local free = burst - math.ceil((tat - now) * limit / period)
   local new_tat = tat + cost * interval
   -- An integer (ceil) unless infinite or not a number: x % 1 is then NaN.
   local stored = math.ceil(new_tat)
-  if stored % 1 ~= 0 or stored < 0 or stored >= MAX_EXACT then
-    out_of_range(stored)
+  if stored % 1 ~= 0 or stored < 0 or stored >= 9007199254740992 then
+    error({ err = 'ERR shardlimit: number out of range: ' .. tostring(stored) })
   end
   if cost > free then
     -- At least 1 us: the float may round a denial's wait to 0.
-    local wait = math.ceil(new_tat - interval * burst - NOW_US)
+    local wait = math.ceil(new_tat - interval * burst - now)
     if wait < 1 then
       wait = 1
     end
-    return false, wait, free, math.ceil(tat - NOW_US)
+    return false, wait, free, math.ceil(tat - now)
   end
   if counts then
     tat, free = new_tat, free - cost
-    -- Read as absent, it is written only if still absent (see numbers.lua).
+    -- Read as absent by an MGET (which reads a key of another type as
+    -- absent where GET would refuse it), it is written only if still
+    -- absent: a key of another type is refused, never replaced.
     local at_ms = string.format('%d', math.ceil(stored / 1000))
     if value then
       redis.call('SET', key, string.format('%d', stored), 'PXAT', at_ms)
     elseif not redis.call('SET', key, string.format('%d', stored), 'PXAT', at_ms, 'NX') then
-      wrong_type(key)
+      error({ err = 'WRONGTYPE Operation against a key holding the wrong kind of value: ' .. key })
     end
   end
   -- When the TAT holds one unit fewer (0: it holds none), at least 1 us.
   local held, more = burst - free, 0
   if held > 0 then
-    more = math.ceil(tat - NOW_US - (held - 1) * interval)
+    more = math.ceil(tat - now - (held - 1) * interval)
     if more < 1 then
       more = 1
     end
   end
-  return true, more, free, math.ceil(tat - NOW_US)
+  return true, more, free, math.ceil(tat - now)
 end
 
 -- [adjust]: penalize and reward (limit_adjust.lua), GCRA's slices; the

@@ -22,87 +22,74 @@
 -- retry time one ZRANGEBYSCORE ... LIMIT, both O(log n) in C; a member per
 -- request carrying its cost would need Lua to sum the window's costs.
 
--- The units the window holds and its newest entry's score (-1: none),
--- with `after` the window's start as ZCOUNT's exclusive bound: '(horizon'.
-local function live(key, after)
+local function decide(now, key, _value, limit, period, _burst, cost, counts)
+  local horizon = now - period
+  -- Scores are unique and increasing per key, so members never collide even
+  -- if two calls see the same microsecond: a new entry is stamped after the
+  -- newest.
+  local after, newest = '(' .. string.format('%d', horizon), -1
   local used = redis.call('ZCOUNT', key, after, '+inf')
-  local newest = -1
   if used > 0 then
     newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
   end
-  return used, newest
-end
-
--- The score of the n-th (from 0) oldest entry in the window.
-local function nth(key, after, n)
-  return tonumber(redis.call('ZRANGEBYSCORE', key, after, '+inf',
-    'WITHSCORES', 'LIMIT', n, 1)[2])
-end
-
-local function decide(key, _value, limit, period, _burst, cost, counts)
-  local horizon = NOW_US - period
-  if horizon % 1 ~= 0 or horizon < 0 or horizon >= MAX_EXACT then
-    out_of_range(horizon)
-  end
-  local after = '(' .. string.format('%d', horizon)
-  local used, newest = live(key, after)
-  if used + cost > limit then
-    -- The (used + cost - limit)-th oldest live entry must leave the window.
-    return false, nth(key, after, used + cost - limit - 1) + period - NOW_US, limit - used,
-      used > 0 and (newest + period - NOW_US) or 0
-  end
-  -- Scores are unique and increasing per key, so members never collide even
-  -- if two calls see the same microsecond.
-  local stamp = math.max(NOW_US, newest + 1)
+  local stamp = math.max(now, newest + 1)
   local at_ms = math.ceil((stamp + period) / 1000)
-  if stamp % 1 ~= 0 or stamp < 0 or stamp >= MAX_EXACT or at_ms >= MAX_EXACT then
-    out_of_range(stamp)
+  -- Integers in [0, 2^53) (x % 1 is NaN for an infinite x or not a number).
+  local bad = (horizon % 1 ~= 0 or horizon < 0 or horizon >= 9007199254740992) and horizon
+    or (stamp % 1 ~= 0 or stamp < 0 or stamp >= 9007199254740992) and stamp
+    or at_ms >= 9007199254740992 and at_ms
+  if bad then
+    error({ err = 'ERR shardlimit: number out of range: ' .. tostring(bad) })
   end
-  local remaining, reset = limit - used, used > 0 and (newest + period - NOW_US) or 0
-  if counts then
-    remaining, reset = limit - used - cost, stamp + period - NOW_US
-    -- Trim what left the window, add one member per unit (at most 128:
-    -- the limit's cap, so one ZADD of up to 2 x 128 arguments, far under
-    -- unpack()'s stack limit of 8000), expire with the newest.
-    local s = string.format('%d', stamp)
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', horizon))
-    if cost == 1 then
-      redis.call('ZADD', key, s, s .. ':1')
-    else
-      local add = {}
-      for i = 1, cost do
-        add[2 * i - 1], add[2 * i] = s, s .. ':' .. i
+  local remaining, reset = limit - used, used > 0 and (newest + period - now) or 0
+  -- Denied: the (used + cost - limit)-th oldest live entry must leave the
+  -- window. Admitted: when more than `remaining` units are free, when the
+  -- oldest live entry (the new ones if none was) leaves it.
+  local admits, nth = used + cost <= limit, used + cost - limit - 1
+  if admits then
+    nth = 0
+    if counts then
+      remaining, reset = limit - used - cost, stamp + period - now
+      -- Trim what left the window, add one member per unit (at most 128:
+      -- the limit's cap, so one ZADD of up to 2 x 128 arguments, far under
+      -- unpack()'s stack limit of 8000), expire with the newest.
+      local s = string.format('%d', stamp)
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', horizon))
+      if cost == 1 then
+        redis.call('ZADD', key, s, s .. ':1')
+      else
+        local add = {}
+        for i = 1, cost do
+          add[2 * i - 1], add[2 * i] = s, s .. ':' .. i
+        end
+        redis.call('ZADD', key, unpack(add))
       end
-      redis.call('ZADD', key, unpack(add))
+      redis.call('PEXPIREAT', key, string.format('%d', at_ms))
     end
-    redis.call('PEXPIREAT', key, string.format('%d', at_ms))
+    if used == 0 then
+      return true, reset, remaining, reset
+    end
   end
-  -- When more than `remaining` units are free: when the oldest live entry
-  -- (after an admission: the new ones if none was) leaves the window.
-  local more = reset
-  if used > 0 then
-    more = nth(key, after, 0) + period - NOW_US
-  end
-  return true, more, remaining, reset
+  local oldest = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', nth, 1)
+  return admits, tonumber(oldest[2]) + period - now, remaining, reset
 end
 
 -- [adjust]: penalize and reward (limit_adjust.lua), GCRA's slices; the
 -- checks are assembled without what follows (src/limit/algorithm/assemble.rs).
 local function adjust(key, limit, period, _burst, delta)
-  local horizon = NOW_US - period
+  local horizon = int(NOW_US - period)
   if delta < 0 then
     -- The newest entries go first; an emptied set is deleted by Redis.
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', int(horizon))
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', horizon)
     redis.call('ZPOPMAX', key, int(-delta))
     return true
   end
-  -- Count `add` units as admitted, as a check of that cost would (never
+  -- Counts `add` units as admitted, as a check of that cost would (never
   -- past the limit).
-  local used = live(key, '(' .. int(horizon))
-  local add = math.min(delta, limit - used)
+  local add = math.min(delta, limit - redis.call('ZCOUNT', key, '(' .. horizon, '+inf'))
   if add <= 0 then
     return false
   end
-  decide(key, false, limit, period, 0, add, true)
+  decide(NOW_US, key, false, limit, period, 0, add, true)
   return true
 end
