@@ -38,8 +38,9 @@ mod reset;
 mod scanner;
 mod throttled;
 
+pub use crate::usage::Usage;
 pub use catalog::{Catalog, Headroom, PublishedSpec, QuotaSource};
-pub use info::{LimiterInfo, Progress, Usage};
+pub use info::{LimiterInfo, Progress};
 pub use lookup::Lookup;
 pub use reset::{InUse, ResetPlan};
 pub use scanner::{

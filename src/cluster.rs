@@ -16,6 +16,7 @@ mod builder;
 mod call;
 mod deployment;
 mod exec;
+mod extensions;
 mod invalidation;
 mod node;
 mod probe;
@@ -44,6 +45,7 @@ use self::call::{Op, Request};
 pub use self::deployment::Deployment;
 use self::exec::Payload;
 pub(crate) use self::exec::Undo;
+use self::extensions::Extensions;
 pub(crate) use self::invalidation::{Invalidations, Listener, SLICES_PART};
 pub use self::node::NodeState;
 pub(crate) use self::probe::Probe;
@@ -59,7 +61,6 @@ pub use crate::outcomes::PrimitiveStats;
 use crate::outcomes::{Outcomes, Registry};
 use crate::scripts::TRANSACTION_OP;
 pub use crate::scripts::{NO_ARGS, Script};
-use crate::throttled::recorder::Reporters;
 
 /// A handle to a Redis Cluster, or to one standalone server — or the
 /// primary of a Sentinel deployment — that serves every slot (see
@@ -157,8 +158,8 @@ struct Inner {
     /// Where deny caches learn of changes made elsewhere.
     invalidations: Arc<Invalidations>,
     subscriber: SubscriberConfig,
-    /// The recorders of limiters that report what they throttle.
-    throttled: Reporters,
+    /// What the layers above keep per handle (see extensions.rs).
+    extensions: Extensions,
 }
 
 impl Cluster {
@@ -239,12 +240,6 @@ impl Cluster {
     /// The outcome counts of primitive `kind`/`name`.
     pub(crate) fn outcomes(&self, kind: &str, name: &str) -> Arc<Outcomes> {
         self.inner.registry.outcomes(kind, name)
-    }
-
-    /// The recorders of this handle's limiters that report what they
-    /// throttle: one "process" of the throttled view.
-    pub(crate) fn throttled(&self) -> &Reporters {
-        &self.inner.throttled
     }
 
     /// Runs `script` with `KEYS` = `keys` and `ARGV` = `args` on the master

@@ -271,6 +271,7 @@ pub mod tonic;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower;
+mod usage;
 mod warn;
 
 #[doc(hidden)]

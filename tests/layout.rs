@@ -545,3 +545,43 @@ fn every_script_documents_keys_argv_and_reply() {
         );
     }
 }
+
+/// Imports the layers may not make, `(from, to)` by module path prefix:
+/// the transport (`cluster`) knows no feature built on it, and an
+/// algorithm knows nothing of the admin tools that read its state.
+const FORBIDDEN: [(&[&str], &[&str]); 4] = [
+    (&["cluster"], &["throttled"]),
+    (&["cluster"], &["limit"]),
+    (&["cluster"], &["admin"]),
+    (&["limit", "algorithm"], &["admin"]),
+];
+
+#[test]
+fn the_transport_knows_no_feature_and_an_algorithm_no_admin_tool() {
+    let modules = modules();
+    let edges = edges(&modules);
+    let under = |module: &Module, prefix: &[&str]| {
+        module.len() >= prefix.len() && module.iter().zip(prefix).all(|(a, b)| a == b)
+    };
+    let mut found = Vec::new();
+    for (from, tos) in &edges {
+        for to in tos {
+            for (a, b) in FORBIDDEN {
+                if under(from, a) && under(to, b) {
+                    found.push(format!("{} -> {}", name(from), name(to)));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "forbidden imports: {}", found.join(", "));
+    // The rule sees imports: the algorithms' modules do import crate paths.
+    let algorithm = vec![
+        "limit".to_owned(),
+        "algorithm".to_owned(),
+        "gcra".to_owned(),
+    ];
+    assert!(
+        edges.get(&algorithm).is_some_and(|tos| !tos.is_empty()),
+        "{edges:?}"
+    );
+}

@@ -7,9 +7,10 @@ use std::cmp::Reverse;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::info::{LimiterInfo, Usage};
+use super::info::LimiterInfo;
 use crate::keys::Kind;
 use crate::limit::{Algorithm, Quota};
+use crate::usage::Usage;
 
 /// The rate limiter specs known to the admin side: those the limiters
 /// published ([`Scanner::catalog`](super::Scanner::catalog); see

@@ -7,9 +7,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::catalog::{Headroom, QuotaSource};
-use super::info::{LimiterInfo, Usage};
+use super::info::LimiterInfo;
 use super::throttled::ThrottledName;
 use crate::limit::SubjectSettings;
+use crate::usage::Usage;
 
 /// One primitive: `kind`, `name`, `subject` (its text when it is UTF-8,
 /// else `{"hex": "…"}`), `slot`, `node`, `ttl_ms` (`null`: no TTL),

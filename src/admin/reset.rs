@@ -4,12 +4,13 @@
 
 use std::fmt;
 
-use super::info::{LimiterInfo, Usage};
+use super::info::LimiterInfo;
 use super::scanner::Scanner;
 use crate::cluster::{Transaction, TxCommand};
 use crate::error::{Error, Result};
 use crate::keys::{KeyId, KeySet};
 use crate::limit::{Algorithm, SubjectSettings};
+use crate::usage::Usage;
 
 /// What [`Scanner::reset`] would delete for one subject, and what stands in
 /// its way: from [`Scanner::plan_reset`], carried out by

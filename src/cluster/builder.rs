@@ -19,12 +19,11 @@ use super::node::NodeConfig;
 use super::router::{Router, RouterConfig};
 use super::socket::Connector;
 use super::subscriber::SubscriberConfig;
-use super::{Cluster, Inner, Invalidations};
+use super::{Cluster, Extensions, Inner, Invalidations};
 use crate::error::{Error, Result};
 use crate::keys::KeyBuilder;
 use crate::metrics::ClusterMetrics;
 use crate::outcomes::Registry;
-use crate::throttled::recorder::Reporters;
 
 impl Cluster {
     /// A builder for the nodes of [`seeds_from_env`](Self::seeds_from_env)
@@ -447,7 +446,7 @@ impl ClusterBuilder {
                 registry: Registry::default(),
                 metrics: ClusterMetrics::default(),
                 subscriber,
-                throttled: Reporters::default(),
+                extensions: Extensions::default(),
             }),
         })
     }

@@ -21,10 +21,10 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use super::quota::Quota;
-use crate::admin::Usage;
 use crate::error::{Error, Result};
 use crate::keys::Kind;
 use crate::scripts::Script;
+use crate::usage::Usage;
 
 mod assemble;
 mod fixed_window;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::MissedTickBehavior;
 
-use super::recorder::{MAX_WINDOW, MIN_WINDOW, NameReport, Recorder};
+use super::recorder::{MAX_WINDOW, MIN_WINDOW, NameReport, Recorder, Reporters};
 use super::wire;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
@@ -51,7 +51,9 @@ pub(crate) fn recorder(
         });
     }
     let outcomes = cluster.outcomes(kind, name);
-    let (recorder, start) = cluster.throttled().recorder(kind, name, window, outcomes);
+    let (recorder, start) = cluster
+        .extension(Reporters::default)
+        .recorder(kind, name, window, outcomes);
     if start {
         self::start(cluster)?;
     }
@@ -62,7 +64,7 @@ pub(crate) fn recorder(
 /// Needs a tokio runtime.
 fn start(cluster: &Cluster) -> Result<()> {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        cluster.throttled().not_running();
+        cluster.extension(Reporters::default).not_running();
         return Err(Error::Config {
             field: "report_throttled",
             reason: "publishing the throttled report needs a running tokio runtime".into(),
@@ -80,7 +82,7 @@ async fn run(cluster: Cluster) {
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let Some(recorders) = cluster.throttled().live() else {
+        let Some(recorders) = cluster.extension(Reporters::default).live() else {
             return;
         };
         if let Err(err) = publish(&cluster, &recorders).await {
@@ -92,7 +94,8 @@ async fn run(cluster: Cluster) {
 /// One publication: this process's report and its index entry.
 async fn publish(cluster: &Cluster, recorders: &[Arc<Recorder>]) -> Result<()> {
     let names: Vec<NameReport> = recorders.iter().map(|r| r.report()).collect();
-    let process = cluster.throttled().process();
+    let reporters = cluster.extension(Reporters::default);
+    let process = reporters.process();
     let keys = keys(cluster, process)?;
     let ttl = u64::try_from(REPORT_TTL.as_millis()).unwrap_or(u64::MAX);
     let report = wire::encode(&names);

@@ -8,10 +8,11 @@ use redis::Value;
 
 use super::reply::{int, text, ttl, unsigned};
 use super::settings::{self, LimiterKeys, Role};
-use crate::admin::info::{LimiterInfo, Usage};
+use crate::admin::info::LimiterInfo;
 use crate::cluster::NodeAddr;
 use crate::keys::{Kind, ParsedKey, slot};
 use crate::limit::{Algorithm, StateRead};
+use crate::usage::Usage;
 
 /// What a walk does with each page of keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -7,9 +7,9 @@ use std::sync::LazyLock;
 use super::{
     Local, LocalVerdict, Remaining, Rules, StateRead, count, no_bounds, one_limit, seed_window,
 };
-use crate::admin::Usage;
 use crate::limit::Quota;
 use crate::scripts::Script;
+use crate::usage::Usage;
 
 /// Its check alone (the one-limit check).
 static SCRIPT: LazyLock<Script> = LazyLock::new(|| one_limit(&RULES));

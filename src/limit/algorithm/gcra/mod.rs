@@ -7,10 +7,10 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use super::{Local, LocalState, LocalVerdict, Remaining, Rules, StateRead, count, one_limit};
-use crate::admin::Usage;
 use crate::error::{Error, Result};
 use crate::limit::Quota;
 use crate::scripts::Script;
+use crate::usage::Usage;
 
 /// Its check alone (the one-limit check).
 static SCRIPT: LazyLock<Script> = LazyLock::new(|| one_limit(&RULES));

@@ -6,8 +6,8 @@ use std::num::NonZeroU32;
 use std::sync::LazyLock;
 
 use super::{LocalVerdict, Rules, StateRead, no_bounds, one_limit};
-use crate::admin::Usage;
 use crate::scripts::Script;
+use crate::usage::Usage;
 
 /// The largest limit (and cost): see
 /// [`Algorithm::SLIDING_LOG_MAX_LIMIT`](crate::Algorithm::SLIDING_LOG_MAX_LIMIT).

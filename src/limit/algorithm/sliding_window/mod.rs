@@ -6,8 +6,8 @@ use std::num::NonZeroU32;
 use std::sync::LazyLock;
 
 use super::{LocalVerdict, Rules, StateRead, count, no_bounds, one_limit, seed_window};
-use crate::admin::Usage;
 use crate::scripts::Script;
+use crate::usage::Usage;
 
 /// Its check alone (the one-limit check).
 static SCRIPT: LazyLock<Script> = LazyLock::new(|| one_limit(&RULES));
