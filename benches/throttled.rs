@@ -22,14 +22,11 @@ use shardlimit::{Cluster, Quota, RateLimiter};
 const SUBJECTS: usize = 1000;
 
 fn limiter(cluster: &Cluster, name: &str, report: bool) -> RateLimiter {
-    let builder = RateLimiter::builder(cluster, name, Quota::per_hour(NonZeroU32::new(1).unwrap()))
-        .deny_cache(100_000);
-    let builder = if report {
-        builder.report_throttled(Duration::from_secs(60))
-    } else {
-        builder
-    };
-    builder.build().unwrap()
+    RateLimiter::builder(cluster, name, Quota::per_hour(NonZeroU32::new(1).unwrap()))
+        .deny_cache(100_000)
+        .report_throttled(report)
+        .build()
+        .unwrap()
 }
 
 /// Checks every subject until its denial comes from the deny cache.

@@ -22,8 +22,9 @@
 //! the keyed digest credentials are limited under ([`Scanner::lookup`]).
 //!
 //! [`throttled()`] merges what every process reports of the subjects its
-//! limiters deny most ("throttled now"; opt-in per limiter with
-//! [`report_throttled`](crate::limit::RateLimiterBuilder::report_throttled)).
+//! limiters deny most ("throttled now"; on by default, off per limiter
+//! with [`report_throttled`](crate::limit::RateLimiterBuilder::report_throttled)),
+//! and [`Scanner::throttled_namespaces`] says which namespaces have reports.
 //!
 //! The `shardlimit` command-line tool (crates/shardlimit-cli) and the Limits
 //! page (crates/shardlimit-web) are built on it.

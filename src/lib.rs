@@ -82,9 +82,10 @@
 //! limiters" is a walk: [`admin::Scanner`] `SCAN`s every master (never
 //! `KEYS`, never MULTI), audits for keys without a TTL, and resets one
 //! subject. The `shardlimit` command-line tool (crate `shardlimit-cli`) is
-//! built on it. "Who is throttled now" is no walk: limiters built with
-//! [`RateLimiterBuilder::report_throttled`](limit::RateLimiterBuilder::report_throttled) summarise their denials per
-//! process and publish them every 5 s; [`admin::throttled()`] merges them
+//! built on it. "Who is throttled now" is no walk: rate limiters summarise
+//! their denials per process and, while they deny, publish them every 5 s
+//! (on by default; [`RateLimiterBuilder::report_throttled`](limit::RateLimiterBuilder::report_throttled)
+//! states the cost and turns it off); [`admin::throttled()`] merges them
 //! (two calls to one master; `shardlimit top`, the Limits page).
 //!
 //! ```no_run

@@ -13,9 +13,9 @@
 //!   [`reward`](RateLimiter::reward) and
 //!   [`set_override`](RateLimiter::set_override); live,
 //!   [`set_quota`](RateLimiter::set_quota) and
-//!   [`set_shadow`](RateLimiter::set_shadow); opt-in, a local
-//!   [deny cache](RateLimiterBuilder::deny_cache), a
-//!   [report of the subjects it throttles](RateLimiterBuilder::report_throttled),
+//!   [`set_shadow`](RateLimiter::set_shadow); on by default, a
+//!   [report of the subjects it throttles](RateLimiterBuilder::report_throttled);
+//!   opt-in, a local [deny cache](RateLimiterBuilder::deny_cache)
 //!   and [quota slices](RateLimiterBuilder::slices) ([`Slices`]) for a
 //!   subject past what one master decides, with a declared overshoot bound.
 //! * [`MultiLimiter`] — several limits on one subject, all or nothing, in

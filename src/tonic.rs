@@ -91,7 +91,9 @@ impl<X> RateLimitLayerBuilder<X> {
     /// Answer refusals with gRPC statuses — `RESOURCE_EXHAUSTED` with
     /// `RetryInfo` and `QuotaFailure`, `UNAVAILABLE`, `INVALID_ARGUMENT` —
     /// instead of HTTP statuses, for a tonic server (feature `tonic`).
-    /// Every other setting stays as set.
+    /// Every other setting stays as set, and the `RESOURCE_EXHAUSTED`
+    /// subjects reach "throttled now" as an HTTP layer's 429s do (on by
+    /// default: see [`RateLimitLayerBuilder`]).
     ///
     /// ```no_run
     /// # fn demo(limiter: shardlimit::RateLimiter) -> shardlimit::Result<()> {

@@ -119,10 +119,11 @@ pub fn override_of(settings: &SubjectSettings) -> Value {
 }
 
 /// One limiter kind and name of the throttled view: `kind`, `name`,
-/// `processes`, `window_ms`, `covered_ms`, `allowed_per_sec`, `denied_per_sec`,
+/// `processes`, `window_ms`, `covered_ms`, `interval_ms` (what the
+/// per-second rates cover), `allowed_per_sec`, `denied_per_sec`,
 /// `cached_per_sec`, `bypassed_per_sec`, `denials`, `floor` and
-/// `subjects`, each `{"subject", "denials", "error", "per_sec"}`, most
-/// denied first.
+/// `subjects`, each `{"subject", "denials", "error", "denials_per_sec"}`,
+/// most denied first.
 #[must_use]
 pub fn throttled(name: &ThrottledName) -> Value {
     json!({
@@ -131,6 +132,7 @@ pub fn throttled(name: &ThrottledName) -> Value {
         "processes": name.processes,
         "window_ms": millis(name.window),
         "covered_ms": millis(name.covered),
+        "interval_ms": millis(name.interval),
         "allowed_per_sec": name.allowed_per_sec,
         "denied_per_sec": name.denied_per_sec,
         "cached_per_sec": name.cached_per_sec,
@@ -141,7 +143,7 @@ pub fn throttled(name: &ThrottledName) -> Value {
             "subject": subject(&s.subject),
             "denials": s.denials,
             "error": s.error,
-            "per_sec": s.per_sec(name.covered),
+            "denials_per_sec": s.denials_per_sec,
         })).collect::<Vec<_>>(),
     })
 }

@@ -11,6 +11,7 @@ mod reply;
 mod settings;
 mod subject;
 mod tally;
+mod throttled;
 mod walk;
 
 use std::collections::BTreeMap;

@@ -1,7 +1,7 @@
 //! "Throttled now": the subjects each limiter denied most in the last
 //! minutes, merged from every process's report.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use crate::cluster::Cluster;
@@ -40,6 +40,9 @@ pub struct ThrottledName {
     /// process started, at most `window` (less while the processes have
     /// reported for less than a window).
     pub covered: Duration,
+    /// How long the per-second rates cover: each process's last
+    /// publication interval (about 5 s; the longest of them).
+    pub interval: Duration,
     /// Admitted requests per second, summed over the processes (each
     /// measured over its last publication interval, about 5 s).
     pub allowed_per_sec: f64,
@@ -59,7 +62,7 @@ pub struct ThrottledName {
 }
 
 /// One subject of a [`ThrottledName`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 #[non_exhaustive]
 pub struct ThrottledSubject {
     /// The subject, as checked.
@@ -69,27 +72,32 @@ pub struct ThrottledSubject {
     pub denials: u64,
     /// How much `denials` may over-count.
     pub error: u64,
-}
-
-impl ThrottledSubject {
-    /// Its denials per second over `covered` (its name's
-    /// [`covered`](ThrottledName::covered)).
-    #[must_use]
-    pub fn per_sec(&self, covered: Duration) -> f64 {
-        rate(self.denials, covered)
-    }
+    /// Its denials per second now: over each process's last publication
+    /// interval (its name's [`interval`](ThrottledName::interval), about
+    /// 5 s), summed over the processes. Not the window's average, which
+    /// reads a subject denied 20 times a second for the last 5 s of a
+    /// minute as under 2 a second. Exact while a process denies at most
+    /// 100 subjects of the name in an interval; past that, over-counted
+    /// like `denials`, and 0 from a process whose interval sketch dropped
+    /// the subject (it then had at most its share of that interval's
+    /// denials).
+    pub denials_per_sec: f64,
 }
 
 /// The subjects denied most in the last minutes, per limiter kind and
-/// name, across every process whose limiters were built with
-/// [`report_throttled`](crate::limit::RateLimiterBuilder::report_throttled), and
-/// their allowed / denied / cached / bypassed rates.
+/// name, across every process of this namespace that denied anything in
+/// its limiters' windows (rate limiters report by default; see
+/// [`report_throttled`](crate::limit::RateLimiterBuilder::report_throttled)
+/// for what it costs and how to turn it off), their denials per second
+/// over the last seconds, and each name's allowed / denied / cached /
+/// bypassed rates. Nothing under this namespace? [`Scanner::throttled_namespaces`](crate::admin::Scanner::throttled_namespaces)
+/// says which namespaces have reports.
 ///
 /// Cost: two calls to the one master holding the reports' slot (the index
 /// of live processes, then their reports: `MGET` of at most 1,000 keys),
 /// whatever the number of limiters or subjects; the reply is at most 100
 /// subjects per name and process. No `SCAN`, no hot key: each process
-/// writes its own key every 5 s.
+/// writes its own key every 5 s while it denies.
 ///
 /// The merge sums each subject's counts over the processes, adding, where
 /// a process does not list it, that process's floor (the most it can have
@@ -127,6 +135,7 @@ fn merge(reports: &[Vec<NameReport>]) -> Throttled {
         .into_iter()
         .map(|((kind, name), parts)| {
             let summary = Summary::merge(parts.iter().map(|p| &p.summary), CAPACITY);
+            let recent = recent_rates(&parts);
             let per_sec = |i: usize| -> f64 {
                 parts
                     .iter()
@@ -139,6 +148,7 @@ fn merge(reports: &[Vec<NameReport>]) -> Throttled {
                 processes: parts.len(),
                 window: parts.iter().map(|p| p.window).max().unwrap_or_default(),
                 covered: parts.iter().map(|p| p.covered).max().unwrap_or_default(),
+                interval: parts.iter().map(|p| p.elapsed).max().unwrap_or_default(),
                 allowed_per_sec: per_sec(0),
                 denied_per_sec: per_sec(1),
                 cached_per_sec: per_sec(2),
@@ -149,6 +159,7 @@ fn merge(reports: &[Vec<NameReport>]) -> Throttled {
                     .entries
                     .into_iter()
                     .map(|e| ThrottledSubject {
+                        denials_per_sec: recent.get(e.subject.as_slice()).copied().unwrap_or(0.0),
                         subject: e.subject,
                         denials: e.count,
                         error: e.error,
@@ -161,6 +172,18 @@ fn merge(reports: &[Vec<NameReport>]) -> Throttled {
         processes: reports.len(),
         names,
     }
+}
+
+/// Each subject's denials per second over the last interval, summed over
+/// the processes (each over its own interval).
+fn recent_rates<'a>(parts: &[&'a NameReport]) -> HashMap<&'a [u8], f64> {
+    let mut rates: HashMap<&[u8], f64> = HashMap::new();
+    for part in parts {
+        for e in &part.recent.entries {
+            *rates.entry(e.subject.as_slice()).or_default() += rate(e.count, part.elapsed);
+        }
+    }
+    rates
 }
 
 /// `count` per second over `over` (0 over no time).
@@ -183,16 +206,22 @@ mod tests {
             elapsed: Duration::from_secs(5),
             counts,
             summary: Summary::exact(entries, 0),
+            recent: Summary::default(),
         }
     }
 
     #[test]
     fn processes_add_up_per_name_and_subject() {
-        let a = vec![
+        let mut a = vec![
             report("api", [50, 10, 5, 0], &[("u1", 8), ("u2", 2)]),
             report("login", [5, 0, 0, 0], &[]),
         ];
-        let b = vec![report("api", [50, 10, 0, 5], &[("u2", 9), ("u3", 1)])];
+        let mut b = vec![report("api", [50, 10, 0, 5], &[("u2", 9), ("u3", 1)])];
+        // u2: all 9 of b's denials in its last 5 s, 20 of them in a's 4 s
+        // (a subject's recent rate: per process over its interval, summed).
+        b[0].recent = Summary::exact(&[("u2", 9)], 0);
+        a[0].recent = Summary::exact(&[("u2", 2)], 0);
+        a[0].elapsed = Duration::from_secs(4);
         let merged = merge(&[a, b]);
         assert_eq!(merged.processes, 2);
         let api = &merged.names[0];
@@ -207,8 +236,9 @@ mod tests {
                 api.cached_per_sec,
                 api.bypassed_per_sec
             ),
-            (20.0, 4.0, 1.0, 1.0)
+            (22.5, 4.5, 1.25, 1.0)
         );
+        assert_eq!(api.interval, Duration::from_secs(5));
         let top: Vec<(&[u8], u64)> = api
             .subjects
             .iter()
@@ -216,7 +246,8 @@ mod tests {
             .collect();
         assert_eq!(top, [(&b"u2"[..], 11), (b"u1", 8), (b"u3", 1)]);
         assert_eq!(api.covered, Duration::from_secs(30));
-        assert!((api.subjects[0].per_sec(api.covered) - 11.0 / 30.0).abs() < 1e-9);
+        assert!((api.subjects[0].denials_per_sec - (2.0 / 4.0 + 9.0 / 5.0)).abs() < 1e-9);
+        assert_eq!(api.subjects[1].denials_per_sec, 0.0, "u1: none lately");
         assert_eq!(merged.names[1].name, "login");
         assert!(merged.names[1].subjects.is_empty());
     }

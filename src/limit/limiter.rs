@@ -24,6 +24,7 @@ use crate::keys::KeyId;
 use crate::outcomes::Outcomes;
 use crate::policy::FailurePolicy;
 use crate::primitive::Core;
+use crate::throttled::publish;
 use crate::throttled::recorder::Recorder;
 
 /// A rate limiter definition: a name, a [`Quota`], an [`Algorithm`] and a
@@ -289,6 +290,7 @@ impl RateLimiter {
         }
         if let Some(throttled) = self.inner.throttled.as_deref() {
             throttled.denied(subject);
+            publish::denied(self.cluster(), throttled);
         }
     }
 

@@ -1,8 +1,8 @@
 //! Where reports live and how they get there: one key per process with a
 //! short TTL, and a small index of the processes, all in one slot, written
-//! every [`PUBLISH_EVERY`] by a background task per
-//! [`Cluster`](crate::Cluster) handle and read by the admin side in two
-//! calls to that slot's master.
+//! every [`PUBLISH_EVERY`] while the process has denials to report, by a
+//! background task per [`Cluster`](crate::Cluster) handle, and read by the
+//! admin side in two calls to that slot's master.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +13,7 @@ use super::recorder::{MAX_WINDOW, MIN_WINDOW, NameReport, Recorder, Reporters};
 use super::wire;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
-use crate::keys::{KeyId, KeySet};
+use crate::keys::{KeyId, KeySet, ParsedKey};
 use crate::scripts::{NO_ARGS, THROTTLED_INDEX, THROTTLED_PUBLISH, THROTTLED_READ};
 
 /// How often a process publishes its report.
@@ -26,9 +26,15 @@ pub(crate) const REPORT_TTL: Duration = Duration::from_secs(15);
 /// The hash tag of every report key and of the index: one slot, so the
 /// index and the reports are read together, and never a key any check
 /// touches (a report is written by its process every few seconds).
-const SUBJECT: &str = "shardlimit:throttled";
-const KIND: &str = "throttled";
-const INDEX: &str = "index";
+pub(crate) const SUBJECT: &str = "shardlimit:throttled";
+pub(crate) const KIND: &str = "throttled";
+pub(crate) const INDEX: &str = "index";
+
+/// Whether `key` is a report or the index (of any namespace): the view's
+/// own keys, which describe limiters and are none.
+pub(crate) fn is_report(key: &ParsedKey<'_>) -> bool {
+    key.kind == KIND && *key.subject == *SUBJECT.as_bytes()
+}
 
 /// Process `process`'s report key and the index key.
 fn keys(cluster: &Cluster, process: &str) -> Result<KeySet> {
@@ -36,69 +42,90 @@ fn keys(cluster: &Cluster, process: &str) -> Result<KeySet> {
     cluster.keys().key_set(SUBJECT, &ids)
 }
 
+/// Refuses a window outside 6 s to 1 h.
+pub(crate) fn validate_window(window: Duration) -> Result<()> {
+    if (MIN_WINDOW..=MAX_WINDOW).contains(&window) {
+        return Ok(());
+    }
+    Err(Error::Config {
+        field: "throttled_window",
+        reason: format!("the window must be 6 s to 1 h, not {window:?}"),
+    })
+}
+
 /// The recorder of limiters `kind`/`name` on `cluster`, for a window of
-/// `window` (validated), its publishing task started if it is the first.
+/// `window` (validated first). Nothing runs until it records a denial.
 pub(crate) fn recorder(
     cluster: &Cluster,
     kind: &str,
     name: &str,
     window: Duration,
-) -> Result<Arc<Recorder>> {
-    if !(MIN_WINDOW..=MAX_WINDOW).contains(&window) {
-        return Err(Error::Config {
-            field: "report_throttled",
-            reason: format!("the window must be 6 s to 1 h, not {window:?}"),
-        });
-    }
+) -> Arc<Recorder> {
     let outcomes = cluster.outcomes(kind, name);
-    let (recorder, start) = cluster
-        .extension(Reporters::default)
-        .recorder(kind, name, window, outcomes);
-    if start {
-        self::start(cluster)?;
-    }
-    Ok(recorder)
+    Reporters::recorder(&reporters(cluster), kind, name, window, outcomes)
 }
 
-/// Starts `cluster`'s publishing task, which runs while any recorder lives.
-/// Needs a tokio runtime.
-fn start(cluster: &Cluster) -> Result<()> {
+/// `cluster`'s reporters (one per handle and its clones). Takes the
+/// handle's extension lock: never on the check path, where a recorder
+/// holds its reporters.
+fn reporters(cluster: &Cluster) -> Arc<Reporters> {
+    cluster.extension(Reporters::default)
+}
+
+/// After `recorder` counted a denial: starts `cluster`'s publishing task
+/// unless it runs (one relaxed load when it does). Outside a tokio runtime
+/// nothing starts, and the next denial tries again.
+pub(crate) fn denied(cluster: &Cluster, recorder: &Recorder) {
+    let reporters = recorder.reporters();
+    if reporters.running() {
+        return;
+    }
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        cluster.extension(Reporters::default).not_running();
-        return Err(Error::Config {
-            field: "report_throttled",
-            reason: "publishing the throttled report needs a running tokio runtime".into(),
-        });
+        return;
     };
-    runtime.spawn(run(cluster.clone()));
-    Ok(())
+    if reporters.claim_start() {
+        runtime.spawn(run(cluster.clone()));
+    }
 }
 
 /// Publishes every [`PUBLISH_EVERY`] (the first at once) until no
-/// recorder is left. A failed publication is logged at debug level and
-/// retried at the next tick: the view misses this process until then.
+/// recorder is left — but only while there is something to say: when
+/// some name has denials in its window, and once more after the last has
+/// aged out (so the view shows none, instead of the last denials until
+/// the report's TTL). A process that denies nothing writes nothing. A
+/// failed publication is logged at debug level and retried at the next
+/// tick: the view misses this process until then.
 async fn run(cluster: Cluster) {
     let mut tick = tokio::time::interval(PUBLISH_EVERY);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    // Whether the last publication listed denials.
+    let mut listed = false;
     loop {
         tick.tick().await;
-        let Some(recorders) = cluster.extension(Reporters::default).live() else {
+        let Some(recorders) = reporters(&cluster).live() else {
             return;
         };
-        if let Err(err) = publish(&cluster, &recorders).await {
-            tracing::debug!(error = %err, "shardlimit: publishing the throttled report failed");
+        let names: Vec<NameReport> = recorders.iter().map(|r| r.report()).collect();
+        let denials = names.iter().any(|n| n.summary.total > 0);
+        if !denials && !listed {
+            continue;
+        }
+        match publish(&cluster, &names).await {
+            Ok(()) => listed = denials,
+            Err(err) => {
+                tracing::debug!(error = %err, "shardlimit: publishing the throttled report failed");
+            }
         }
     }
 }
 
 /// One publication: this process's report and its index entry.
-async fn publish(cluster: &Cluster, recorders: &[Arc<Recorder>]) -> Result<()> {
-    let names: Vec<NameReport> = recorders.iter().map(|r| r.report()).collect();
-    let reporters = cluster.extension(Reporters::default);
+async fn publish(cluster: &Cluster, names: &[NameReport]) -> Result<()> {
+    let reporters = reporters(cluster);
     let process = reporters.process();
     let keys = keys(cluster, process)?;
     let ttl = u64::try_from(REPORT_TTL.as_millis()).unwrap_or(u64::MAX);
-    let report = wire::encode(&names);
+    let report = wire::encode(names);
     let _: i64 = cluster
         .eval(&THROTTLED_PUBLISH, &keys, (process, report, ttl))
         .await?;

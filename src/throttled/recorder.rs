@@ -1,9 +1,11 @@
 //! What one process knows of its denials: a [`Recorder`] per limiter kind
-//! and name (a window of Space-Saving sketches, fed by the check pipeline),
-//! and the [`Reporters`] of one [`Cluster`](crate::Cluster) handle, which
-//! the publishing task reads.
+//! and name (a window of Space-Saving sketches and one of the denials
+//! since the last publication, fed by the check pipeline), and the
+//! [`Reporters`] of one [`Cluster`](crate::Cluster) handle, which the
+//! publishing task reads.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -21,9 +23,12 @@ pub(crate) const CAPACITY: usize = 100;
 const SLICES: u32 = 6;
 
 /// The shortest and longest window
-/// ([`RateLimiterBuilder::report_throttled`](crate::limit::RateLimiterBuilder::report_throttled)).
+/// ([`RateLimiterBuilder::throttled_window`](crate::limit::RateLimiterBuilder::throttled_window)).
 pub(crate) const MIN_WINDOW: Duration = Duration::from_secs(6);
 pub(crate) const MAX_WINDOW: Duration = Duration::from_secs(3600);
+
+/// The window of a limiter that does not set one.
+pub(crate) const DEFAULT_WINDOW: Duration = Duration::from_secs(60);
 
 /// The denials of one limiter kind and name in this process, over the last
 /// window, and its outcome counts for the rates.
@@ -33,10 +38,25 @@ pub(crate) struct Recorder {
     name: String,
     window: Duration,
     outcomes: Arc<Outcomes>,
-    /// Newest last; each starts at its `Instant`.
-    slices: Mutex<VecDeque<(Instant, SpaceSaving)>>,
+    /// Its handle's reporters: a denial asks them whether the publishing
+    /// task runs without the handle's extension lock.
+    reporters: Arc<Reporters>,
+    /// Both sketches behind one mutex: a denial takes one lock.
+    sketches: Mutex<Sketches>,
     /// The outcome counts at the last publication, and when.
     last: Mutex<(Instant, [u64; 4])>,
+}
+
+#[derive(Debug)]
+struct Sketches {
+    /// The window, newest last; each starts at its `Instant`.
+    slices: VecDeque<(Instant, SpaceSaving)>,
+    /// The denials since the last publication: a subject's rate over the
+    /// last seconds. The window's slices cannot give it — the newest
+    /// covers anything from an instant to a sixth of the window, and an
+    /// average over the window reads a subject denied 20 times a second
+    /// for the last 5 s of a minute as 1.7/s.
+    recent: SpaceSaving,
 }
 
 /// One name's share of a publication: its window's summary and its
@@ -54,18 +74,35 @@ pub(crate) struct NameReport {
     /// Allowed, denied by Redis, denied from the deny cache, bypassed.
     pub(crate) counts: [u64; 4],
     pub(crate) summary: Summary,
+    /// The denials since the previous report, over `elapsed`.
+    pub(crate) recent: Summary,
 }
 
 impl Recorder {
-    fn new(kind: &str, name: &str, window: Duration, outcomes: Arc<Outcomes>) -> Self {
+    fn new(
+        kind: &str,
+        name: &str,
+        window: Duration,
+        outcomes: Arc<Outcomes>,
+        reporters: Arc<Reporters>,
+    ) -> Self {
         Recorder {
             kind: kind.to_owned(),
             name: name.to_owned(),
             window,
+            reporters,
             last: Mutex::new((Instant::now(), outcomes.counts())),
             outcomes,
-            slices: Mutex::new(VecDeque::with_capacity(SLICES as usize + 1)),
+            sketches: Mutex::new(Sketches {
+                slices: VecDeque::with_capacity(SLICES as usize + 1),
+                recent: SpaceSaving::new(CAPACITY),
+            }),
         }
+    }
+
+    /// The reporters of its handle.
+    pub(crate) fn reporters(&self) -> &Reporters {
+        &self.reporters
     }
 
     fn slice(&self) -> Duration {
@@ -74,10 +111,12 @@ impl Recorder {
 
     /// Counts a denial of `subject`: on the check path, only for a denial,
     /// and only for limiters that report. One uncontended mutex, a clock
-    /// read and [`SpaceSaving::offer`].
+    /// read and two [`SpaceSaving::offer`]s (the window's, the recent one).
     pub(crate) fn denied(&self, subject: &[u8]) {
         let now = Instant::now();
-        let mut slices = self.slices.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut sketches = self.sketches.lock().unwrap_or_else(PoisonError::into_inner);
+        sketches.recent.offer(subject);
+        let slices = &mut sketches.slices;
         let fresh = slices
             .back()
             .is_some_and(|(start, _)| now.saturating_duration_since(*start) < self.slice());
@@ -92,12 +131,14 @@ impl Recorder {
         }
     }
 
-    /// What to publish now: the window's summary, and the outcome counts
-    /// since the last call.
+    /// What to publish now: the window's summary, and the denials and
+    /// outcome counts since the last call.
     pub(crate) fn report(&self) -> NameReport {
         let now = Instant::now();
-        let (summary, covered) = {
-            let mut slices = self.slices.lock().unwrap_or_else(PoisonError::into_inner);
+        let (summary, covered, recent) = {
+            let mut sketches = self.sketches.lock().unwrap_or_else(PoisonError::into_inner);
+            let recent = std::mem::replace(&mut sketches.recent, SpaceSaving::new(CAPACITY));
+            let slices = &mut sketches.slices;
             // Slices that started a whole window ago hold only older denials.
             while slices
                 .front()
@@ -109,7 +150,7 @@ impl Recorder {
             let covered = slices.front().map_or(Duration::ZERO, |(start, _)| {
                 now.saturating_duration_since(*start).min(self.window)
             });
-            (Summary::merge(&parts, CAPACITY), covered)
+            (Summary::merge(&parts, CAPACITY), covered, recent)
         };
         let counts = self.outcomes.counts();
         let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
@@ -122,6 +163,7 @@ impl Recorder {
             elapsed: now.saturating_duration_since(since),
             counts: std::array::from_fn(|i| counts[i].saturating_sub(before[i])),
             summary,
+            recent: recent.summary(),
         }
     }
 }
@@ -131,22 +173,19 @@ impl Recorder {
 #[derive(Debug)]
 pub(crate) struct Reporters {
     process: String,
-    state: Mutex<State>,
-}
-
-#[derive(Debug, Default)]
-struct State {
     /// Held weakly: a name whose limiters are all dropped stops reporting.
-    recorders: BTreeMap<(String, String), Weak<Recorder>>,
-    /// Whether the publishing task runs.
-    running: bool,
+    recorders: Mutex<BTreeMap<(String, String), Weak<Recorder>>>,
+    /// Whether the publishing task runs: read at every reported denial
+    /// (the task starts at the first one), so an atomic, not the mutex.
+    running: AtomicBool,
 }
 
 impl Default for Reporters {
     fn default() -> Self {
         Reporters {
             process: format!("p{:016x}", rand::rng().next_u64()),
-            state: Mutex::default(),
+            recorders: Mutex::default(),
+            running: AtomicBool::new(false),
         }
     }
 }
@@ -157,47 +196,57 @@ impl Reporters {
         &self.process
     }
 
-    /// The recorder of `kind`/`name` (shared by the limiters of that kind
-    /// and name: the first one sets the window), and whether the caller
-    /// must start the publishing task.
+    /// The recorder of `kind`/`name`, shared by the limiters of that kind
+    /// and name: the first one sets the window.
     pub(crate) fn recorder(
-        &self,
+        this: &Arc<Self>,
         kind: &str,
         name: &str,
         window: Duration,
         outcomes: Arc<Outcomes>,
-    ) -> (Arc<Recorder>, bool) {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+    ) -> Arc<Recorder> {
+        let mut recorders = this
+            .recorders
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let key = (kind.to_owned(), name.to_owned());
-        let recorder = match state.recorders.get(&key).and_then(Weak::upgrade) {
-            Some(recorder) => recorder,
-            None => {
-                let recorder = Arc::new(Recorder::new(kind, name, window, outcomes));
-                state.recorders.insert(key, Arc::downgrade(&recorder));
-                recorder
-            }
-        };
-        let start = !state.running;
-        state.running = true;
-        (recorder, start)
+        if let Some(recorder) = recorders.get(&key).and_then(Weak::upgrade) {
+            return recorder;
+        }
+        let recorder = Arc::new(Recorder::new(kind, name, window, outcomes, this.clone()));
+        recorders.insert(key, Arc::downgrade(&recorder));
+        recorder
     }
 
-    /// The task could not start: the next recorder tries again.
+    /// Whether the publishing task runs.
+    pub(crate) fn running(&self) -> bool {
+        self.running.load(Ordering::Relaxed)
+    }
+
+    /// Marks the task running; `true` when the caller must start it (it
+    /// did not run).
+    pub(crate) fn claim_start(&self) -> bool {
+        !self.running.swap(true, Ordering::AcqRel)
+    }
+
+    /// The task could not start: the next denial tries again.
     pub(crate) fn not_running(&self) {
-        self.state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .running = false;
+        self.running.store(false, Ordering::Release);
     }
 
     /// The live recorders, or `None` when there are none left: the task
-    /// then ends (and a new recorder starts it again).
+    /// then ends (and the next reported denial starts it again).
     pub(crate) fn live(&self) -> Option<Vec<Arc<Recorder>>> {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.recorders.retain(|_, r| r.strong_count() > 0);
-        let live: Vec<Arc<Recorder>> = state.recorders.values().filter_map(Weak::upgrade).collect();
+        let mut recorders = self
+            .recorders
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        recorders.retain(|_, r| r.strong_count() > 0);
+        let live: Vec<Arc<Recorder>> = recorders.values().filter_map(Weak::upgrade).collect();
         if live.is_empty() {
-            state.running = false;
+            // Under the mutex: a recorder made after this is seen by the
+            // next denial's `running()` check.
+            self.not_running();
             None
         } else {
             Some(live)
@@ -214,12 +263,12 @@ mod tests {
     async fn denials_age_out_of_the_window_and_counts_are_deltas() {
         let registry = Registry::default();
         let outcomes = registry.outcomes("gcra", "api");
-        let reporters = Reporters::default();
+        let reporters = Arc::new(Reporters::default());
         let window = Duration::from_millis(600);
-        let (recorder, start) = reporters.recorder("gcra", "api", window, outcomes.clone());
-        assert!(start);
-        let (same, again) = reporters.recorder("gcra", "api", window, outcomes.clone());
-        assert!(Arc::ptr_eq(&recorder, &same) && !again);
+        let recorder = Reporters::recorder(&reporters, "gcra", "api", window, outcomes.clone());
+        assert!(reporters.claim_start() && !reporters.claim_start());
+        let same = Reporters::recorder(&reporters, "gcra", "api", window, outcomes.clone());
+        assert!(Arc::ptr_eq(&recorder, &same));
         for _ in 0..3 {
             recorder.denied(b"user:1");
             outcomes.denied();
@@ -230,7 +279,11 @@ mod tests {
         assert_eq!(report.summary.entries[0].count, 3);
         assert!(report.covered > Duration::ZERO && report.covered < window);
         assert_eq!(report.counts, [1, 3, 0, 0]);
-        assert_eq!(recorder.report().counts, [0, 0, 0, 0]);
+        assert_eq!(report.recent.entries[0].count, 3);
+        let again = recorder.report();
+        assert_eq!(again.counts, [0, 0, 0, 0]);
+        assert_eq!(again.summary.total, 3, "the window keeps them");
+        assert_eq!(again.recent.total, 0, "recent: since the last report");
         std::thread::sleep(window);
         recorder.denied(b"user:2");
         let report = recorder.report();
@@ -238,7 +291,11 @@ mod tests {
         assert_eq!(report.summary.entries[0].subject, b"user:2");
         drop((recorder, same));
         assert!(reporters.live().is_none(), "no limiter left: the task ends");
-        let (_again, start) = reporters.recorder("gcra", "api", window, outcomes);
-        assert!(start, "a new limiter starts it again");
+        assert!(!reporters.running());
+        let _again = Reporters::recorder(&reporters, "gcra", "api", window, outcomes);
+        assert!(
+            reporters.claim_start(),
+            "a new limiter's denial starts it again"
+        );
     }
 }

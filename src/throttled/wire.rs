@@ -2,10 +2,15 @@
 //! one per subject, so `redis-cli GET` shows it readably.
 //!
 //! ```text
-//! shardlimit-throttled 1
-//! name <kind> <name> <window ms> <covered ms> <elapsed ms> <allowed> <denied> <cached> <bypassed> <total> <floor>
+//! shardlimit-throttled 2
+//! name <kind> <name> <window ms> <covered ms> <elapsed ms> <allowed> <denied> <cached> <bypassed> <total> <floor> <recent total> <recent floor>
 //! <count> <error> <subject, %XX-escaped outside printable ASCII>
+//! recent <count> <error> <subject>
 //! ```
+//!
+//! The plain subject lines are the window's summary, the `recent` ones
+//! the denials of the last `elapsed` (version 1 had no `recent`: a reader
+//! of this version skips version 1's reports, as it skips any other).
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -13,7 +18,7 @@ use std::time::Duration;
 use super::recorder::NameReport;
 use super::sketch::{Entry, Summary};
 
-const HEADER: &str = "shardlimit-throttled 1";
+const HEADER: &str = "shardlimit-throttled 2";
 
 /// The stored form of `names`.
 pub(crate) fn encode(names: &[NameReport]) -> Vec<u8> {
@@ -25,19 +30,23 @@ pub(crate) fn encode(names: &[NameReport]) -> Vec<u8> {
         // Writing to a String cannot fail.
         let _ = writeln!(
             out,
-            "name {} {} {} {} {} {allowed} {denied} {cached} {bypassed} {} {}",
+            "name {} {} {} {} {} {allowed} {denied} {cached} {bypassed} {} {} {} {}",
             n.kind,
             n.name,
             ms(n.window),
             ms(n.covered),
             ms(n.elapsed),
             n.summary.total,
-            n.summary.floor
+            n.summary.floor,
+            n.recent.total,
+            n.recent.floor
         );
-        for e in &n.summary.entries {
-            let _ = write!(out, "{} {} ", e.count, e.error);
-            escape(&mut out, &e.subject);
-            out.push('\n');
+        for (prefix, summary) in [("", &n.summary), ("recent ", &n.recent)] {
+            for e in &summary.entries {
+                let _ = write!(out, "{prefix}{} {} ", e.count, e.error);
+                escape(&mut out, &e.subject);
+                out.push('\n');
+            }
         }
     }
     out.into_bytes()
@@ -69,6 +78,8 @@ pub(crate) fn decode(bytes: &[u8]) -> Option<Vec<NameReport>> {
                 bypassed,
                 total,
                 floor,
+                recent_total,
+                recent_floor,
             ] = nums[..]
             else {
                 return None;
@@ -85,12 +96,27 @@ pub(crate) fn decode(bytes: &[u8]) -> Option<Vec<NameReport>> {
                     floor,
                     entries: Vec::new(),
                 },
+                recent: Summary {
+                    total: recent_total,
+                    floor: recent_floor,
+                    entries: Vec::new(),
+                },
             });
         } else {
-            let [count, error, subject] = fields.as_slice() else {
+            let (fields, recent) = match fields.as_slice() {
+                ["recent", rest @ ..] => (rest, true),
+                all => (all, false),
+            };
+            let [count, error, subject] = fields else {
                 return None;
             };
-            names.last_mut()?.summary.entries.push(Entry {
+            let name = names.last_mut()?;
+            let summary = if recent {
+                &mut name.recent
+            } else {
+                &mut name.summary
+            };
+            summary.entries.push(Entry {
                 subject: unescape(subject)?,
                 count: count.parse().ok()?,
                 error: error.parse().ok()?,
@@ -157,6 +183,15 @@ mod tests {
                         },
                     ],
                 },
+                recent: Summary {
+                    total: 3,
+                    floor: 0,
+                    entries: vec![Entry {
+                        subject: b"user 42\n%{x}\xff".to_vec(),
+                        count: 3,
+                        error: 0,
+                    }],
+                },
             },
             NameReport {
                 kind: "fw".into(),
@@ -166,17 +201,25 @@ mod tests {
                 elapsed: Duration::ZERO,
                 counts: [0; 4],
                 summary: Summary::default(),
+                recent: Summary::default(),
             },
         ];
         let bytes = encode(&names);
         assert_eq!(decode(&bytes), Some(names));
+        let text = String::from_utf8(bytes).unwrap();
         assert!(
-            String::from_utf8(bytes)
-                .unwrap()
-                .contains("9 1 user%2042%0A%25{x}%FF\n")
+            text.contains("9 1 user%2042%0A%25{x}%FF\n2 0 a\n"),
+            "{text}"
         );
-        assert_eq!(decode(b"shardlimit-throttled 2\n"), None);
-        assert_eq!(decode(b"shardlimit-throttled 1\n1 0 orphan\n"), None);
-        assert_eq!(decode(b"shardlimit-throttled 1\nname a b 1\n"), None);
+        assert!(
+            text.ends_with(
+                "\nrecent 3 0 user%2042%0A%25{x}%FF\nname fw login 6000 0 0 0 0 0 0 0 0 0 0\n"
+            ),
+            "{text}"
+        );
+        assert_eq!(decode(b"shardlimit-throttled 1\n"), None);
+        assert_eq!(decode(b"shardlimit-throttled 2\n1 0 orphan\n"), None);
+        assert_eq!(decode(b"shardlimit-throttled 2\nname a b 1\n"), None);
+        assert_eq!(decode(b"shardlimit-throttled 2\nrecent 1 0\n"), None);
     }
 }

@@ -179,6 +179,17 @@ impl<S, X: Clone, P> Layer<S> for RateLimitLayer<X, P> {
 /// Configures a [`RateLimitLayer`]; every setter states its default and
 /// [`build`](Self::build) validates.
 ///
+/// **Who is throttled now.** The layer's 429s are its limiters' denials,
+/// and a rate limiter reports the subjects it denies most to the
+/// "throttled now" view (`shardlimit top`, the Limits page) by default:
+/// no cost on an admitted request, under 1 µs per denial, and, while the
+/// process denies, one script call every 5 s on one master. A key the
+/// layer takes from a request is the subject, so an API key appears there
+/// as it was sent unless [`hash_keys`](Self::hash_keys) is on; to keep
+/// them out entirely, build the limiter with
+/// [`report_throttled(false)`](crate::limit::RateLimiterBuilder::report_throttled),
+/// where the cost is stated in full.
+///
 /// ```no_run
 /// # fn demo(limiter: shardlimit::RateLimiter) -> shardlimit::Result<()> {
 /// use std::time::Duration;

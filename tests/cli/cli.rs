@@ -575,7 +575,6 @@ async fn top_shows_the_most_denied_subjects_once_and_watching() {
         "api",
         Quota::per_hour(NonZeroU32::new(1).unwrap()),
     )
-    .report_throttled(std::time::Duration::from_secs(60))
     .build()
     .unwrap();
     let login = RateLimiter::builder(
@@ -584,7 +583,6 @@ async fn top_shows_the_most_denied_subjects_once_and_watching() {
         Quota::per_hour(NonZeroU32::new(1).unwrap()),
     )
     .algorithm(Algorithm::FixedWindow)
-    .report_throttled(std::time::Duration::from_secs(60))
     .build()
     .unwrap();
     for (subject, n) in [("abuser", 6), ("user:7", 3)] {

@@ -11,6 +11,7 @@ mod fake_node;
 mod cli;
 #[cfg(feature = "tower")]
 mod secrets;
+mod top;
 
 /// Every test of this binary starts here, before it checks or times
 /// anything: the first call builds the `shardlimit` binary (`cargo build -p

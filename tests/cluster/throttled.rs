@@ -18,7 +18,7 @@ fn one_per_minute(cluster: &Cluster, name: &str, window: Duration) -> RateLimite
         name,
         Quota::per_minute(NonZeroU32::new(1).unwrap()),
     )
-    .report_throttled(window)
+    .throttled_window(window)
     .build()
     .unwrap()
 }
@@ -58,6 +58,7 @@ async fn denials_from_every_entry_point_appear_within_ten_seconds_with_a_ttl() {
         "other",
         Quota::per_minute(NonZeroU32::new(100).unwrap()),
     )
+    .report_throttled(false)
     .build()
     .unwrap();
     let cached = RateLimiter::builder(
@@ -66,7 +67,6 @@ async fn denials_from_every_entry_point_appear_within_ten_seconds_with_a_ttl() {
         Quota::per_minute(NonZeroU32::new(1).unwrap()),
     )
     .deny_cache(100)
-    .report_throttled(Duration::from_secs(60))
     .build()
     .unwrap();
     for _ in 0..10 {
@@ -125,7 +125,7 @@ async fn denials_from_every_entry_point_appear_within_ten_seconds_with_a_ttl() {
     let index = cluster.keys().key("shardlimit:throttled", &ids[0]).unwrap();
     let pttl = common::pttl(&index).await;
     assert!(pttl > 0 && pttl <= 15_000, "index PTTL {pttl}");
-    let reports: Vec<(Vec<u8>, i64)> = common::keys_with_pttl(cluster.namespace())
+    let reports: Vec<(Vec<u8>, i64)> = common::all_keys_with_pttl(cluster.namespace())
         .await
         .into_iter()
         .filter(|(k, _)| k.windows(12).any(|w| w == b"}:throttled:"))
@@ -156,7 +156,6 @@ async fn denials_decided_from_quota_slices_are_reported() {
     let cluster = common::handle(&common::unique_namespace("throttled-sliced")).await;
     let hot = RateLimiter::builder(&cluster, "hot", Quota::per_hour(100))
         .slices(Slices::up_to(0.5).lasting(Duration::from_secs(60)))
-        .report_throttled(Duration::from_secs(60))
         .build()
         .unwrap();
     let (mut denied, mut sliced_denials) = (0, 0);
@@ -235,9 +234,50 @@ async fn a_subject_leaves_the_view_once_its_denials_are_older_than_the_window() 
     })
     .await;
     assert!(denied_at.elapsed() >= Duration::from_secs(4));
-    // The name stays, with its rates, while the limiter lives.
+    // The publication that emptied it still names the limiter, with its
+    // rates; it is the last: nothing is denied, so nothing more is sent,
+    // and the report expires within its 15 s TTL.
     let view = admin::throttled(&cluster).await.unwrap();
     assert!(name(&view, "api").is_some());
+    until(&cluster, Duration::from_secs(20), |v| v.processes == 0).await;
+}
+
+/// Reporting is on by default (issue 42, item 7: it was opt-in, and the
+/// view stayed empty for services that never knew to ask), off with
+/// `report_throttled(false)`, and a process that denies nothing writes
+/// nothing.
+#[tokio::test]
+async fn a_rate_limiter_reports_by_default_and_a_process_that_denies_nothing_writes_nothing() {
+    let cluster = common::handle(&common::unique_namespace("throttled-default")).await;
+    let api = RateLimiter::builder(&cluster, "api", Quota::per_hour(2))
+        .build()
+        .unwrap();
+    let quiet = RateLimiter::builder(&cluster, "quiet", Quota::per_hour(1))
+        .report_throttled(false)
+        .build()
+        .unwrap();
+    // Admitted only: nothing to report, no key. (Publication would be at
+    // once and then every 5 s; 6 s covers two.)
+    assert!(api.check("calm").await.unwrap().allowed);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let view = admin::throttled(&cluster).await.unwrap();
+    assert_eq!(view.processes, 0, "{view:?}");
+    for _ in 0..3 {
+        let _ = api.check("abuser").await.unwrap();
+        let _ = quiet.check("abuser").await.unwrap();
+    }
+    let view = until(&cluster, Duration::from_secs(10), |v| {
+        denials(v, "api", "abuser") == Some(1)
+    })
+    .await;
+    assert!(name(&view, "quiet").is_none(), "{view:?}");
+    let api_view = name(&view, "api").unwrap();
+    assert_eq!(
+        api_view.window,
+        Duration::from_secs(60),
+        "the default window"
+    );
+    assert!(api_view.interval > Duration::ZERO, "{api_view:?}");
 }
 
 #[tokio::test]
@@ -249,10 +289,10 @@ async fn a_window_out_of_bounds_is_refused() {
             "api",
             Quota::per_second(NonZeroU32::new(1).unwrap()),
         )
-        .report_throttled(window)
+        .throttled_window(window)
         .build()
         .unwrap_err();
-        assert!(err.to_string().contains("report_throttled"), "{err}");
+        assert!(err.to_string().contains("throttled_window"), "{err}");
     }
 }
 

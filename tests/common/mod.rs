@@ -239,11 +239,14 @@ pub async fn scan_keys(
 
 /// Every key of `namespace`'s primitives on every master, with its PTTL:
 /// the catalog of limiter specs (`<ns>:{shardlimit.catalog}:…`, which every
-/// rate limiter publishes to in the background) is left out.
+/// rate limiter publishes to in the background) and the throttled reports
+/// (`<ns>:{shardlimit:throttled}:…`, published while a rate limiter
+/// denies) are left out.
 pub async fn keys_with_pttl(namespace: &str) -> Vec<(Vec<u8>, i64)> {
     let catalog = format!("{namespace}:{{shardlimit.catalog}}:").into_bytes();
+    let reports = format!("{namespace}:{{shardlimit:throttled}}:").into_bytes();
     let mut keys = all_keys_with_pttl(namespace).await;
-    keys.retain(|(key, _)| !key.starts_with(&catalog));
+    keys.retain(|(key, _)| !key.starts_with(&catalog) && !key.starts_with(&reports));
     keys
 }
 

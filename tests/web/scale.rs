@@ -101,7 +101,7 @@ async fn incident(cluster: &Cluster) -> (Vec<String>, Vec<u8>, LockGuard) {
     let subjects = bulk::populate(cluster, 1_000_000).await;
     let api = RateLimiter::builder(cluster, "api", Quota::per_hour(NonZeroU32::new(5).unwrap()))
         .algorithm(Algorithm::Gcra)
-        .report_throttled(Duration::from_secs(300))
+        .throttled_window(Duration::from_secs(300))
         .build()
         .unwrap();
     for _ in 0..20 {

@@ -51,7 +51,7 @@ async fn a_throttled_subject_appears_within_ten_seconds_and_leaves_after_its_res
         "api",
         Quota::per_hour(NonZeroU32::new(1).unwrap()),
     )
-    .report_throttled(Duration::from_secs(6))
+    .throttled_window(Duration::from_secs(6))
     .build()
     .unwrap();
     let options = WebOptions::builder().writes(true).build().unwrap();
@@ -75,13 +75,34 @@ async fn a_throttled_subject_appears_within_ten_seconds_and_leaves_after_its_res
     assert_eq!(subjects, ["abuser", XSS]);
     let counts = texts(&b, "section.throttled[data-name=api] td.denials").await;
     assert_eq!(counts, ["7", "2"]);
+    // Each subject's rate is over the last seconds, and says so (it was
+    // the average over the window, unlabelled).
+    let header = texts(&b, "section.throttled[data-name=api] th.rate").await;
+    assert!(
+        header.len() == 1 && header[0].starts_with("Per second, last "),
+        "{header:?}"
+    );
+    let rates = texts(&b, "section.throttled[data-name=api] td.rate").await;
+    assert_eq!(rates.len(), 2, "{rates:?}");
+    assert!(rates.iter().all(|r| r.parse::<f64>().is_ok()), "{rates:?}");
     b.screenshot("throttled").await;
+    // A page of a namespace without reports says which namespaces have
+    // some (this one, now).
+    let elsewhere = common::cluster("web-throttled-none").await;
+    let other = limits_app(&elsewhere, WebOptions::default()).await;
+    b.client.goto(&format!("{other}/throttled")).await.unwrap();
+    settle(&b, "#none").await;
+    let named = texts(&b, "#elsewhere code.namespace").await;
+    assert!(named.iter().any(|n| n == cluster.namespace()), "{named:?}");
+    listed(&b, &base, "api").await;
     // Its JSON twin.
     let (status, body) = http(&base, "GET", "/api/throttled?name=api", "").await;
     assert_eq!(status, 200);
     let json: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(json["names"][0]["subjects"][0]["subject"], "abuser");
     assert_eq!(json["names"][0]["subjects"][0]["denials"], 7);
+    assert!(json["names"][0]["interval_ms"].as_u64().unwrap() > 0);
+    assert!(json["names"][0]["subjects"][0]["denials_per_sec"].is_f64());
 
     // The row links to the subject's page.
     follow(

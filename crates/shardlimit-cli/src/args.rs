@@ -2,6 +2,10 @@
 
 use clap::{Parser, Subcommand};
 
+/// `--namespace` when neither it nor `SHARDLIMIT_NAMESPACE` is given: the
+/// library's default.
+pub(crate) const DEFAULT_NAMESPACE: &str = "sl";
+
 #[derive(Parser, Debug)]
 #[command(
     name = "shardlimit",
@@ -79,7 +83,7 @@ pub(crate) struct Cli {
     #[arg(
         long,
         env = "SHARDLIMIT_NAMESPACE",
-        default_value = "sl",
+        default_value = DEFAULT_NAMESPACE,
         global = true
     )]
     pub(crate) namespace: String,
@@ -148,11 +152,12 @@ pub(crate) enum Command {
     /// Cluster state, masters and replicas, AOF, memory per master.
     Health,
     /// The subjects denied most in the last minutes, per limiter, across
-    /// every process (limiters built with report_throttled).
+    /// every process of the namespace (rate limiters report by default).
     ///
-    /// Reads two keys' worth from one master: no SCAN. Rates are summed
-    /// over the processes; DENIALS never under-counts and over-counts by
-    /// at most ERROR.
+    /// Reads two keys' worth from one master: no SCAN. Rates are over each
+    /// process's last 5 s, summed over the processes; DENIALS (over the
+    /// window) never under-counts and over-counts by at most ERROR. With
+    /// no report under the namespace, says which namespaces have some.
     Top(TopArgs),
     /// Serve the Limits page (read-only unless --allow-writes).
     Web(crate::web::WebArgs),

@@ -6,9 +6,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use shardlimit::Cluster;
-use shardlimit::admin::{self, Throttled, ThrottledName, json};
+use shardlimit::admin::{self, Scanner, Throttled, ThrottledName, json};
 
-use super::args::TopArgs;
+use super::args::{DEFAULT_NAMESPACE, TopArgs};
 use super::output::AnyResult;
 use super::syntax::format_duration;
 
@@ -28,7 +28,11 @@ pub(crate) async fn top(
             // Home and clear, as `watch` does.
             write!(out, "\x1b[H\x1b[2J")?;
         }
-        print(out, &view, &args)?;
+        if view.processes == 0 && !args.json {
+            nothing(cluster, out, &args).await?;
+        } else {
+            print(out, &view, &args)?;
+        }
         out.flush()?;
         if !args.watch {
             return Ok(ExitCode::SUCCESS);
@@ -57,17 +61,21 @@ fn print(out: &mut impl Write, view: &Throttled, args: &TopArgs) -> std::io::Res
     if names.is_empty() {
         writeln!(
             out,
-            "no throttled report{} ({} processes report; limiters report with RateLimiterBuilder::report_throttled)",
-            args.name
-                .as_ref()
-                .map_or(String::new(), |n| format!(" for {n}")),
-            view.processes
+            "no throttled report for {} ({} process{} report other limiters)",
+            match (&args.name, &args.kind) {
+                (Some(name), _) => name.clone(),
+                (None, Some(kind)) => format!("kind {kind}"),
+                (None, None) => "any limiter".to_owned(),
+            },
+            view.processes,
+            if view.processes == 1 { "" } else { "es" }
         )?;
     }
     for name in names {
+        let interval = format_duration(whole_seconds(name.interval));
         writeln!(
             out,
-            "{} {}: allowed {:.1}/s, denied {:.1}/s, cached {:.1}/s, bypassed {:.1}/s; {} denials in the last {} (window {}; {} process{})",
+            "{} {}: allowed {:.1}/s, denied {:.1}/s, cached {:.1}/s, bypassed {:.1}/s over the last {interval}; {} denials in the last {} (window {}; {} process{})",
             name.kind,
             name.name,
             name.allowed_per_sec,
@@ -84,23 +92,70 @@ fn print(out: &mut impl Write, view: &Throttled, args: &TopArgs) -> std::io::Res
             writeln!(out, "  (no denials)")?;
             continue;
         }
+        // The rate is over the last interval, not the window: labelled so.
         writeln!(
             out,
-            "  {:>10} {:>8} {:>8}  SUBJECT",
-            "DENIALS", "PER_SEC", "ERROR"
+            "  {:>10} {:>8} {:>16}  SUBJECT",
+            "DENIALS",
+            "ERROR",
+            format!("PER_SEC_LAST_{interval}")
         )?;
         for s in name.subjects.iter().take(args.limit) {
             writeln!(
                 out,
-                "  {:>10} {:>8.2} {:>8}  {}",
+                "  {:>10} {:>8} {:>16.2}  {}",
                 s.denials,
-                s.per_sec(name.covered),
                 s.error,
+                s.denials_per_sec,
                 String::from_utf8_lossy(&s.subject)
             )?;
         }
     }
     Ok(())
+}
+
+/// No process reports under this namespace: says which namespace was
+/// read, how to read another, and which have reports — the commonest
+/// reason for an empty view is a service under another namespace.
+async fn nothing(cluster: &Cluster, out: &mut impl Write, args: &TopArgs) -> std::io::Result<()> {
+    let namespace = cluster.namespace();
+    let default = if namespace == DEFAULT_NAMESPACE {
+        " (the default)"
+    } else {
+        ""
+    };
+    writeln!(
+        out,
+        "no throttled report{} under namespace {namespace}{default}: no process of it denied anything in the last minutes",
+        args.name
+            .as_ref()
+            .map_or(String::new(), |n| format!(" for {n}")),
+    )?;
+    // Best effort: a hint, not the answer (no ACL for CLUSTER
+    // GETKEYSINSLOT, say, leaves it out).
+    let others: Vec<String> = Scanner::new(cluster)
+        .throttled_namespaces()
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|n| n != namespace)
+        .collect();
+    if others.is_empty() {
+        writeln!(
+            out,
+            "  services under another namespace? pass --namespace NS (or set SHARDLIMIT_NAMESPACE); no other namespace has reports now"
+        )?;
+    } else {
+        writeln!(
+            out,
+            "  reports now under: {}; pass --namespace NS (or set SHARDLIMIT_NAMESPACE)",
+            others.join(", ")
+        )?;
+    }
+    writeln!(
+        out,
+        "  rate limiters report by default; RateLimiterBuilder::report_throttled(false) turns it off"
+    )
 }
 
 /// `d` to the nearest second (under half a second: as it is).

@@ -19,7 +19,7 @@ use super::http::{Base, Failure, Format, page_and_api, respond};
 use super::params::{percent, reset_link, subject_display, subject_query};
 use super::state::Shared;
 use super::{layout, words};
-use shardlimit::admin::{self, Throttled, ThrottledName, json as j};
+use shardlimit::admin::{self, Scanner, Throttled, ThrottledName, json as j};
 
 /// `?name=api` (only limiters of that name), `?watch=1` (the page reloads
 /// itself every 5 s, when the reports are published).
@@ -46,14 +46,48 @@ async fn serve(
     }
     let watch = query.watch.as_deref().is_some_and(|w| !w.is_empty());
     let writes = state.options.writes;
+    // Nothing under this namespace: which namespaces have reports (one
+    // slot's keys; a hint, so an error leaves it out).
+    let elsewhere = if view.processes == 0 && format == Format::Html {
+        Scanner::new(&state.cluster)
+            .throttled_namespaces()
+            .await
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let here = Here {
+        namespace: state.cluster.namespace(),
+        elsewhere: &elsewhere,
+        name,
+        watch,
+        writes,
+    };
     Ok(respond(
         format,
-        || html(&base, &view, name, watch, writes),
+        || html(&base, &view, &here),
         || json(&view),
     ))
 }
 
-fn html(base: &Base, view: &Throttled, name: Option<&str>, watch: bool, writes: bool) -> Markup {
+/// What the page says about where it reads, and its settings.
+struct Here<'a> {
+    namespace: &'a str,
+    /// Other namespaces with reports, when this one has none.
+    elsewhere: &'a [String],
+    name: Option<&'a str>,
+    watch: bool,
+    writes: bool,
+}
+
+fn html(base: &Base, view: &Throttled, here: &Here<'_>) -> Markup {
+    let Here {
+        namespace,
+        elsewhere,
+        name,
+        watch,
+        writes,
+    } = *here;
     let here = match name {
         Some(name) => format!("/throttled?name={}", percent(name.as_bytes())),
         None => "/throttled".to_owned(),
@@ -70,15 +104,31 @@ fn html(base: &Base, view: &Throttled, name: Option<&str>, watch: bool, writes: 
         @if watch { meta http-equiv="refresh" content="5"; }
         h1 { "Throttled now" }
         p.muted {
-            "The subjects each limiter denied most in its last window, from every process whose \
-            limiters report it (" code { "report_throttled" } "), published every 5 s. Denials \
-            never under-count; ± is how much they may over-count. Reporting: "
+            "The subjects each limiter denied most in its last window, from every process of \
+            namespace " code { (namespace) } " that denied anything lately (rate limiters report \
+            by default; " code { "report_throttled(false)" } " turns it off), published every 5 s. \
+            Denials never under-count; ± is how much they may over-count. Per second: over each \
+            process's last 5 s, not the window. Reporting: "
             (processes(view.processes)) ". "
             a #watch href=(toggle) { @if watch { "Stop reloading" } @else { "Reload every 5 s" } }
         }
         @if view.names.is_empty() {
-            p #none { "No limiter reports its throttled subjects"
-                @if let Some(name) = name { " under the name " code { (name) } } "." }
+            p #none { "No process of namespace " code { (namespace) } " denied anything"
+                @if let Some(name) = name { " with a limiter named " code { (name) } }
+                " in the last minutes." }
+            p #elsewhere {
+                @if elsewhere.iter().any(|n| n != namespace) {
+                    "Reports now under: "
+                    @for (i, n) in elsewhere.iter().filter(|n| *n != namespace).enumerate() {
+                        @if i > 0 { ", " } code.namespace { (n) }
+                    }
+                    ". "
+                } @else {
+                    "No other namespace has reports now. "
+                }
+                "A page reads the namespace of its cluster handle: "
+                code { "shardlimit web --namespace NS" } ", or a router mounted with that namespace's handle."
+            }
         }
         @for n in &view.names { (name_section(base, n, writes)) }
         @if !writes { p.muted { "Read-only: resets are disabled." } }
@@ -93,7 +143,7 @@ fn name_section(base: &Base, n: &ThrottledName, writes: bool) -> Markup {
             p {
                 "Allowed " (rate(n.allowed_per_sec)) "/s, denied " (rate(n.denied_per_sec))
                 "/s, from the deny cache " (rate(n.cached_per_sec)) "/s, bypassed "
-                (rate(n.bypassed_per_sec)) "/s · " (n.denials) " denials in the last "
+                (rate(n.bypassed_per_sec)) "/s over the last " (words::duration(n.interval)) " · " (n.denials) " denials in the last "
                 (words::duration(n.covered)) " (window " (words::duration(n.window)) ") · "
                 (processes(n.processes))
             }
@@ -102,7 +152,7 @@ fn name_section(base: &Base, n: &ThrottledName, writes: bool) -> Markup {
             } @else {
                 table {
                     thead { tr {
-                        th { "Subject" } th.num { "Denials" } th.num { "±" } th.num { "Per second" }
+                        th { "Subject" } th.num { "Denials" } th.num { "±" } th.num.rate { "Per second, last " (words::duration(n.interval)) }
                         @if writes { th { "" } }
                     } }
                     tbody {
@@ -111,7 +161,7 @@ fn name_section(base: &Base, n: &ThrottledName, writes: bool) -> Markup {
                                 td { a.subject href=(base.to(&format!("/subject?{}", subject_query(&s.subject)))) { (subject_display(&s.subject)) } }
                                 td.num.denials { (s.denials) }
                                 td.num { (s.error) }
-                                td.num { (rate(s.per_sec(n.covered))) }
+                                td.num.rate { (rate(s.denials_per_sec)) }
                                 @if writes {
                                     td { a.reset href=(reset_link(base, &s.subject, Some((&n.kind, &n.name)))) { "Reset…" } }
                                 }

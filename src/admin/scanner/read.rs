@@ -11,6 +11,7 @@ use crate::cluster::{Cluster, NodeAddr};
 use crate::error::{Error, Result};
 use crate::keys::{ParsedKey, slot};
 use crate::limit::catalog_entry;
+use crate::throttled::publish;
 
 /// Parses one page of keys and reads what `mode` needs, in one pipeline
 /// (and a second for the rate limiters with an override or a block).
@@ -30,8 +31,9 @@ pub(crate) async fn read_page(
                 if mode == Mode::Audit {
                     // The catalog's keys too: every key must have a TTL.
                     Plan::Audit
-                } else if catalog_entry(&parsed).is_some() {
-                    // The catalog describes limiters; it is none.
+                } else if catalog_entry(&parsed).is_some() || publish::is_report(&parsed) {
+                    // The catalog and the throttled reports describe
+                    // limiters; they are none.
                     continue;
                 } else if !filter.matches(&parsed) {
                     continue;

@@ -22,6 +22,18 @@ const MAX_SLOT_READ: u64 = 50_000;
 /// fuller reply means a big slot, counted before it is read whole.
 const FIRST_SLOT_READ: u64 = 1_000;
 
+/// The master serving `the_slot` in `topology`.
+pub(super) fn slot_master(topology: &Topology, the_slot: u16) -> Result<NodeAddr> {
+    Ok(topology
+        .owner(the_slot)
+        .ok_or_else(|| Error::UnexpectedReply {
+            op: "cluster slots".into(),
+            detail: format!("no master serves slot {the_slot}"),
+        })?
+        .master
+        .clone())
+}
+
 impl Scanner {
     /// One subject's keys (of `kind` and `name`, if given), sorted, and the
     /// primitives they hold.
@@ -70,14 +82,7 @@ impl Scanner {
             .keys()
             .key(subject, &KeyId::new("probe", "probe")?)?;
         let the_slot = slot(&probe);
-        let owner = topology
-            .owner(the_slot)
-            .ok_or_else(|| Error::UnexpectedReply {
-                op: "cluster slots".into(),
-                detail: format!("no master serves slot {the_slot}"),
-            })?
-            .master
-            .clone();
+        let owner = slot_master(topology, the_slot)?;
         let tag_end = probe.len() - b"probe:probe".len();
         if self.cluster.is_standalone() {
             // No CLUSTER …KEYSINSLOT on a standalone server: SCAN for
@@ -118,7 +123,12 @@ impl Scanner {
     }
 
     /// Up to `n` keys of `the_slot` on `owner`: one `CLUSTER GETKEYSINSLOT`.
-    async fn slot_keys(&self, owner: &NodeAddr, the_slot: u16, n: u64) -> Result<Vec<Vec<u8>>> {
+    pub(super) async fn slot_keys(
+        &self,
+        owner: &NodeAddr,
+        the_slot: u16,
+        n: u64,
+    ) -> Result<Vec<Vec<u8>>> {
         let mut list = redis::cmd("CLUSTER");
         list.arg("GETKEYSINSLOT").arg(the_slot).arg(n);
         self.cluster
