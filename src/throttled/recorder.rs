@@ -298,4 +298,64 @@ mod tests {
             "a new limiter's denial starts it again"
         );
     }
+
+    /// What recording a denial costs, in nanoseconds, and what one
+    /// publication costs the process and carries. Prints, asserts nothing
+    /// (a timing assertion would flake on a busy machine):
+    ///
+    /// `cargo test --release --lib throttled::recorder::tests::denial_costs -- --ignored --nocapture`
+    #[test]
+    #[ignore = "a micro-benchmark, run by hand"]
+    fn denial_costs() {
+        use std::hint::black_box;
+
+        const N: usize = 1_000_000;
+        /// The best of five rounds of `N` calls of `f(i)`: the least
+        /// disturbed by the machine.
+        fn per_op(f: impl Fn(usize)) -> f64 {
+            (0..5)
+                .map(|_| {
+                    let t = Instant::now();
+                    for i in 0..N {
+                        f(i);
+                    }
+                    t.elapsed().as_nanos() as f64 / N as f64
+                })
+                .fold(f64::INFINITY, f64::min)
+        }
+        let registry = Registry::default();
+        let reporters = Reporters::default();
+        let subjects: Vec<Vec<u8>> = (0..1000)
+            .map(|i| format!("user:{i:06}").into_bytes())
+            .collect();
+        let recorder = reporters.recorder(
+            "gcra",
+            "bench",
+            DEFAULT_WINDOW,
+            registry.outcomes("gcra", "bench"),
+        );
+        let one = per_op(|_| recorder.denied(black_box(b"user:000042")));
+        let many = per_op(|i| recorder.denied(black_box(&subjects[i % subjects.len()])));
+        // One sketch's share: what the second (recent) sketch added.
+        let sketch = Mutex::new(SpaceSaving::new(CAPACITY));
+        let offer = |subject: &[u8]| {
+            sketch
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .offer(subject);
+        };
+        let offer_one = per_op(|_| offer(black_box(b"user:000042")));
+        let offer_many = per_op(|i| offer(black_box(&subjects[i % subjects.len()])));
+        let t = Instant::now();
+        let report = recorder.report();
+        let report_us = t.elapsed().as_secs_f64() * 1e6;
+        let bytes = super::super::wire::encode(std::slice::from_ref(&report)).len();
+        println!(
+            "denied(): one subject {one:.0} ns, 1000 subjects in turn {many:.0} ns \
+             (one sketch's offer under a mutex: {offer_one:.0} ns, {offer_many:.0} ns); \
+             report(): {report_us:.0} µs, {bytes} bytes stored ({} + {} subjects)",
+            report.summary.entries.len(),
+            report.recent.entries.len()
+        );
+    }
 }
