@@ -131,26 +131,25 @@ async fn nothing(cluster: &Cluster, out: &mut impl Write, args: &TopArgs) -> std
             .as_ref()
             .map_or(String::new(), |n| format!(" for {n}")),
     )?;
-    // Best effort: a hint, not the answer (no ACL for CLUSTER
-    // GETKEYSINSLOT, say, leaves it out).
-    let others: Vec<String> = Scanner::new(cluster)
-        .throttled_namespaces()
-        .await
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|n| n != namespace)
-        .collect();
-    if others.is_empty() {
-        writeln!(
+    // A hint, not the answer: a failure (no ACL for CLUSTER
+    // GETKEYSINSLOT, say) is said, not fatal.
+    let pass = "pass --namespace NS (or set SHARDLIMIT_NAMESPACE)";
+    match Scanner::new(cluster).throttled_namespaces().await {
+        Ok(all) => {
+            let others: Vec<String> = all.into_iter().filter(|n| n != namespace).collect();
+            if others.is_empty() {
+                writeln!(
+                    out,
+                    "  services under another namespace? {pass}; no other namespace has reports now"
+                )?;
+            } else {
+                writeln!(out, "  reports now under: {}; {pass}", others.join(", "))?;
+            }
+        }
+        Err(err) => writeln!(
             out,
-            "  services under another namespace? pass --namespace NS (or set SHARDLIMIT_NAMESPACE); no other namespace has reports now"
-        )?;
-    } else {
-        writeln!(
-            out,
-            "  reports now under: {}; pass --namespace NS (or set SHARDLIMIT_NAMESPACE)",
-            others.join(", ")
-        )?;
+            "  services under another namespace? {pass} (which namespaces have reports could not be read: {err})"
+        )?,
     }
     writeln!(
         out,

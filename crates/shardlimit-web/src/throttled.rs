@@ -47,14 +47,14 @@ async fn serve(
     let watch = query.watch.as_deref().is_some_and(|w| !w.is_empty());
     let writes = state.options.writes;
     // Nothing under this namespace: which namespaces have reports (one
-    // slot's keys; a hint, so an error leaves it out).
+    // slot's keys; a hint, so an error is said, not fatal).
     let elsewhere = if view.processes == 0 && format == Format::Html {
         Scanner::new(&state.cluster)
             .throttled_namespaces()
             .await
-            .unwrap_or_default()
+            .map_err(|err| err.to_string())
     } else {
-        Vec::new()
+        Ok(Vec::new())
     };
     let here = Here {
         namespace: state.cluster.namespace(),
@@ -73,8 +73,9 @@ async fn serve(
 /// What the page says about where it reads, and its settings.
 struct Here<'a> {
     namespace: &'a str,
-    /// Other namespaces with reports, when this one has none.
-    elsewhere: &'a [String],
+    /// The namespaces with reports, when this one has none (or why they
+    /// could not be read).
+    elsewhere: &'a Result<Vec<String>, String>,
     name: Option<&'a str>,
     watch: bool,
     writes: bool,
@@ -117,14 +118,16 @@ fn html(base: &Base, view: &Throttled, here: &Here<'_>) -> Markup {
                 @if let Some(name) = name { " with a limiter named " code { (name) } }
                 " in the last minutes." }
             p #elsewhere {
-                @if elsewhere.iter().any(|n| n != namespace) {
-                    "Reports now under: "
-                    @for (i, n) in elsewhere.iter().filter(|n| *n != namespace).enumerate() {
-                        @if i > 0 { ", " } code.namespace { (n) }
+                @match elsewhere {
+                    Ok(all) if all.iter().any(|n| n != namespace) => {
+                        "Reports now under: "
+                        @for (i, n) in all.iter().filter(|n| *n != namespace).enumerate() {
+                            @if i > 0 { ", " } code.namespace { (n) }
+                        }
+                        ". "
                     }
-                    ". "
-                } @else {
-                    "No other namespace has reports now. "
+                    Ok(_) => { "No other namespace has reports now. " }
+                    Err(err) => { "Which namespaces have reports could not be read (" (err) "). " }
                 }
                 "A page reads the namespace of its cluster handle: "
                 code { "shardlimit web --namespace NS" } ", or a router mounted with that namespace's handle."
