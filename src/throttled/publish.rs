@@ -93,13 +93,18 @@ pub(crate) fn denied(cluster: &Cluster, recorder: &Recorder) {
 /// some name has denials in its window, and once more after the last has
 /// aged out (so the view shows none, instead of the last denials until
 /// the report's TTL). A process that denies nothing writes nothing. A
-/// failed publication is logged at debug level and retried at the next
-/// tick: the view misses this process until then.
+/// failed publication is retried at the next tick (the view misses this
+/// process until then), logged at debug level when transient, and warned
+/// about once when not (an ACL without `ZADD`, say: with reporting on by
+/// default, a view left empty by configuration must not be silent).
 async fn run(cluster: Cluster) {
     let mut tick = tokio::time::interval(PUBLISH_EVERY);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     // Whether the last publication listed denials.
     let mut listed = false;
+    // Whether a failure that is not transient was warned about since the
+    // last success.
+    let mut warned = false;
     loop {
         tick.tick().await;
         let Some(recorders) = reporters(&cluster).live() else {
@@ -111,9 +116,17 @@ async fn run(cluster: Cluster) {
             continue;
         }
         match publish(&cluster, &names).await {
-            Ok(()) => listed = denials,
-            Err(err) => {
+            Ok(()) => (listed, warned) = (denials, false),
+            Err(err) if err.is_transient() || warned => {
                 tracing::debug!(error = %err, "shardlimit: publishing the throttled report failed");
+            }
+            Err(err) => {
+                warned = true;
+                tracing::warn!(
+                    error = %err,
+                    "shardlimit: publishing the throttled report failed, and will until this is fixed: \
+                     this process is missing from throttled now (off per limiter: report_throttled(false))"
+                );
             }
         }
     }

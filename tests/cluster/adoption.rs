@@ -285,10 +285,7 @@ async fn failing_counter_adds_warn_once_and_return_every_error() {
         assert!(err.is_transient(), "{err}");
     }
     let text = logs.text();
-    let warnings: Vec<_> = text
-        .lines()
-        .filter(|l| l.contains("counter operation failed"))
-        .collect();
+    let warnings = logs.lines_with("counter operation failed");
     assert_eq!(warnings.len(), 1, "{text}");
     assert!(
         warnings[0].contains("WARN") && warnings[0].contains("billing"),

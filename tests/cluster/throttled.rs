@@ -280,6 +280,34 @@ async fn a_rate_limiter_reports_by_default_and_a_process_that_denies_nothing_wri
     assert!(api_view.interval > Duration::ZERO, "{api_view:?}");
 }
 
+/// With reporting on by default, a publication refused by configuration
+/// (here an ACL without `ZADD`) must not be silent: it was logged at
+/// `debug` only, and the view simply stayed empty. Warned once, not at
+/// every 5 s attempt; checks go on. `#[tokio::test]` runs the publishing
+/// task on this thread, so the thread-local subscriber sees it.
+#[tokio::test]
+async fn a_publication_refused_by_configuration_is_warned_about_once() {
+    let user = common::AclUser::without("+zadd").await;
+    let cluster = user.builder().build().await.unwrap();
+    let api = RateLimiter::builder(&cluster, "api", Quota::per_hour(1))
+        .build()
+        .unwrap();
+    let (logs, _guard) = common::LogLines::capture();
+    for _ in 0..3 {
+        let _ = api.check("abuser").await.unwrap();
+    }
+    // The first attempt at once, the second 5 s later: both refused.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let warnings = logs.lines_with("publishing the throttled report failed");
+    assert_eq!(warnings.len(), 1, "{}", logs.text());
+    assert!(
+        warnings[0].contains("WARN") && warnings[0].contains("report_throttled(false)"),
+        "{warnings:?}"
+    );
+    let admin = common::handle(cluster.namespace()).await;
+    assert_eq!(admin::throttled(&admin).await.unwrap().processes, 0);
+}
+
 #[tokio::test]
 async fn a_window_out_of_bounds_is_refused() {
     let cluster = common::cluster("throttled-bounds").await;

@@ -580,6 +580,15 @@ impl LogLines {
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
     }
+
+    /// The lines captured so far that contain `needle`.
+    pub fn lines_with(&self, needle: &str) -> Vec<String> {
+        self.text()
+            .lines()
+            .filter(|l| l.contains(needle))
+            .map(str::to_owned)
+            .collect()
+    }
 }
 
 /// Waits until `limiter` has published its spec to the catalog `n` times

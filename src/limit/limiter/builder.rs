@@ -205,8 +205,10 @@ impl RateLimiterBuilder {
     /// whose subjects must not leave the process even hashed, or a fleet
     /// of more than 1,000 processes denying at once; off, a denial costs
     /// one `Option` test. A shadow limiter denies nothing, so it reports
-    /// nothing. A failed publication is logged at `debug` and tried again
-    /// 5 s later.
+    /// nothing. A failed publication is tried again 5 s later, logged at
+    /// `debug` when transient and warned about once when not (an ACL
+    /// without `ZADD`, say), so a view left empty by configuration is not
+    /// silent.
     ///
     /// ```no_run
     /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
