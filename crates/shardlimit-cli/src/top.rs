@@ -61,14 +61,17 @@ fn print(out: &mut impl Write, view: &Throttled, args: &TopArgs) -> std::io::Res
     if names.is_empty() {
         writeln!(
             out,
-            "no throttled report for {} ({} process{} report other limiters)",
+            "no throttled report for {} ({} other limiters)",
             match (&args.name, &args.kind) {
                 (Some(name), _) => name.clone(),
                 (None, Some(kind)) => format!("kind {kind}"),
                 (None, None) => "any limiter".to_owned(),
             },
-            view.processes,
-            if view.processes == 1 { "" } else { "es" }
+            if view.processes == 1 {
+                "1 process reports".to_owned()
+            } else {
+                format!("{} processes report", view.processes)
+            }
         )?;
     }
     for name in names {
