@@ -184,9 +184,9 @@ impl<S, X: Clone, P> Layer<S> for RateLimitLayer<X, P> {
 /// "throttled now" view (`shardlimit top`, the Limits page) by default:
 /// no cost on an admitted request, under 1 µs per denial, and, while the
 /// process denies, one script call every 5 s on one master. A key the
-/// layer takes from a request is the subject, so an API key appears there
-/// as it was sent unless [`hash_keys`](Self::hash_keys) is on; to keep
-/// them out entirely, build the limiter with
+/// layer takes from a request is the subject, so a credential appears
+/// there as its keyed digest and any other key (an address, a host) as
+/// it is; to keep a limiter's subjects out entirely, build it with
 /// [`report_throttled(false)`](crate::limit::RateLimiterBuilder::report_throttled),
 /// where the cost is stated in full.
 ///

@@ -519,12 +519,15 @@ async fn a_header_key_is_never_stored_raw_by_default() {
     let denied = service.clone().oneshot(with_key(secret)).await.unwrap();
     assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
 
-    // Every key under the namespace, scanned on every master.
+    // Every key under the namespace, scanned on every master (the
+    // catalog's and the throttled reports' are no limits).
     let keys = common::all_keys_with_pttl(cluster.namespace()).await;
     let limited: Vec<String> = keys
         .iter()
         .map(|(key, _)| String::from_utf8_lossy(key).into_owned())
-        .filter(|key| !key.contains("{shardlimit.catalog}"))
+        .filter(|key| {
+            !key.contains("{shardlimit.catalog}") && !key.contains("{shardlimit:throttled}")
+        })
         .collect();
     assert_eq!(limited.len(), 1, "{limited:?}");
     for (key, _) in &keys {
@@ -538,6 +541,19 @@ async fn a_header_key_is_never_stored_raw_by_default() {
     assert!(limited[0].contains(digest.as_str()), "{limited:?}");
     let peek = three_per_six(&cluster, "api").peek(digest).await.unwrap();
     assert_eq!(peek.remaining, 0);
+    // The throttled report (on by default) names the subject as it was
+    // limited: the digest, never the raw key.
+    let started = std::time::Instant::now();
+    let reported = loop {
+        let view = shardlimit::admin::throttled(&cluster).await.unwrap();
+        if let Some(api) = view.names.iter().find(|n| n.name == "api") {
+            break api.subjects.clone();
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "{view:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(reported.len(), 1, "{reported:?}");
+    assert_eq!(reported[0].subject, digest.as_str().as_bytes());
 
     // A header that is no credential, said so, is kept as it is.
     let tenants = RateLimitLayer::new(

@@ -202,7 +202,8 @@ impl RateLimiterBuilder {
     ///   window's six slices.
     ///
     /// Turn it off (`false`) where none of that is wanted — a limiter
-    /// whose subjects must not leave the process even hashed, or a fleet
+    /// whose subjects must not be shown to operators (a credential is
+    /// shown as the keyed digest the HTTP and gRPC layers limit), or a fleet
     /// of more than 1,000 processes denying at once; off, a denial costs
     /// one `Option` test. A shadow limiter denies nothing, so it reports
     /// nothing. A failed publication is tried again 5 s later, logged at
