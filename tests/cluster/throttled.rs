@@ -198,8 +198,13 @@ async fn two_processes_reports_merge_per_subject() {
     for _ in 0..6 {
         let _ = api_one.check("only-one").await.unwrap();
     }
+    // Each process publishes at its first denial, then every 5 s: wait for
+    // the publication that holds all of them (process one's first may
+    // have come before its "only-one" denials).
     let view = until(&one, Duration::from_secs(10), |v| {
-        v.processes == 2 && denials(v, "api", "shared") == Some(7)
+        v.processes == 2
+            && denials(v, "api", "shared") == Some(7)
+            && denials(v, "api", "only-one") == Some(5)
     })
     .await;
     let api = name(&view, "api").unwrap();
