@@ -324,11 +324,12 @@ mod tests {
                 .fold(f64::INFINITY, f64::min)
         }
         let registry = Registry::default();
-        let reporters = Reporters::default();
+        let reporters = Arc::new(Reporters::default());
         let subjects: Vec<Vec<u8>> = (0..1000)
             .map(|i| format!("user:{i:06}").into_bytes())
             .collect();
-        let recorder = reporters.recorder(
+        let recorder = Reporters::recorder(
+            &reporters,
             "gcra",
             "bench",
             DEFAULT_WINDOW,
