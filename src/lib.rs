@@ -327,7 +327,7 @@ pub mod __private {
                 now: now_us,
                 cost,
                 limit,
-                capacity: if rules.bursts { burst } else { limit },
+                capacity: self.algorithm.capacity_of(limit, burst),
                 period: period_us,
                 consume,
             };

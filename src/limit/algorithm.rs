@@ -342,11 +342,13 @@ impl Algorithm {
 
     /// The most one request may cost under `quota`.
     pub(crate) fn capacity(self, quota: &Quota) -> u32 {
-        if self.rules().bursts {
-            quota.burst().get()
-        } else {
-            quota.limit().get()
-        }
+        self.capacity_of(quota.limit().get(), quota.burst().get())
+    }
+
+    /// The most one request may cost with `limit` and `burst`: the burst
+    /// if this algorithm bursts, else the limit.
+    pub(crate) fn capacity_of<N>(self, limit: N, burst: N) -> N {
+        if self.rules().bursts { burst } else { limit }
     }
 
     /// Checks that `quota` makes sense for this algorithm and stays within

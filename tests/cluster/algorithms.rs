@@ -65,11 +65,9 @@ async fn each_local_limiter_decides_as_its_lua() {
             } else {
                 limit
             };
-            let capacity = burst.min(if algorithm == Algorithm::Gcra {
-                burst
-            } else {
-                limit
-            });
+            // The most one request may cost: the burst, which is the limit
+            // but for GCRA.
+            let capacity = burst;
             let mut local = LocalLimiter::new(algorithm);
             for step in 0..STEPS {
                 // Strictly later each time: the Lua's sliding-log stamps
