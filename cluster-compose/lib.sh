@@ -37,7 +37,7 @@ ACL_RULE=(resetkeys '~sl:*' '~aclsmoke-*' resetchannels '&sl:*' '&aclsmoke-*' -@
   +spublish +ssubscribe +publish +subscribe +zpopmax
   +cluster\|slots +cluster\|info +cluster\|countkeysinslot +cluster\|getkeysinslot
   +scan +type +pttl +exists +dbsize +info +ping
-  +get +mget +set +del +incrby +pexpire +pexpireat +pexpiretime +hmget +hset
+  +get +mget +set +del +incrby +decrby +pexpire +pexpireat +pexpiretime +hmget +hset
   +zadd +zcard +zcount +zrange +zrangebyscore +zrem +zremrangebyscore +zscore)
 
 tls_on() { [ -s "$TLS_DIR/ca.crt" ]; }

@@ -370,6 +370,25 @@ impl Cluster {
         convert(Cow::Borrowed(TRANSACTION_OP), value)
     }
 
+    /// Sends `commands` (keys by index into `keys`, so one slot) as one
+    /// pipeline on the connection to the node serving the slot, **not**
+    /// atomically, and returns one reply per command, errors included as
+    /// [`Value::ServerError`]: which commands ran is the caller's to judge
+    /// from them. Resent whole only when every command was refused unrun
+    /// (the slot moved, or every key of a migrating slot has left).
+    /// `op` names the operation in errors, spans and metrics.
+    pub(crate) async fn pipeline(
+        &self,
+        op: &'static str,
+        keys: &KeySet,
+        commands: &Transaction,
+    ) -> Result<Vec<Value>> {
+        commands.validate(keys)?;
+        let payload = Payload::Pipeline { commands, keys };
+        let value = self.run(Cow::Borrowed(op), keys.slot(), payload).await?;
+        convert(Cow::Borrowed(op), value)
+    }
+
     /// The deployment: [`Deployment::Cluster`] or
     /// [`Deployment::Standalone`] once known, [`Deployment::Sentinel`] when
     /// configured; [`Deployment::Detect`] only

@@ -26,7 +26,9 @@
 //! * [`Decision`] — being limited is a value, not an error.
 //!
 //! Every check is one Lua script on the master owning the subject's slot,
-//! timed by the server's clock (`TIME`); a rejected request writes nothing,
+//! timed by the server's clock (`TIME`) — but a fixed window's check of
+//! one limit, which is plain commands (see [Plain commands](#plain-commands));
+//! a rejected request writes nothing,
 //! and a check computes every decision before its first write, so a failing
 //! one writes nothing either; every key written expires when its state is no
 //! longer needed. Quotas are bounded when a limiter is built (see
@@ -35,6 +37,37 @@
 //!
 //! Delivery: a check runs **at most once**. If it times out it may have been
 //! counted on the server without the caller knowing; it is never resent.
+//!
+//! # Plain commands
+//!
+//! A Lua script costs Redis about three times the commands it runs: the
+//! interpreter's call alone costs more than an `INCRBY`. So a consuming
+//! check of a [`FixedWindow`](Algorithm::FixedWindow) limiter alone is
+//! sent as plain commands pipelined on the subject's slot — `MGET` of its
+//! override and block, `INCRBY` of its count, `PEXPIREAT … NX` at the
+//! window's end, and about once a second `TIME` — and judged by this
+//! process with the algorithm's own rule: the same verdict, units left and
+//! key (with the same expiry) as its script. Where Redis is the bottleneck
+//! that decides about twice as many requests per second
+//! ([docs/performance.md](https://github.com/shardlimit/shardlimit/blob/main/docs/performance.md#against-the-peers)).
+//! Peeks, multi-limits, [`check_many`](RateLimiter::check_many) and the
+//! other algorithms run their script; so does a check whose window this
+//! process cannot tell for certain from its estimate of the server's
+//! clock (near a window's edge, or before the first sample), a subject
+//! with a block or an override of another period, and a migrating slot.
+//!
+//! Where it differs, precisely: a request's units are counted before they
+//! are judged, and a denial gives them back (from a small script that
+//! gives them only to the window they were counted in, never below zero)
+//! before it returns, so for that round trip another request may be denied
+//! that the script would have admitted; a block or override written while
+//! the commands are in flight applies from the next check; after a change
+//! of period a count lasts until its own window ends (stricter); and
+//! commands that a stalled master runs only after their window ended go
+//! uncounted (the expiry of their window deletes the key they made in the
+//! next one). Turn it off per
+//! limiter with [`RateLimiterBuilder::plain_commands`]. The module
+//! `limit/check/plain.rs` has the details.
 //!
 //! # Per-subject state beside the usage
 //!

@@ -410,8 +410,10 @@ const ARITHMETIC: [(&str, &[&str], &[&str]); 4] = [
     ),
     (
         // An earlier window's count told by its expiry; the window's sum.
+        // (Its give-back, give_back.lua, reads the expiry too, to compare
+        // it with the window it was given: no decision.)
         "fixed_window",
-        &["PEXPIRETIME", "after > limit"],
+        &["PEXPIRETIME', key) <", "after > limit"],
         &["fn windowed(", "(window + 1) * at.period"],
     ),
     (

@@ -373,7 +373,59 @@ async fn send(
             let replies = conn.req_packed_commands(&pipe, 0, count).await?;
             exec_reply(replies, 1)
         }
+        Payload::Pipeline { commands, keys } => {
+            // ASKING applies to the one command after it: one before each.
+            let mut pipe = redis::pipe();
+            let mut each = redis::pipe();
+            commands.write_commands(keys, &mut each);
+            for cmd in each.cmd_iter() {
+                if asking {
+                    pipe.cmd("ASKING");
+                }
+                pipe.add_command(cmd.clone());
+            }
+            let count = pipe.len();
+            let replies = conn.req_packed_commands(&pipe, 0, count).await?;
+            let replies: Vec<Value> = if asking {
+                replies.into_iter().skip(1).step_by(2).collect()
+            } else {
+                replies
+            };
+            pipeline_reply(replies)
+        }
     }
+}
+
+/// A plain pipeline's replies, or the error to decide the next step on
+/// when no command ran: every reply the same refusal that proves it (all
+/// `MOVED` to one node, all `ASK`, all refused while the cluster
+/// reconfigures). Anything else, even a mix of refusals (a migrating
+/// slot: the source runs the commands whose keys it still holds and
+/// answers `ASK` or `TRYAGAIN` for the others), is returned whole: which
+/// ran is the caller's to judge.
+fn pipeline_reply(replies: Vec<Value>) -> RedisResult<Value> {
+    let refusals: Option<Vec<&redis::ServerError>> = replies
+        .iter()
+        .map(|reply| match reply {
+            Value::ServerError(err) => Some(err),
+            _ => None,
+        })
+        .collect();
+    if let Some(refusals) = refusals
+        && let Some(first) = refusals.first()
+    {
+        let unrun = |err: &redis::ServerError| {
+            let err: RedisError = err.clone().into();
+            !matches!(next_step(&err, 0), Step::Fail | Step::Reload)
+        };
+        let same = refusals
+            .iter()
+            .all(|err| err.kind() == first.kind() && err.details() == first.details());
+        if same && unrun(first) {
+            return Err((*first).clone().into());
+        }
+    }
+    Ok(Value::Array(replies))
 }
 
 /// Picks the EXEC reply out of `[ASKING, MULTI, QUEUED…, EXEC]`; when the

@@ -21,6 +21,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use super::quota::Quota;
+use crate::cluster::Transaction;
 use crate::error::{Error, Result};
 use crate::keys::Kind;
 use crate::scripts::Script;
@@ -93,11 +94,47 @@ pub(crate) struct Rules {
     /// local state of the degraded local mode, under `quota` (this
     /// process's share); when `consume` and admitted, the state takes it.
     pub(crate) local: fn(&mut LocalState, Local) -> LocalVerdict,
+    /// How a check of it alone is decided from plain commands instead of
+    /// its script, if it can be (see `limit/check/plain.rs`).
+    pub(crate) plain: Option<&'static Plain>,
     /// Makes the local state say what Redis last said, in this process's
     /// share: `at.cost` units taken as of `at.now`, all free again
     /// `reset_after` µs later at the latest (Redis' `reset_after`, when
     /// it is back to full; 0: nothing is in use).
     pub(crate) seed: fn(&mut LocalState, Local, u64),
+}
+
+/// A decision made from plain pipelined commands (no script) and judged
+/// on the client: for an algorithm whose state is a counter of the
+/// current window, whose window the client can tell from the server's
+/// time (`limit/check/plain.rs` estimates it, and leaves to the script
+/// every check too close to a window's edge to tell).
+pub(crate) struct Plain {
+    /// The operation's name (errors, traces, metrics).
+    pub(crate) op: &'static str,
+    /// The window holding `now_us` (the server's time) under a period of
+    /// `period_us`: its start and end, µs since the epoch.
+    pub(crate) window: fn(u64, u64) -> (u64, u64),
+    /// Appends the commands that count `cost` units on the state key (key
+    /// 0 of the check's key set) in the window ending at `end_ms` (whole
+    /// ms). Their first reply is the count after them, their second 1 if
+    /// they gave the key its expiry (it had none), 0 if it had one; they
+    /// are [`COUNT_REPLIES`](Self::COUNT_REPLIES) commands.
+    pub(crate) count: fn(Transaction, u32, u64) -> Transaction,
+    /// The script that gives back units counted in a window (a denial's,
+    /// or a check's that turns to the script): `KEYS` the state key,
+    /// `ARGV` the units and the lowest and highest expiry (ms, 0: none)
+    /// the key may have for them to be its units.
+    pub(crate) give_back: &'static LazyLock<Script>,
+    /// The verdict, from the count after the request's units (the first
+    /// reply of [`count`](Self::count)) and `ends_in` µs to the window's
+    /// end: exactly what the script would decide on the count before them.
+    pub(crate) judge: fn(i64, Local, u64) -> LocalVerdict,
+}
+
+impl Plain {
+    /// How many commands [`count`](Self::count) appends.
+    pub(crate) const COUNT_REPLIES: usize = 2;
 }
 
 /// What a local check is given.

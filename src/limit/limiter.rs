@@ -11,6 +11,7 @@ pub use self::builder::RateLimiterBuilder;
 
 use super::algorithm::Algorithm;
 use super::catalog::{self, CatalogPublishing, Publication, Publishes};
+use super::check::plain::PlainPath;
 use super::decision::{Decision, MultiDecision};
 use super::deny_cache::DenyCache;
 use super::local::LocalLimits;
@@ -73,6 +74,9 @@ struct Inner {
     slices: Option<Arc<SliceTable>>,
     /// Its spec's publication to the catalog (see [`catalog`]).
     publication: Publication,
+    /// Its checks decided from plain commands, when its algorithm can be
+    /// (see [`RateLimiterBuilder::plain_commands`]).
+    plain: Option<PlainPath>,
 }
 
 impl Publishes for Inner {
@@ -271,6 +275,11 @@ impl RateLimiter {
     #[must_use]
     pub fn slice_settings(&self) -> Option<Slices> {
         self.inner.slices.as_ref().map(|s| s.config())
+    }
+
+    /// Its plain-command stage, if its checks may be decided that way.
+    pub(crate) fn plain(&self) -> Option<&PlainPath> {
+        self.inner.plain.as_ref()
     }
 
     /// Its local limiters, under [`FailurePolicy::Local`].

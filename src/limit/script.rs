@@ -26,6 +26,8 @@ pub(crate) struct LimitSpec {
     pub(crate) algorithm: Algorithm,
     pub(crate) quota: Quota,
     pub(crate) capacity: u32,
+    /// The quota's period in microseconds, as the scripts get it.
+    pub(crate) period_us: u64,
     /// Shadow mode: decisions are computed and counted, nothing is refused.
     pub(crate) shadow: bool,
     /// Identifies the quota, name and mode (enforcing or shadow) a denial
@@ -68,6 +70,7 @@ impl LimitSpec {
             algorithm,
             quota,
             capacity: algorithm.capacity(&quota),
+            period_us: period,
             shadow,
             fingerprint: hasher.finish(),
             args,

@@ -47,9 +47,12 @@ fn nz(n: u32) -> NonZeroU32 {
     NonZeroU32::new(n).unwrap()
 }
 
+/// A limiter whose every check is its script (what this measures): a
+/// fixed window's checks would otherwise be plain commands.
 fn build(cluster: &Cluster, name: &str, algorithm: Algorithm, quota: Quota) -> RateLimiter {
     RateLimiter::builder(cluster, name, quota)
         .algorithm(algorithm)
+        .plain_commands(false)
         .build()
         .unwrap()
 }

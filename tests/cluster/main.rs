@@ -39,6 +39,7 @@ mod limits_bounds;
 mod limits_prop;
 mod lock;
 mod one_limit_checks;
+mod plain_commands;
 mod redaction;
 mod slices;
 mod throttled;

@@ -61,6 +61,16 @@ pub(crate) enum Payload<'a> {
         tx: &'a Transaction,
         keys: &'a KeySet,
     },
+    /// The same commands pipelined on one connection, **not** atomic:
+    /// every command runs on its own (another client's may come between
+    /// them), and each has its own reply. Sent again whole only when every
+    /// command was refused unrun (all `MOVED`, all `ASK`, all refused while
+    /// the cluster reconfigures); any other mix of replies is the caller's
+    /// to judge, command by command (see `exec::send`).
+    Pipeline {
+        commands: &'a Transaction,
+        keys: &'a KeySet,
+    },
 }
 
 impl<'a> Payload<'a> {
@@ -127,7 +137,7 @@ impl<'a> Payload<'a> {
     pub(super) fn undoing(&self) -> Option<&Undo> {
         match self {
             Payload::Script { undo, .. } => undo.as_deref(),
-            Payload::Transaction { .. } => None,
+            Payload::Transaction { .. } | Payload::Pipeline { .. } => None,
         }
     }
 
@@ -142,7 +152,7 @@ impl<'a> Payload<'a> {
 
     pub(super) fn queued_commands(&self) -> usize {
         match self {
-            Payload::Script { .. } => 0,
+            Payload::Script { .. } | Payload::Pipeline { .. } => 0,
             Payload::Transaction { tx, .. } => tx.len(),
         }
     }

@@ -11,6 +11,7 @@ use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::limit::algorithm::Algorithm;
 use crate::limit::catalog::{self, CATALOG_REFRESH, CATALOG_TTL, Publication};
+use crate::limit::check::plain::PlainPath;
 use crate::limit::deny_cache::DenyCache;
 use crate::limit::local::LocalLimits;
 use crate::limit::quota::Quota;
@@ -38,6 +39,7 @@ pub struct RateLimiterBuilder {
     report_throttled: bool,
     throttled_window: Duration,
     slices: Option<Slices>,
+    plain_commands: bool,
 }
 
 impl RateLimiterBuilder {
@@ -232,6 +234,18 @@ impl RateLimiterBuilder {
         self
     }
 
+    /// Whether a check of this limiter alone may be decided from plain
+    /// commands instead of a script, where its algorithm allows it (the
+    /// fixed window): about twice the decisions per second where Redis is
+    /// the bottleneck, with the differences the
+    /// [crate docs](crate::limit#plain-commands) state. Default: `true`.
+    /// Peeks, multi-limits, batches and the other algorithms always run
+    /// their script.
+    pub fn plain_commands(mut self, plain: bool) -> Self {
+        self.plain_commands = plain;
+        self
+    }
+
     /// How far back the "throttled now" view counts this limiter's
     /// denials ([`report_throttled`](Self::report_throttled)): 6 s to 1 h.
     /// Default 60 s. Six sketches of a sixth each, the oldest dropped as a
@@ -303,6 +317,8 @@ impl RateLimiterBuilder {
             }
             None => None,
         };
+        let plain = (self.plain_commands && self.algorithm.rules().plain.is_some())
+            .then(|| PlainPath::new(&self.cluster));
         let inner = Arc::new(Inner {
             core: Core::new(self.cluster, spec.id.clone()),
             spec: ArcSwap::from_pointee(spec),
@@ -310,6 +326,7 @@ impl RateLimiterBuilder {
             cache,
             local,
             throttled,
+            plain,
             slices,
             publication: if self.publish_spec {
                 Publication::new(self.catalog_refresh)
@@ -338,6 +355,7 @@ impl RateLimiter {
             report_throttled: true,
             throttled_window: DEFAULT_WINDOW,
             slices: None,
+            plain_commands: true,
         }
     }
 }

@@ -5,8 +5,10 @@ use std::num::NonZeroU32;
 use std::sync::LazyLock;
 
 use super::{
-    Local, LocalVerdict, Remaining, Rules, StateRead, count, no_bounds, one_limit, seed_window,
+    Local, LocalVerdict, Plain, Remaining, Rules, StateRead, count, no_bounds, one_limit,
+    seed_window,
 };
+use crate::cluster::TxCommand;
 use crate::limit::Quota;
 use crate::scripts::Script;
 use crate::usage::Usage;
@@ -41,8 +43,40 @@ pub(super) static RULES: Rules = Rules {
         }
         verdict
     },
+    plain: Some(&PLAIN),
     // Redis' window ends when its count does.
     seed: seed_window,
+};
+
+/// Units given back to the window they were counted in, and to no other.
+static GIVE_BACK: LazyLock<Script> =
+    LazyLock::new(|| Script::new("fixed_window_give_back", include_str!("give_back.lua")));
+
+/// A check of it alone from plain commands (`limit/check/plain.rs`): the
+/// count is an `INCRBY` of the state key and its expiry a `PEXPIREAT` at
+/// the window's end, set only if it has none (`NX`) — the key the script
+/// would have written, with the expiry it would have given it. The script
+/// counts only what it admits; here the units are counted first and a
+/// denial gives them back (`DECRBY`), so the count holds them for one
+/// round trip. A plain `DECRBY` could give them to the next window, or
+/// bring a key made again after a reset below zero: the give-back is a
+/// script that checks the key's expiry first.
+static PLAIN: Plain = Plain {
+    op: "fixed_window_plain",
+    window: |now, period| {
+        let start = now / period * period;
+        (start, start + period)
+    },
+    count: |tx, cost, end_ms| {
+        tx.command(TxCommand::new("INCRBY").key(0).arg(cost))
+            .command(TxCommand::new("PEXPIREAT").key(0).arg(end_ms).arg("NX"))
+    },
+    give_back: &GIVE_BACK,
+    // The count before this request's units decides, as in the script.
+    judge: |after, at, ends_in| {
+        let after = u64::try_from(after).unwrap_or(0);
+        windowed(after.saturating_sub(at.cost), ends_in, at)
+    },
 };
 
 /// A check's reply's limit less what is used: exact.

@@ -28,6 +28,7 @@ pub(super) static RULES: Rules = Rules {
     }),
     remaining,
     local,
+    plain: None,
     seed,
 };
 

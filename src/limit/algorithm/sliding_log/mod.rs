@@ -81,6 +81,7 @@ pub(super) static RULES: Rules = Rules {
     },
     // Redis does not say when each of its entries leaves, only when the
     // newest does: the units all leave then (never sooner than in Redis).
+    plain: None,
     seed: |state, at, reset_after| {
         state.log.clear();
         let stamp = (at.now + reset_after).saturating_sub(at.period).min(at.now);

@@ -95,6 +95,7 @@ pub(super) static RULES: Rules = Rules {
     // (weighed out no sooner than in Redis). When only the previous window
     // counts, Redis is full at the current one's end: the units are a
     // previous window here too, weighing as much now and nothing then.
+    plain: None,
     seed: |state, at, reset_after| {
         if reset_after == 0 || reset_after > at.period {
             seed_window(state, at, reset_after.saturating_sub(at.period));
