@@ -50,8 +50,12 @@
 //! key (with the same expiry) as its script. Where Redis is the bottleneck
 //! that decides about twice as many requests per second
 //! ([docs/performance.md](https://github.com/shardlimit/shardlimit/blob/main/docs/performance.md#against-the-peers)).
-//! Peeks, multi-limits, [`check_many`](RateLimiter::check_many) and the
-//! other algorithms run their script; so does a check whose window this
+//! A [`check_many`](RateLimiter::check_many) sends its checks that way
+//! too (each its own pipeline, all at once). Peeks, multi-limits and the
+//! other algorithms run their script, and so does a limiter with a deny
+//! cache (a denial it caches must hold until it says; a plain check's
+//! count holds the units of requests being denied for a round trip); so
+//! does a check whose window this
 //! process cannot tell for certain from its estimate of the server's
 //! clock (near a window's edge, or before the first sample), a subject
 //! with a block or an override of another period, and a migrating slot.

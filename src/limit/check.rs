@@ -156,6 +156,19 @@ impl<'a> Pipeline<'a> {
         &self,
         requests: &[(S, u32)],
     ) -> Vec<Result<MultiDecision>> {
+        // Checks that may be plain commands are each their own pipeline,
+        // all at once: on the master's shared connection they travel as
+        // one stream, as the scripts' pipeline would (see `check/plain.rs`).
+        if let [limiter] = self.limiters
+            && limiter.plain().is_some()
+        {
+            return join_all(
+                requests
+                    .iter()
+                    .map(|(subject, cost)| self.run(subject.as_ref(), *cost, true)),
+            )
+            .await;
+        }
         let specs = self.specs();
         let round = Round::new(*self, &specs, true);
         let ticket = round.cache().map(DenyCache::ticket);

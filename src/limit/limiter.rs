@@ -370,7 +370,9 @@ impl RateLimiter {
     /// it), the failure policy applies per request, the deny cache (if any)
     /// answers the requests it can, and the outcomes are counted per
     /// request. Keep batches to hundreds or a few thousand requests: a
-    /// batch is one write on each master's shared connection.
+    /// batch is one write on each master's shared connection. A fixed
+    /// window's checks that are [plain commands](crate::limit#plain-commands)
+    /// go out each as its own pipeline, all at once, instead.
     ///
     /// ```no_run
     /// # async fn demo(api: shardlimit::RateLimiter) -> shardlimit::Result<()> {

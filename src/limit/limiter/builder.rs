@@ -239,8 +239,13 @@ impl RateLimiterBuilder {
     /// fixed window): about twice the decisions per second where Redis is
     /// the bottleneck, with the differences the
     /// [crate docs](crate::limit#plain-commands) state. Default: `true`.
-    /// Peeks, multi-limits, batches and the other algorithms always run
-    /// their script.
+    /// A limiter with a [deny cache](Self::deny_cache) runs its script
+    /// (a plain check's count holds other requests' units for a round
+    /// trip while they are denied and given back, which a cached denial
+    /// could outlive). A [`check_many`](RateLimiter::check_many) of such a limiter sends
+    /// its checks as plain commands too, each its own pipeline, all at
+    /// once. Peeks, multi-limits and the other algorithms always run their
+    /// script.
     pub fn plain_commands(mut self, plain: bool) -> Self {
         self.plain_commands = plain;
         self
@@ -317,8 +322,14 @@ impl RateLimiterBuilder {
             }
             None => None,
         };
-        let plain = (self.plain_commands && self.algorithm.rules().plain.is_some())
-            .then(|| PlainPath::new(&self.cluster));
+        // A deny cache keeps a denial until the request could pass; a plain
+        // check's count holds other requests' units for a round trip while
+        // they are denied and given back, unannounced, so a denial it made
+        // could be kept past that: a limiter with a deny cache runs its
+        // script.
+        let plain =
+            (self.plain_commands && cache.is_none() && self.algorithm.rules().plain.is_some())
+                .then(|| PlainPath::new(&self.cluster));
         let inner = Arc::new(Inner {
             core: Core::new(self.cluster, spec.id.clone()),
             spec: ArcSwap::from_pointee(spec),
