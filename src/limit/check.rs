@@ -15,6 +15,8 @@ use tokio::time::Instant;
 use tracing::Instrument;
 use tracing::field::Empty;
 
+use self::plain::Settings;
+use self::settings_cache::{SettingsCache, says_none, send_known_none};
 use super::algorithm;
 use super::decision::{Decision, MultiDecision};
 use super::deny_cache::{DenyCache, Ticket};
@@ -27,6 +29,7 @@ use crate::scripts::Script;
 
 mod degraded;
 pub(crate) mod plain;
+pub(crate) mod settings_cache;
 
 /// What one check covers: its limits (at least one, all on one cluster),
 /// the policy for a failure and the deny cache that answers denials again.
@@ -114,9 +117,30 @@ impl<'a> Pipeline<'a> {
                 return answer;
             }
             let ticket = round.cache().map(DenyCache::ticket);
-            let reply = match round.plain(cost, &invocation.keys).await {
+            let cache = round.settings_cache();
+            let settings = match cache {
+                Some(cache) if cache.has_none(subject) => Settings::KnownNone,
+                cache => Settings::Read {
+                    cache,
+                    ticket: cache.map_or(0, SettingsCache::ticket),
+                },
+            };
+            let reply = match round.plain(subject, cost, &invocation.keys, settings).await {
                 Some(reply) => reply,
-                None => invocation.send(self.cluster(), specs).await,
+                None => match settings {
+                    Settings::KnownNone => {
+                        send_known_none(&invocation, self.cluster(), specs).await
+                    }
+                    Settings::Read { cache, ticket } => {
+                        let reply = invocation.send(self.cluster(), specs).await;
+                        if let Some(cache) = cache
+                            && says_none(&reply)
+                        {
+                            cache.found_none(subject, ticket);
+                        }
+                        reply
+                    }
+                },
             };
             round.conclude(subject, cost, ticket, reply)
         };
@@ -294,6 +318,14 @@ impl<'r> Round<'r> {
                 0
             },
             consume,
+        }
+    }
+
+    /// The subject-settings cache of a check of one limit that has one.
+    fn settings_cache(&self) -> Option<&'r SettingsCache> {
+        match self.pipeline.limiters {
+            [limiter] => limiter.settings_cache(),
+            _ => None,
         }
     }
 

@@ -12,6 +12,7 @@ pub use self::builder::RateLimiterBuilder;
 use super::algorithm::Algorithm;
 use super::catalog::{self, CatalogPublishing, Publication, Publishes};
 use super::check::plain::PlainPath;
+use super::check::settings_cache::SettingsCache;
 use super::decision::{Decision, MultiDecision};
 use super::deny_cache::DenyCache;
 use super::local::LocalLimits;
@@ -77,6 +78,9 @@ struct Inner {
     /// Its checks decided from plain commands, when its algorithm can be
     /// (see [`RateLimiterBuilder::plain_commands`]).
     plain: Option<PlainPath>,
+    /// The subjects known to have no settings, with
+    /// [`RateLimiterBuilder::subject_settings_cache`].
+    settings: Option<SettingsCache>,
 }
 
 impl Publishes for Inner {
@@ -280,6 +284,11 @@ impl RateLimiter {
     /// Its plain-command stage, if its checks may be decided that way.
     pub(crate) fn plain(&self) -> Option<&PlainPath> {
         self.inner.plain.as_ref()
+    }
+
+    /// Its subject-settings cache, if it has one.
+    pub(crate) fn settings_cache(&self) -> Option<&SettingsCache> {
+        self.inner.settings.as_ref()
     }
 
     /// Its local limiters, under [`FailurePolicy::Local`].

@@ -248,3 +248,140 @@ async fn a_period_change_keeps_a_count_until_its_window_ends() {
     assert_eq!(pe % 3_600_000, 0);
     assert!(pe >= se, "{pe} {se}");
 }
+
+/// Lines of `MONITOR` on the master owning `key` while `work` runs.
+async fn monitored<F: std::future::Future<Output = ()>>(key: &[u8], work: F) -> Vec<String> {
+    use futures::StreamExt;
+    let slot = shardlimit::keys::slot(key);
+    let master = common::owner(slot).await;
+    let client = redis::Client::open(format!("redis://{}", master.addr)).unwrap();
+    let monitor = client.get_async_monitor().await.unwrap();
+    let mut lines = monitor.into_on_message::<String>();
+    let collect = async {
+        let mut seen = Vec::new();
+        while let Ok(Some(line)) =
+            tokio::time::timeout(Duration::from_millis(500), lines.next()).await
+        {
+            seen.push(line);
+        }
+        seen
+    };
+    let (seen, ()) = tokio::join!(collect, work);
+    seen
+}
+
+#[tokio::test]
+async fn a_subject_known_to_have_no_settings_is_checked_without_reading_them() {
+    let cluster = common::cluster("plain-settings").await;
+    let namespace = cluster.namespace().to_owned();
+    for (algorithm, plain) in [(Algorithm::FixedWindow, true), (Algorithm::Gcra, false)] {
+        let api = RateLimiter::builder(
+            &cluster,
+            algorithm.kind(),
+            Quota::per_minute(NonZeroU32::new(1000).unwrap()),
+        )
+        .algorithm(algorithm)
+        .report_throttled(false)
+        .plain_commands(plain)
+        .subject_settings_cache(1000)
+        .build()
+        .unwrap();
+        let key = api.key("s").unwrap();
+        // Until the subscription of the slot is confirmed (16,384 of them,
+        // a moment), every check reads the settings.
+        let warm = std::time::Instant::now();
+        while warm.elapsed() < Duration::from_secs(2) {
+            assert!(api.check("s").await.unwrap().allowed);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let checks = 40;
+        let lines = monitored(&key, async {
+            for _ in 0..checks {
+                assert!(api.check("s").await.unwrap().allowed);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        let quota_key = format!(
+            "\"{namespace}:{{s}}:{}:{}:quota\"",
+            algorithm.kind(),
+            algorithm.kind()
+        );
+        let reads = lines.iter().filter(|l| l.contains(&quota_key)).count();
+        // None, but for a subscription lost meanwhile (its health check
+        // times out under load here), which forgets the subject until it
+        // is back.
+        assert!(
+            reads <= checks / 4,
+            "{algorithm}: {reads} reads of the override in {checks} checks"
+        );
+        // The checks were sent all the same, plain or scripts.
+        let key_arg = format!("\"{}\"", String::from_utf8_lossy(&key));
+        let sent = lines.iter().filter(|l| l.contains(&key_arg)).count();
+        assert!(
+            sent >= checks,
+            "{algorithm}: {sent} commands on the state key"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_setting_written_anywhere_reaches_a_limiter_that_knew_none() {
+    let cluster = common::cluster("plain-settings-news").await;
+    let other = common::handle(cluster.namespace()).await;
+    let quota = Quota::per_minute(NonZeroU32::new(1000).unwrap());
+    let build = |c: &Cluster| {
+        RateLimiter::builder(c, "api", quota)
+            .algorithm(Algorithm::FixedWindow)
+            .report_throttled(false)
+            .subject_settings_cache(1000)
+            .build()
+            .unwrap()
+    };
+    let (ours, theirs) = (build(&cluster), build(&other));
+    // Checked until remembered (the subscription takes a moment).
+    for _ in 0..50 {
+        assert!(ours.check("s").await.unwrap().allowed);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // An override written by another process applies here...
+    theirs
+        .set_override(
+            "s",
+            Quota::per_minute(NonZeroU32::new(2).unwrap()),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    let waited = std::time::Instant::now();
+    let d = loop {
+        let d = ours.check("s").await.unwrap();
+        if d.overridden || waited.elapsed() > Duration::from_secs(5) {
+            break d;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert!(d.overridden && d.limit == 2, "{d:?}");
+    // ...and so does a block, once the override is gone.
+    theirs.clear_override("s").await.unwrap();
+    theirs.reset("s").await.unwrap();
+    let waited = std::time::Instant::now();
+    loop {
+        let d = ours.check("s").await.unwrap();
+        if !d.overridden {
+            break;
+        }
+        assert!(waited.elapsed() < Duration::from_secs(5), "{d:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    theirs.block("s", Duration::from_secs(60)).await.unwrap();
+    let waited = std::time::Instant::now();
+    let d = loop {
+        let d = ours.check("s").await.unwrap();
+        if d.blocked || waited.elapsed() > Duration::from_secs(5) {
+            break d;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert!(d.blocked && !d.allowed, "{d:?}");
+}

@@ -7,7 +7,8 @@
 //! twice as many requests per second this way (docs/performance.md).
 //!
 //! One pipeline, one round trip: `MGET` of the subject's override and
-//! block, the algorithm's counting commands (`INCRBY`, `PEXPIREAT … NX`),
+//! block (unless the [settings cache](super::settings_cache) knows it has
+//! neither), the algorithm's counting commands (`INCRBY`, `PEXPIREAT … NX`),
 //! and, about once a second, `TIME` for the [server clock](clock). The
 //! verdict is the algorithm's own rule on the count (`Plain::judge`), the
 //! same as the script's on the same count; the reply is built in the
@@ -68,6 +69,7 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use super::Round;
+use super::settings_cache::SettingsCache;
 use crate::cluster::{Cluster, Transaction, TxCommand};
 use crate::error::Result;
 use crate::keys::KeySet;
@@ -119,6 +121,19 @@ impl PlainPath {
     }
 }
 
+/// What a check knows of its subject's settings (override, block).
+#[derive(Clone, Copy)]
+pub(super) enum Settings<'a> {
+    /// Neither exists (the settings cache says so): not read.
+    KnownNone,
+    /// Read with the check; what it finds is told to the cache, if any,
+    /// with the cache's ticket taken before sending.
+    Read {
+        cache: Option<&'a SettingsCache>,
+        ticket: u64,
+    },
+}
+
 /// The override and block the pipeline read.
 struct Optional {
     /// The override's `limit period_us burst`, when there is one.
@@ -131,7 +146,13 @@ impl Round<'_> {
     /// reply; `None` when the script must decide (see the module docs).
     /// `keys` is the check's key set (its subject's): state, override,
     /// block.
-    pub(super) async fn plain(&self, cost: u32, keys: &KeySet) -> Option<Result<Vec<i64>>> {
+    pub(super) async fn plain(
+        &self,
+        subject: &[u8],
+        cost: u32,
+        keys: &KeySet,
+        settings: Settings<'_>,
+    ) -> Option<Result<Vec<i64>>> {
         let ([limiter], [spec]) = (self.pipeline.limiters, self.specs) else {
             return None;
         };
@@ -153,7 +174,16 @@ impl Round<'_> {
         }
         let end_ms = end / 1000;
         let sample = path.clock.claim_sample();
-        let mut commands = Transaction::new().command(TxCommand::new("MGET").key(1).key(2));
+        // The override and block are read unless the subject is known to
+        // have neither (see `settings_cache.rs`).
+        let mut commands = Transaction::new();
+        let read = match settings {
+            Settings::KnownNone => 0,
+            Settings::Read { .. } => {
+                commands = commands.command(TxCommand::new("MGET").key(1).key(2));
+                1
+            }
+        };
         commands = (rules.count)(commands, cost, end_ms);
         if sample {
             commands = commands.command(TxCommand::new("TIME"));
@@ -169,19 +199,29 @@ impl Round<'_> {
             }
         };
         if sample {
-            match replies.get(1 + Plain::COUNT_REPLIES).and_then(parse_time) {
+            match replies
+                .get(read + Plain::COUNT_REPLIES)
+                .and_then(parse_time)
+            {
                 Some(server_us) => path.clock.record(sent, Instant::now(), server_us),
                 None => path.clock.abandon(),
             }
         }
-        let counted = match replies.get(1) {
+        let counted = match replies.get(read) {
             Some(Value::Int(after)) => *after,
             // Not counted: refused (a migrating slot) or an error the
             // script will meet as well and report.
             _ => return None,
         };
-        let optional = match replies.first().map(read_optional) {
-            Some(Ok(optional)) => optional,
+        let optional = match settings {
+            Settings::KnownNone => Ok(Optional {
+                quota: None,
+                blocked: false,
+            }),
+            Settings::Read { .. } => replies.first().map_or(Err(()), read_optional),
+        };
+        let optional = match optional {
+            Ok(optional) => optional,
             // The override and block could not be read with the count (a
             // migrating slot): the script reads them its own way.
             _ => {
@@ -193,10 +233,23 @@ impl Round<'_> {
         // Where the units went: a key whose expiry the count gave it ends
         // with this window; one that had an expiry ends then or later (an
         // override's longer window) — see give_back.lua.
-        let expiry = match replies.get(2) {
+        let expiry = match replies.get(read + 1) {
             Some(Value::Int(1)) => (end_ms, end_ms),
             _ => (end_ms, 0),
         };
+        if let (
+            Settings::Read {
+                cache: Some(cache),
+                ticket,
+            },
+            Optional {
+                quota: None,
+                blocked: false,
+            },
+        ) = (settings, &optional)
+        {
+            cache.found_none(subject, ticket);
+        }
         let limit = match optional {
             Optional {
                 blocked: false,

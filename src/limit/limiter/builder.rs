@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::limit::algorithm::Algorithm;
 use crate::limit::catalog::{self, CATALOG_REFRESH, CATALOG_TTL, Publication};
 use crate::limit::check::plain::PlainPath;
+use crate::limit::check::settings_cache::SettingsCache;
 use crate::limit::deny_cache::DenyCache;
 use crate::limit::local::LocalLimits;
 use crate::limit::quota::Quota;
@@ -40,6 +41,7 @@ pub struct RateLimiterBuilder {
     throttled_window: Duration,
     slices: Option<Slices>,
     plain_commands: bool,
+    settings_cache: Option<u64>,
 }
 
 impl RateLimiterBuilder {
@@ -251,6 +253,40 @@ impl RateLimiterBuilder {
         self
     }
 
+    /// Remembers up to `max_subjects` subjects found to have no settings
+    /// of this limiter — neither an [override](RateLimiter::set_override)
+    /// nor a [block](RateLimiter::block), as almost none have — so that
+    /// their checks do not read those two keys: the script reads one key
+    /// instead of three, and a check made of
+    /// [plain commands](crate::limit#plain-commands) sends two commands
+    /// instead of three. Default: off.
+    ///
+    /// Every write of a setting is announced on the subject's slot
+    /// channel by the script that makes it, and every process with such a
+    /// cache follows those channels (as a deny cache does: one connection
+    /// per master, `SSUBSCRIBE` to each slot's channel; `SUBSCRIBE` on a
+    /// standalone server or Sentinel primary), forgetting the subject it
+    /// hears of; a lost subscription forgets the subjects of its slots and
+    /// remembers none of them until it is back. A setting written while a
+    /// check is in flight applies from the next check, at most one round
+    /// trip late. Errors in `build` if `max_subjects` is 0.
+    ///
+    /// ```no_run
+    /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+    /// use std::num::NonZeroU32;
+    /// use shardlimit::{Algorithm, Quota, RateLimiter};
+    ///
+    /// let api = RateLimiter::builder(&cluster, "api", Quota::per_minute(NonZeroU32::new(600).unwrap()))
+    ///     .algorithm(Algorithm::FixedWindow)
+    ///     .subject_settings_cache(100_000)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn subject_settings_cache(mut self, max_subjects: u64) -> Self {
+        self.settings_cache = Some(max_subjects);
+        self
+    }
+
     /// How far back the "throttled now" view counts this limiter's
     /// denials ([`report_throttled`](Self::report_throttled)): 6 s to 1 h.
     /// Default 60 s. Six sketches of a sixth each, the oldest dropped as a
@@ -330,6 +366,21 @@ impl RateLimiterBuilder {
         let plain =
             (self.plain_commands && cache.is_none() && self.algorithm.rules().plain.is_some())
                 .then(|| PlainPath::new(&self.cluster));
+        let settings = match self.settings_cache {
+            None => None,
+            Some(0) => {
+                return Err(Error::Config {
+                    field: "subject_settings_cache",
+                    reason: "a subject-settings cache needs room for at least one subject".into(),
+                });
+            }
+            Some(max) => Some(SettingsCache::new(
+                &self.cluster,
+                max,
+                spec.id.kind(),
+                spec.id.name(),
+            )),
+        };
         let inner = Arc::new(Inner {
             core: Core::new(self.cluster, spec.id.clone()),
             spec: ArcSwap::from_pointee(spec),
@@ -338,6 +389,7 @@ impl RateLimiterBuilder {
             local,
             throttled,
             plain,
+            settings,
             slices,
             publication: if self.publish_spec {
                 Publication::new(self.catalog_refresh)
@@ -367,6 +419,7 @@ impl RateLimiter {
             throttled_window: DEFAULT_WINDOW,
             slices: None,
             plain_commands: true,
+            settings_cache: None,
         }
     }
 }

@@ -1,0 +1,131 @@
+//! The pipeline's subject-settings cache
+//! ([`RateLimiterBuilder::subject_settings_cache`](crate::RateLimiterBuilder::subject_settings_cache)):
+//! the subjects known to have no settings of a limiter — neither an
+//! override nor a block — so that their checks need not read those keys.
+//!
+//! Almost no subject has either, yet every check reads both: the script
+//! reads three keys instead of one, and a check made of
+//! [plain commands](crate::limit#plain-commands) sends an `MGET` beside
+//! its count — one command in three. A subject is remembered when a check
+//! found neither; from then on its script check is sent in the one-key
+//! form a migrating slot uses (the values given as empty, `KEYS` the state
+//! key alone), and its plain check without the `MGET`.
+//!
+//! Every write of an override or a block (and every reset, unblock,
+//! penalty, reward) is announced on the subject's slot channel by the
+//! script that makes it, as for the deny cache (`cluster/invalidation.rs`):
+//! hearing it, the subject is forgotten. A subject is remembered only
+//! while its slot's subscription is live and if nothing was announced
+//! while its check was in flight, and answered only while the slot is
+//! live; a lost subscription forgets everything. Nothing else can make a
+//! setting appear: overrides and blocks are only written by those scripts
+//! (and an expiry only ever removes one). So a remembered subject reads as
+//! the check would have read it, but for a setting written while its check
+//! is in flight, which applies from the next check — at most one round
+//! trip late.
+
+use std::sync::Arc;
+
+use crate::cluster::{Cluster, Invalidations, Listener};
+use crate::error::Result;
+use crate::keys::{KeySet, subject_slot};
+use crate::limit::script::{Invocation, LimitSpec};
+
+/// The subjects of one limit known to have no settings.
+struct Known {
+    subjects: moka::sync::Cache<Box<[u8]>, ()>,
+    kind: String,
+    name: String,
+}
+
+impl Listener for Known {
+    fn invalidate(&self, kind: &str, name: &str, subject: &[u8]) {
+        if kind == self.kind && name == self.name {
+            self.subjects.invalidate(subject);
+        }
+    }
+
+    fn invalidate_all(&self) {
+        self.subjects.invalidate_all();
+    }
+}
+
+/// A bounded cache of the subjects of one limit that have no settings.
+pub(crate) struct SettingsCache {
+    known: Arc<Known>,
+    hub: Arc<Invalidations>,
+    cluster: Cluster,
+}
+
+impl SettingsCache {
+    /// Room for `max_entries` subjects of the limit `kind`/`name`,
+    /// following `cluster`'s announcements.
+    pub(crate) fn new(cluster: &Cluster, max_entries: u64, kind: &str, name: &str) -> Self {
+        let known = Arc::new(Known {
+            subjects: moka::sync::Cache::new(max_entries),
+            kind: kind.to_owned(),
+            name: name.to_owned(),
+        });
+        let hub = cluster.invalidations().clone();
+        let listener: Arc<dyn Listener> = known.clone();
+        hub.register(Arc::downgrade(&listener));
+        cluster.follow_invalidations();
+        SettingsCache {
+            known,
+            hub,
+            cluster: cluster.clone(),
+        }
+    }
+
+    /// Whether `subject` is known to have no settings now.
+    pub(crate) fn has_none(&self, subject: &[u8]) -> bool {
+        self.cluster.follow_invalidations();
+        self.known.subjects.contains_key(subject) && self.hub.is_live(subject_slot(subject))
+    }
+
+    /// Taken just before a check that reads the settings is sent.
+    pub(crate) fn ticket(&self) -> u64 {
+        self.hub.epoch()
+    }
+
+    /// A check sent at `ticket` found that `subject` has no settings.
+    pub(crate) fn found_none(&self, subject: &[u8], ticket: u64) {
+        if self.hub.epoch() != ticket || !self.hub.is_live(subject_slot(subject)) {
+            return;
+        }
+        self.known.subjects.insert(subject.into(), ());
+        // An announcement between the check above and the insert found
+        // nothing to forget: look again.
+        if self.hub.epoch() != ticket {
+            self.known.subjects.invalidate(subject);
+        }
+    }
+}
+
+impl std::fmt::Debug for SettingsCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SettingsCache")
+            .field("max_entries", &self.known.subjects.policy().max_capacity())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The check `invocation` (of one limit, `specs`) sent for a subject known
+/// to have no settings: its script in the one-key form, the override and
+/// block given as empty.
+pub(crate) async fn send_known_none(
+    invocation: &Invocation,
+    cluster: &Cluster,
+    specs: &[Arc<LimitSpec>],
+) -> Result<Vec<i64>> {
+    let state = KeySet::checked(vec![invocation.keys.keys()[0].clone()])?;
+    let none = [Vec::new(), Vec::new()];
+    let args = invocation.inline_args(specs, &none, 0..1, invocation.consumes());
+    cluster.eval(&invocation.script, &state, &args).await
+}
+
+/// Whether a one-limit script's reply says its subject has no settings:
+/// it is the compact reply, which the script gives only then.
+pub(crate) fn says_none(reply: &Result<Vec<i64>>) -> bool {
+    matches!(reply, Ok(reply) if reply.len() == 4)
+}
