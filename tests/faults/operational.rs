@@ -1,7 +1,9 @@
 //! The operational events a production cluster sees every week — not only
 //! kill -9 — under load from every primitive at once: the four rate-limit
 //! algorithms and a multi-limit (each with a deny cache), `check_many`, a
-//! `replica_ack` lock, a lease and a counter, all fail-closed, while a
+//! fixed window decided from plain commands (no deny cache, a
+//! subject-settings cache), a `replica_ack` lock, a lease and a counter,
+//! all fail-closed, while a
 //! second handle (another process, as far as the deny caches know) resets
 //! the hot subjects.
 //!
@@ -56,6 +58,10 @@ struct Rig {
     resetters: Vec<RateLimiter>,
     multi: MultiLimiter,
     batch: RateLimiter,
+    /// A fixed window whose checks are plain commands (see
+    /// `limit/check/plain.rs`), reading no settings once it knows a
+    /// subject has none.
+    plain: RateLimiter,
     lock: Lock,
     leases: LeaseLimiter,
     counter: Counter,
@@ -146,6 +152,11 @@ async fn rig() -> Rig {
         .unwrap();
     Rig {
         batch: build(&cluster, "op-batch", Algorithm::Gcra),
+        plain: RateLimiter::builder(&cluster, "op-plain", quota)
+            .algorithm(Algorithm::FixedWindow)
+            .subject_settings_cache(10_000)
+            .build()
+            .unwrap(),
         // Long TTLs: a lock or lease left held by nobody is still there
         // when the event's invariants are checked.
         lock: Lock::builder(&cluster, "op-lock")
@@ -217,11 +228,11 @@ impl Rig {
         }
     }
 
-    /// One call of primitive `i % 9`.
+    /// One call of primitive `i % 10`.
     async fn call(&self, tally: &Tally, i: usize) {
         tally.calls.fetch_add(1, Ordering::Relaxed);
         let subject = self.subject().to_owned();
-        match i % 9 {
+        match i % 10 {
             n @ 0..=3 => {
                 let l = &self.limiters[n];
                 match l.check(&subject).await {
@@ -275,6 +286,11 @@ impl Rig {
                     }
                     Ok(None) => {}
                     Err(e) => self.fail(tally, &tenant, "lease", e),
+                }
+            }
+            9 => {
+                if let Err(e) = self.plain.check(&subject).await {
+                    self.fail(tally, &subject, "plain check", e);
                 }
             }
             _ => {

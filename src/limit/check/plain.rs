@@ -59,6 +59,15 @@
 //!   `INCRBY` in one pipeline, so the key has its expiry as soon as the
 //!   commands have run.
 //!
+//! Only the fixed window is decided this way. The sliding window counter
+//! keeps its current and previous counts and which window is current in
+//! one hash: rolling a window over (the current count becoming the
+//! previous one) reads before it writes, which plain commands cannot do
+//! atomically. A key per window would let an `INCRBY` count the current
+//! one and a `GET` read the previous (two keys of one slot), at the price
+//! of a new state layout for the scripts, the scanner and the local mode:
+//! not done. GCRA and the sliding log read before they write by nature.
+//!
 //! A migrating slot may run some of the commands (those whose key is
 //! still on the source) and refuse others: the units counted, if any, are
 //! given back, and the script decides.
