@@ -5,6 +5,7 @@
 //! cargo bench --bench load -- --kind gcra --subjects 1000000 --concurrency 64 \
 //!     --rounds 10 --round-secs 3 --baseline raw
 //! cargo bench --bench load -- --kind gcra --populate 10000000 --limit 1 --period-secs 3600
+//! cargo bench --bench load -- --peers
 //! cargo bench --bench load -- --help
 //! ```
 //!
@@ -33,6 +34,12 @@
 //! * `--server-cost`: what one check costs Redis itself, on one master,
 //!   against a minimal one-key GCRA script and a bare `INCR` (see
 //!   server_cost.rs).
+//! * `--peers`: shardlimit against its peers on one master, at pipeline
+//!   depth 1 and 16: our fixed window against envoy ratelimit's
+//!   `INCRBY` + `EXPIRE`, our GCRA against redis_rate's GCRA script (its
+//!   shape, redis_rate_gcra.lua), and the plain-command shapes of a fixed
+//!   window; decisions per second, ratios per round, and the master's
+//!   commands and microseconds per decision (see peers.rs).
 //! * `--populate N` measures memory: `used_memory` summed over the masters
 //!   before and after creating N limiters (one operation per subject),
 //!   divided by N, next to N minimal raw keys of the same value and TTL.

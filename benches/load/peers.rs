@@ -3,10 +3,15 @@
 //! Everything runs against the first master of the topology, with random
 //! subjects among those whose slot it owns (as `--server-cost` does), at
 //! pipeline depth 1 and 16, from 64 concurrent client tasks, in interleaved
-//! rounds (every side once per round, the order rotated each round;
-//! medians of the rounds). Two kinds of sides:
+//! rounds. The sides come in three sets, each compared within itself: in
+//! every round a set's sides run back to back (the order rotated each
+//! round), and each side's rate is divided by its set's reference side's
+//! of the same round; a ratio printed is the median of those per-round
+//! ratios, which cancels the load of other processes better than a ratio
+//! of medians taken seconds apart.
 //!
-//! **The peers** (the last lines, ours / theirs):
+//! **The peers** (two sets; the last lines, ours / theirs, theirs the
+//! reference):
 //!
 //! * *fixed window*: ours through the public API, a [`RateLimiter`] with
 //!   [`Algorithm::FixedWindow`] under a quota that never denies: depth 1 is
@@ -18,13 +23,24 @@
 //!   pipelined (depth 16: sixteen decisions' commands in one pipeline).
 //!   Until the library's fixed window decided by plain pipelined commands
 //!   lands, ours is its one-limit script (`one_limit.lua` with the fixed
-//!   window's part): a script against plain commands.
+//!   window's part): a script against plain commands. Envoy pipelines
+//!   the two commands of each of a request's limits (one here), and its
+//!   Redis client pipelines concurrent requests' commands; depth 16 stands
+//!   for that.
 //! * *GCRA*: ours ([`Algorithm::Gcra`], check / `check_many` of 16)
 //!   against go-redis/redis_rate's GCRA script, whose shape and cost
-//!   redis_rate_gcra.lua mirrors (its header says how), by `EVALSHA`.
+//!   redis_rate_gcra.lua mirrors (its header says how), by `EVALSHA`
+//!   through bare redis-rs, one pipeline of 16 at depth 16.
 //!
-//! **Plain shapes** (the fixed window's design: what one decision costs in
-//! plain commands, each against (a)), all through bare redis-rs:
+//! Ours includes the library's client work (routing, key building, reply
+//! parsing, outcome counting) and theirs only bare redis-rs': on a machine
+//! where the bench and Redis share the cores, that shows in the ratio as
+//! well as the master's microseconds per decision, which are the server's
+//! alone.
+//!
+//! **Plain shapes** (the third set, for the fixed window's design: what
+//! one decision costs in plain commands, each against (a)), all through
+//! bare redis-rs, keys `<subject key>:<window start>` like envoy's:
 //!
 //! * (a) envoy's shape: `INCRBY k 1` + `PEXPIRE k <period ms>`;
 //! * (b) `MGET <override key> <block key>` (keys that do not exist, in the
@@ -55,9 +71,11 @@
 //! cargo bench --bench load -- --peers --rounds 9 --round-secs 3
 //! ```
 //!
-//! Default here (when `--rounds` / `--round-secs` are not given): 5 rounds
-//! of 1.5 s per side and depth, about 2.5 minutes. The JSON report is
-//! written under `target/bench/` (`*-peers-fixed_window.json`).
+//! Default here (when `--rounds` / `--round-secs` are not given): 11
+//! rounds of 0.75 s per side and depth, about 2.5 minutes. The library's
+//! command timeout is 30 s in this mode (1 s elsewhere), as the bare sides
+//! have none. The JSON report is written under `target/bench/`
+//! (`*-peers-fixed_window.json`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -75,6 +93,7 @@ use shardlimit::{Algorithm, Cluster, Decision, RateLimiter, Result as LibResult}
 use crate::args::Args;
 use crate::commandstats::Calls;
 use crate::report::{median, write_report};
+use crate::server_cost::load_scripts;
 use crate::target::quota;
 
 /// Concurrent client tasks, on every side.
@@ -183,16 +202,8 @@ pub(crate) async fn peers(cluster: &Cluster, args: &Args) {
     let gcra = limiter(cluster, args, Algorithm::Gcra, "pe-gcra");
     let redis_rate = Script::new("redis_rate_gcra", REDIS_RATE_GCRA);
     let fw_script = fixed_window.invocation("x", 1).unwrap().script;
-    // Loaded once, so every bare call is an EVALSHA (the bench may; the
-    // library never sends SCRIPT LOAD, it loads by EVAL on NOSCRIPT).
-    for script in [&redis_rate, &fw_script] {
-        let _: String = redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(script.code())
-            .query_async(&mut admin)
-            .await
-            .unwrap();
-    }
+    // Loaded once, so every bare call is an EVALSHA.
+    load_scripts(&mut admin, [&redis_rate, &fw_script]).await;
 
     let q = quota(args, Algorithm::FixedWindow);
     let limit = i64::from(q.limit().get());
