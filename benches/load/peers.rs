@@ -143,6 +143,7 @@ struct Side {
 // and off; `--workload skewed`, another part) plugs in here: its own
 // picker, and in `peers()` the sides it compares, driven by the same
 // `drive` and measured by the same `Measured`.
+#[derive(Clone)]
 struct Subjects {
     names: Arc<[String]>,
 }
@@ -321,6 +322,7 @@ pub(crate) async fn peers(cluster: &Cluster, args: &Args) {
         ),
     ];
 
+    // The skewed workload's sets (see `Subjects`) join these.
     let sets = [
         Set {
             what: "fixed window vs envoy-style plain commands",
@@ -573,9 +575,8 @@ async fn drive(side: &Side, subjects: &Subjects, depth: usize, time: Duration) -
                 done.clone(),
                 denied.clone(),
             );
-            let names = subjects.names.clone();
+            let subjects = subjects.clone();
             tokio::spawn(async move {
-                let subjects = Subjects { names };
                 while !stop.load(Ordering::Relaxed) {
                     let d = decide(subjects.pick(depth)).await;
                     done.fetch_add(depth as u64, Ordering::Relaxed);
