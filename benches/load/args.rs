@@ -91,6 +91,13 @@ pub(crate) struct Args {
     /// depth 1 and 16 (see server_cost.rs).
     #[arg(long)]
     pub(crate) server_cost: bool,
+    /// Instead of a load run: shardlimit against its peers on one master
+    /// (envoy ratelimit's fixed window, go-redis/redis_rate's GCRA) and the
+    /// plain-command shapes of a fixed window, at pipeline depth 1 and 16
+    /// (see peers.rs). Its own defaults: 5 rounds of 1.5 s unless
+    /// `--rounds` / `--round-secs` are given.
+    #[arg(long)]
+    pub(crate) peers: bool,
     /// Instead of a load run: print the Lua of the crate's script of this
     /// name as the crate sends it (`gcra`, `multi_limit`, ...), for
     /// benches/script_cost.sh.
@@ -112,6 +119,13 @@ pub(crate) struct Args {
     /// Namespace (a fresh one per run by default).
     #[arg(long)]
     pub(crate) namespace: Option<String>,
+    /// Whether `--rounds` was given (modes with defaults of their own use
+    /// theirs otherwise).
+    #[arg(skip)]
+    pub(crate) rounds_given: bool,
+    /// Whether `--round-secs` was given.
+    #[arg(skip)]
+    pub(crate) round_secs_given: bool,
     /// Ignored (cargo bench passes it).
     #[arg(long, hide = true)]
     pub(crate) bench: bool,

@@ -43,6 +43,36 @@ impl Calls {
         self.sum(|c| c != "info", |n| n.calls)
     }
 
+    /// Microseconds the masters spent in every command but the `INFO`s
+    /// (a script's time includes the commands it calls, which count again
+    /// under their own names: for script runs read
+    /// [`script_usec`](Self::script_usec)).
+    pub(crate) fn total_usec(&self) -> u64 {
+        self.sum(|c| c != "info", |n| n.usec)
+    }
+
+    /// The counts of one node's `INFO commandstats`.
+    pub(crate) fn of_info(info: &str) -> Calls {
+        let mut calls = Calls::default();
+        for (command, n) in info.lines().filter_map(parse) {
+            calls.add_one(command, n);
+        }
+        calls
+    }
+
+    /// Adds another node's counts to these.
+    fn add(&mut self, other: &Calls) {
+        for (command, n) in &other.0 {
+            self.add_one(command.clone(), *n);
+        }
+    }
+
+    fn add_one(&mut self, command: String, n: Count) {
+        let sum = self.0.entry(command).or_default();
+        sum.calls += n.calls;
+        sum.usec += n.usec;
+    }
+
     fn sum(&self, which: impl Fn(&str) -> bool, field: impl Fn(&Count) -> u64) -> u64 {
         self.0
             .iter()
@@ -100,20 +130,16 @@ impl Masters {
             eprintln!("\nthe masters changed (a failover?): no command counts");
             return None;
         }
-        let mut calls = BTreeMap::new();
+        let mut calls = Calls::default();
         for conn in &mut self.conns {
             let info: String = redis::cmd("INFO")
                 .arg("commandstats")
                 .query_async(conn)
                 .await
                 .ok()?;
-            for (command, n) in info.lines().filter_map(parse) {
-                let sum: &mut Count = calls.entry(command).or_default();
-                sum.calls += n.calls;
-                sum.usec += n.usec;
-            }
+            calls.add(&Calls::of_info(&info));
         }
-        Some(Calls(calls))
+        Some(calls)
     }
 }
 

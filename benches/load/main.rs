@@ -5,6 +5,7 @@
 //! cargo bench --bench load -- --kind gcra --subjects 1000000 --concurrency 64 \
 //!     --rounds 10 --round-secs 3 --baseline raw
 //! cargo bench --bench load -- --kind gcra --populate 10000000 --limit 1 --period-secs 3600
+//! cargo bench --bench load -- --peers
 //! cargo bench --bench load -- --help
 //! ```
 //!
@@ -33,6 +34,12 @@
 //! * `--server-cost`: what one check costs Redis itself, on one master,
 //!   against a minimal one-key GCRA script and a bare `INCR` (see
 //!   server_cost.rs).
+//! * `--peers`: shardlimit against its peers on one master, at pipeline
+//!   depth 1 and 16: our fixed window against envoy ratelimit's
+//!   `INCRBY` + `EXPIRE`, our GCRA against redis_rate's GCRA script (its
+//!   shape, redis_rate_gcra.lua), and the plain-command shapes of a fixed
+//!   window; decisions per second, ratios per round, and the master's
+//!   commands and microseconds per decision (see peers.rs).
 //! * `--populate N` measures memory: `used_memory` summed over the masters
 //!   before and after creating N limiters (one operation per subject),
 //!   divided by N, next to N minimal raw keys of the same value and TTL.
@@ -50,6 +57,7 @@ mod compare;
 mod drive;
 mod hot;
 mod memory;
+mod peers;
 mod raw;
 mod report;
 mod server_cost;
@@ -58,7 +66,8 @@ mod target;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches};
 use shardlimit::Cluster;
 
 use crate::args::Args;
@@ -71,7 +80,11 @@ use crate::target::{Target, http_layer};
 use crate::target::{lib_call, target};
 
 fn main() {
-    let args = Args::parse();
+    let matches = Args::command().get_matches();
+    let mut args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let given = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
+    args.rounds_given = given("rounds");
+    args.round_secs_given = given("round_secs");
     if let Some(name) = &args.print_script {
         let scripts = shardlimit::__private::scripts();
         match scripts.iter().find(|(n, _)| n == name) {
@@ -103,7 +116,10 @@ pub(crate) async fn run(args: Args) {
     });
     let cluster = Cluster::builder_from_env()
         .namespace(&namespace)
-        .command_timeout(Duration::from_secs(1))
+        // `--peers` measures the library against bare redis-rs sides that
+        // wait as long as it takes: a timeout there would end the run on a
+        // loaded box instead of measuring it.
+        .command_timeout(Duration::from_secs(if args.peers { 30 } else { 1 }))
         .build()
         .await
         .expect("cluster: start it with cluster-compose/up.sh");
@@ -127,6 +143,9 @@ pub(crate) async fn run(args: Args) {
         Some("hot") => return hot::hot(&cluster, &args).await,
         Some(other) => panic!("unknown workload {other:?} (`attack` or `hot`)"),
         None => {}
+    }
+    if args.peers {
+        return peers::peers(&cluster, &args).await;
     }
     if args.server_cost {
         return server_cost::server_cost(&cluster, &args).await;

@@ -207,14 +207,7 @@ pub(crate) async fn server_cost(cluster: &Cluster, args: &Args) {
         })
         .chain([generic_script, minimal, incr, floor])
         .collect();
-    for script in &scripts {
-        let _: String = redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(script.code())
-            .query_async(&mut admin)
-            .await
-            .unwrap();
-    }
+    load_scripts(&mut admin, &scripts).await;
 
     let sides: Vec<Arc<Side>> = sides.into_iter().map(Arc::new).collect();
     let round = Duration::from_secs_f64(args.round_secs);
@@ -318,6 +311,23 @@ fn floor_gcra() -> String {
         "minimal_gcra.lua reads its key once"
     );
     MINIMAL_GCRA.replace(GET, "redis.call('MGET', KEYS[1], KEYS[2], KEYS[3])[1]")
+}
+
+/// `SCRIPT LOAD`s each script on the node of `conn`, so that a bench's
+/// calls can all be `EVALSHA`s (the bench may; the library never sends
+/// `SCRIPT LOAD`, it loads a script by `EVAL` on `NOSCRIPT`).
+pub(crate) async fn load_scripts<'s>(
+    conn: &mut MultiplexedConnection,
+    scripts: impl IntoIterator<Item = &'s Script>,
+) {
+    for script in scripts {
+        let _: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(script.code())
+            .query_async(conn)
+            .await
+            .unwrap();
+    }
 }
 
 fn evalsha(script: &Script, keys: &[Vec<u8>], args: &[Vec<u8>]) -> Cmd {
