@@ -16,18 +16,21 @@
 //! * *fixed window*: ours through the public API, a [`RateLimiter`] with
 //!   [`Algorithm::FixedWindow`] under a quota that never denies: depth 1 is
 //!   one `check(subject)` per task at a time, depth 16 one `check_many` of
-//!   16 subjects (one pipeline to the master). Against envoy ratelimit's
+//!   16 subjects (each check its own pipeline, all at once), decided from
+//!   plain commands (`INCRBY` + `PEXPIREAT … NX`; see the `limit` module
+//!   docs, "Plain commands"), with a subject-settings cache, so that once a
+//!   subject is known to have no override or block they are not read.
+//!   Against envoy ratelimit's
 //!   fixed window, written here from its description: per decision
 //!   `INCRBY <key of the subject and the current window> <hits>` and
 //!   `EXPIRE <key> <period>`, the window taken from the client's clock,
 //!   pipelined (depth 16: sixteen decisions' commands in one pipeline).
-//!   Until the library's fixed window decided by plain pipelined commands
-//!   lands, ours is its one-limit script (`one_limit.lua` with the fixed
-//!   window's part): a script against plain commands. Envoy pipelines
+//!   Envoy pipelines
 //!   the two commands of each of a request's limits (one here), and its
 //!   Redis client pipelines concurrent requests' commands; depth 16 stands
 //!   for that.
-//! * *GCRA*: ours ([`Algorithm::Gcra`], check / `check_many` of 16)
+//! * *GCRA*: ours ([`Algorithm::Gcra`], check / `check_many` of 16, its
+//!   script; with the subject-settings cache, in its one-key form)
 //!   against go-redis/redis_rate's GCRA script, whose shape and cost
 //!   redis_rate_gcra.lua mirrors (its header says how), by `EVALSHA`
 //!   through bare redis-rs, one pipeline of 16 at depth 16.
@@ -457,10 +460,16 @@ pub(crate) async fn peers(cluster: &Cluster, args: &Args) {
     }
 }
 
-/// A rate limiter of algorithm `a` under the bench's quota (never denies).
+/// A rate limiter of algorithm `a` under the bench's quota (never denies),
+/// remembering the subjects that have no override or block (all of them
+/// here), as a service that wants this shape's cost would build it: its
+/// checks then read the state key alone, as the peers' do (they have no
+/// overrides or blocks to read). The first check of each subject reads
+/// them, in the warm-up.
 fn limiter(cluster: &Cluster, args: &Args, a: Algorithm, name: &str) -> RateLimiter {
     RateLimiter::builder(cluster, name, quota(args, a))
         .algorithm(a)
+        .subject_settings_cache(2 * SUBJECTS as u64)
         .build()
         .unwrap()
 }
