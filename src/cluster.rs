@@ -17,7 +17,6 @@ mod call;
 mod deployment;
 mod exec;
 mod extensions;
-mod invalidation;
 mod node;
 mod probe;
 mod ready;
@@ -46,11 +45,11 @@ pub use self::deployment::Deployment;
 use self::exec::Payload;
 pub(crate) use self::exec::Undo;
 use self::extensions::Extensions;
-pub(crate) use self::invalidation::{Invalidations, Listener, SLICES_PART};
 pub use self::node::NodeState;
 pub(crate) use self::probe::Probe;
 use self::router::Router;
 pub use self::stats::Stats;
+pub(crate) use self::subscriber::ChannelSink;
 use self::subscriber::SubscriberConfig;
 pub use self::topology::{NodeAddr, Shard, Topology};
 pub use self::transaction::{Transaction, TxCommand};
@@ -155,8 +154,6 @@ struct Inner {
     command_timeout: Duration,
     registry: Registry,
     metrics: ClusterMetrics,
-    /// Where deny caches learn of changes made elsewhere.
-    invalidations: Arc<Invalidations>,
     subscriber: SubscriberConfig,
     /// What the layers above keep per handle (see extensions.rs).
     extensions: Extensions,
@@ -459,34 +456,6 @@ impl Cluster {
             call::node_request(&target, op, request, self.command_timeout(), &**router).await;
         self.inner.metrics.observe(&op.into(), started, &outcome);
         outcome
-    }
-
-    /// The hub of deny-cache invalidations shared by this handle's clones.
-    pub(crate) fn invalidations(&self) -> &Arc<Invalidations> {
-        &self.inner.invalidations
-    }
-
-    /// Starts following other processes' invalidations (once; needs a
-    /// running tokio runtime, else the next call tries again).
-    pub(crate) fn follow_invalidations(&self) {
-        if !self.inner.invalidations.is_started() {
-            subscriber::start(
-                &self.inner.invalidations,
-                &self.inner.router,
-                &self.inner.subscriber,
-            );
-        }
-    }
-
-    /// How a script on `slot` tells every process's deny caches: the
-    /// command and the channel.
-    pub(crate) fn invalidation_channel(&self, slot: u16) -> (&'static str, String) {
-        let hub = &self.inner.invalidations;
-        if self.is_standalone() {
-            ("PUBLISH", hub.server_channel())
-        } else {
-            ("SPUBLISH", hub.slot_channel(slot))
-        }
     }
 
     async fn run(&self, op: Cow<'static, str>, slot: u16, payload: Payload<'_>) -> Result<Value> {

@@ -208,7 +208,8 @@
 //! Each module's room, in one line:
 //!
 //! * [`limit`] — rate limiters: [`RateLimiter`], [`MultiLimiter`], [`Quota`],
-//!   [`Decision`], one file per algorithm and the script protocol.
+//!   [`Decision`], one file per algorithm and the script protocol; the deny
+//!   cache, quota slices and the hub of invalidations they listen on.
 //! * [`lock`] — [`Lock`]: fenced locks, watchdog, replica acknowledgement.
 //! * [`lease`] — [`LeaseLimiter`]: at most N leases per subject.
 //! * [`counter`] — [`Counter`]: add / drain / get, the drain keeps the TTL.

@@ -19,7 +19,7 @@ use super::node::NodeConfig;
 use super::router::{Router, RouterConfig};
 use super::socket::Connector;
 use super::subscriber::SubscriberConfig;
-use super::{Cluster, Extensions, Inner, Invalidations};
+use super::{Cluster, Extensions, Inner};
 use crate::error::{Error, Result};
 use crate::keys::KeyBuilder;
 use crate::metrics::ClusterMetrics;
@@ -439,7 +439,6 @@ impl ClusterBuilder {
         Ok(Cluster {
             inner: Arc::new(Inner {
                 router,
-                invalidations: Arc::new(Invalidations::new(keys.namespace())),
                 keys,
                 subject_hasher,
                 command_timeout: self.command_timeout,

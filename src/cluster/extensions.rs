@@ -1,7 +1,8 @@
 //! State the layers above the transport keep per [`Cluster`] handle,
 //! shared by its clones, found by its type: the transport holds it for them
-//! and knows nothing of it (the throttled reporters live here, say, so that
-//! `cluster/` imports nothing of the features built on it).
+//! and knows nothing of it (the throttled reporters and the deny caches'
+//! invalidation hub live here, say, so that `cluster/` imports nothing of
+//! the features built on it).
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
