@@ -48,7 +48,8 @@ use self::extensions::Extensions;
 pub use self::node::NodeState;
 pub(crate) use self::probe::Probe;
 use self::router::Router;
-pub use self::stats::Stats;
+pub(crate) use self::stats::PrimitiveCounts;
+pub use self::stats::{PrimitiveStats, Stats};
 pub(crate) use self::subscriber::ChannelSink;
 use self::subscriber::SubscriberConfig;
 pub use self::topology::{NodeAddr, Shard, Topology};
@@ -56,8 +57,6 @@ pub use self::transaction::{Transaction, TxCommand};
 use crate::error::{Error, Result};
 use crate::keys::{KeyBuilder, KeySet, SubjectHasher};
 use crate::metrics::ClusterMetrics;
-pub use crate::outcomes::PrimitiveStats;
-use crate::outcomes::{Outcomes, Registry};
 use crate::scripts::TRANSACTION_OP;
 pub use crate::scripts::{NO_ARGS, Script};
 
@@ -152,7 +151,6 @@ struct Inner {
     /// What credentials are limited under: the subject secret's digests.
     subject_hasher: SubjectHasher,
     command_timeout: Duration,
-    registry: Registry,
     metrics: ClusterMetrics,
     subscriber: SubscriberConfig,
     /// What the layers above keep per handle (see extensions.rs).
@@ -222,8 +220,10 @@ impl Cluster {
     /// every node.
     #[must_use]
     pub fn stats(&self) -> Stats {
+        // The counts are kept above the transport (`outcomes.rs`, in the
+        // extension slot), which shows them here through `PrimitiveCounts`.
         Stats {
-            primitives: self.inner.registry.snapshot(),
+            primitives: self.inner.extensions.primitives(),
             nodes: self.nodes(),
             topology_refreshes: self.inner.router.refreshes(),
         }
@@ -232,11 +232,6 @@ impl Cluster {
     /// Whether `other` is this handle or a clone of it.
     pub(crate) fn same_connection(&self, other: &Cluster) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
-    }
-
-    /// The outcome counts of primitive `kind`/`name`.
-    pub(crate) fn outcomes(&self, kind: &str, name: &str) -> Arc<Outcomes> {
-        self.inner.registry.outcomes(kind, name)
     }
 
     /// Runs `script` with `KEYS` = `keys` and `ARGV` = `args` on the master

@@ -23,7 +23,6 @@ use super::{Cluster, Extensions, Inner};
 use crate::error::{Error, Result};
 use crate::keys::KeyBuilder;
 use crate::metrics::ClusterMetrics;
-use crate::outcomes::Registry;
 
 impl Cluster {
     /// A builder for the nodes of [`seeds_from_env`](Self::seeds_from_env)
@@ -442,7 +441,6 @@ impl ClusterBuilder {
                 keys,
                 subject_hasher,
                 command_timeout: self.command_timeout,
-                registry: Registry::default(),
                 metrics: ClusterMetrics::default(),
                 subscriber,
                 extensions: Extensions::default(),
