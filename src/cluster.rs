@@ -9,6 +9,27 @@
 //! `Cluster`, `ClusterBuilder` and `Deployment` are also at the crate root;
 //! the rest is here for services that write their own scripts or watch
 //! the connection.
+//!
+//! The transport knows no feature: it routes, connects, sends, follows
+//! redirects and undoes. What the layers above keep per handle (the
+//! primitives' outcome counts, the deny caches' invalidation hub, the
+//! throttled reporters) they keep in the handle's extension slot, and what
+//! the transport reports to them or shows of them goes through traits
+//! defined here (the subscriber's channel sink, the primitives' counts in
+//! [`Stats`]); `tests/layout.rs` checks that nothing here imports them.
+//!
+//! The handle's methods live in this file, except where a method is the
+//! door to a concept that has a file of its own in this folder, with the
+//! docs, types and machinery the method shares: `batch.rs`
+//! ([`Cluster::eval_many`] and the failure table of its pipelines),
+//! `probe.rs` (a fresh look at one node, outside its lanes, for
+//! [`Cluster::health`]), `builder.rs` and `builder/env.rs` (the
+//! constructors, beside the settings and variables they read),
+//! `extensions.rs` (the slot the layers above keep their state in) and
+//! `subscriber.rs` (following pub/sub channels for a layer above).
+//! `Cluster::health` itself is in [`health`](crate::health), above the
+//! transport: its report judges fitness for locks, and the transport could
+//! not name it without a loop of imports.
 
 mod access;
 mod batch;
@@ -19,7 +40,6 @@ mod exec;
 mod extensions;
 mod node;
 mod probe;
-mod ready;
 mod router;
 mod socket;
 mod stats;
@@ -59,6 +79,11 @@ use crate::keys::{KeyBuilder, KeySet, SubjectHasher};
 use crate::metrics::ClusterMetrics;
 use crate::scripts::TRANSACTION_OP;
 pub use crate::scripts::{NO_ARGS, Script};
+
+/// How often [`Cluster::wait_ready`] looks whether the background connect
+/// finished. Short next to a connect (a round trip per seed), long next to
+/// a spin.
+const READY_POLL: Duration = Duration::from_millis(10);
 
 /// A handle to a Redis Cluster, or to one standalone server — or the
 /// primary of a Sentinel deployment — that serves every slot (see
@@ -378,6 +403,55 @@ impl Cluster {
     #[must_use]
     pub fn deployment(&self) -> Deployment {
         self.inner.router.deployment()
+    }
+
+    /// Waits until the handle has read the cluster's topology, at most
+    /// `timeout`: at once for a handle built without
+    /// [`lazy_connect`](crate::cluster::ClusterBuilder::lazy_connect), which read it
+    /// in `build`. Until then every call fails with
+    /// [`Error::NotConnectedYet`].
+    ///
+    /// Errors with [`Error::Connect`]: not transient when the seeds refused
+    /// the connection (TLS, credentials), transient when no topology was
+    /// read within `timeout` (the background connect carries on).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> shardlimit::Result<()> {
+    /// use std::time::Duration;
+    /// use shardlimit::Cluster;
+    ///
+    /// // Start serving even if Redis is down; give it 2 s to be ready first.
+    /// let cluster = Cluster::builder(["redis://10.0.0.5:6379"]).lazy_connect(true).build().await?;
+    /// if let Err(err) = cluster.wait_ready(Duration::from_secs(2)).await {
+    ///     eprintln!("starting without Redis for now: {err}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn wait_ready(&self, timeout: Duration) -> Result<()> {
+        let router = &self.inner.router;
+        let wait = async {
+            loop {
+                if router.loaded() {
+                    return Ok(());
+                }
+                match exec::not_connected(router) {
+                    refused @ Error::Connect { .. } => return Err(refused),
+                    _ => router.request_refresh(),
+                }
+                tokio::time::sleep(READY_POLL).await;
+            }
+        };
+        match tokio::time::timeout(timeout, wait).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::Connect {
+                nodes: router.seed_list().to_owned(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no topology within {timeout:?}"),
+                )
+                .into(),
+            }),
+        }
     }
 
     /// Whether one server that is no cluster node serves every slot: a

@@ -220,7 +220,9 @@
 //! * [`cluster`] — the connection: its own routing (one connection per
 //!   node, a node known down fails fast), [`Cluster::eval`] and
 //!   [`Cluster::transaction`] (the only two ways the crate talks to Redis),
-//!   topology, stats, environment variables.
+//!   topology, stats, environment variables, the pub/sub subscriber. It
+//!   knows no feature: the layers above keep their state per handle in its
+//!   extension slot.
 //! * `scripts` — the Lua scripts, one file per operation, and their loader.
 //! * [`health`] — [`Cluster::health`]: is the cluster fit to hold locks.
 //! * [`admin`] — the scanner: every primitive on every master, audit, reset;
