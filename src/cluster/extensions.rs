@@ -62,13 +62,18 @@ impl Cluster {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn one_value_per_type_shared_by_clones_made_once() {
-        let cluster = Cluster::builder(["redis://127.0.0.1:1"])
+    /// A handle that never connects: the slot needs no server.
+    async fn unconnected() -> Cluster {
+        Cluster::builder(["redis://127.0.0.1:1"])
             .lazy_connect(true)
             .build()
             .await
-            .unwrap();
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn one_value_per_type_shared_by_clones_made_once() {
+        let cluster = unconnected().await;
         let first = cluster.extension(|| String::from("first"));
         let again = cluster.clone().extension(|| String::from("second"));
         assert!(Arc::ptr_eq(&first, &again));
@@ -90,11 +95,7 @@ mod tests {
 
     #[tokio::test]
     async fn stats_show_the_first_counts_told() {
-        let cluster = Cluster::builder(["redis://127.0.0.1:1"])
-            .lazy_connect(true)
-            .build()
-            .await
-            .unwrap();
+        let cluster = unconnected().await;
         assert!(cluster.stats().primitives.is_empty());
         cluster.show_primitives(Arc::new(Counts("first")));
         cluster.clone().show_primitives(Arc::new(Counts("second")));

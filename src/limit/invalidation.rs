@@ -111,7 +111,8 @@ pub(crate) struct Invalidations {
 
 impl Invalidations {
     /// The hub of `cluster`'s handle and its clones, made on first use.
-    /// Takes the extension slot's lock: a limiter keeps the `Arc`.
+    /// Takes the extension slot's lock: not for the check path, where a
+    /// deny cache or slice table holds the `Arc` it got when built.
     pub(crate) fn of(cluster: &Cluster) -> Arc<Invalidations> {
         cluster.extension(|| Invalidations::new(cluster.namespace()))
     }
