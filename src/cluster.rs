@@ -9,6 +9,27 @@
 //! `Cluster`, `ClusterBuilder` and `Deployment` are also at the crate root;
 //! the rest is here for services that write their own scripts or watch
 //! the connection.
+//!
+//! The transport knows no feature: it routes, connects, sends, follows
+//! redirects and undoes. What the layers above keep per handle (the
+//! primitives' outcome counts, the deny caches' invalidation hub, the
+//! throttled reporters) they keep in the handle's extension slot, and what
+//! the transport reports to them or shows of them goes through traits
+//! defined here (the subscriber's channel sink, the primitives' counts in
+//! [`Stats`]); `tests/layout.rs` checks that nothing here imports them.
+//!
+//! The handle's methods live in this file, except where a method is the
+//! door to a concept that has a file of its own in this folder, with the
+//! docs, types and machinery the method shares: `batch.rs`
+//! ([`Cluster::eval_many`] and the failure table of its pipelines),
+//! `probe.rs` (a fresh look at one node, outside its lanes, for
+//! [`Cluster::health`]), `builder.rs` and `builder/env.rs` (the
+//! constructors, beside the settings and variables they read),
+//! `extensions.rs` (the slot the layers above keep their state in) and
+//! `subscriber.rs` (following pub/sub channels for a layer above).
+//! `Cluster::health` itself is in [`health`](crate::health), above the
+//! transport: its report judges fitness for locks, and the transport could
+//! not name it without a loop of imports.
 
 mod access;
 mod batch;
@@ -17,10 +38,8 @@ mod call;
 mod deployment;
 mod exec;
 mod extensions;
-mod invalidation;
 mod node;
 mod probe;
-mod ready;
 mod router;
 mod socket;
 mod stats;
@@ -46,21 +65,25 @@ pub use self::deployment::Deployment;
 use self::exec::Payload;
 pub(crate) use self::exec::Undo;
 use self::extensions::Extensions;
-pub(crate) use self::invalidation::{Invalidations, Listener, SLICES_PART};
 pub use self::node::NodeState;
 pub(crate) use self::probe::Probe;
 use self::router::Router;
-pub use self::stats::Stats;
+pub(crate) use self::stats::PrimitiveCounts;
+pub use self::stats::{PrimitiveStats, Stats};
+pub(crate) use self::subscriber::ChannelSink;
 use self::subscriber::SubscriberConfig;
 pub use self::topology::{NodeAddr, Shard, Topology};
 pub use self::transaction::{Transaction, TxCommand};
 use crate::error::{Error, Result};
 use crate::keys::{KeyBuilder, KeySet, SubjectHasher};
 use crate::metrics::ClusterMetrics;
-pub use crate::outcomes::PrimitiveStats;
-use crate::outcomes::{Outcomes, Registry};
 use crate::scripts::TRANSACTION_OP;
 pub use crate::scripts::{NO_ARGS, Script};
+
+/// How often [`Cluster::wait_ready`] looks whether the background connect
+/// finished. Short next to a connect (a round trip per seed), long next to
+/// a spin.
+const READY_POLL: Duration = Duration::from_millis(10);
 
 /// A handle to a Redis Cluster, or to one standalone server — or the
 /// primary of a Sentinel deployment — that serves every slot (see
@@ -153,10 +176,7 @@ struct Inner {
     /// What credentials are limited under: the subject secret's digests.
     subject_hasher: SubjectHasher,
     command_timeout: Duration,
-    registry: Registry,
     metrics: ClusterMetrics,
-    /// Where deny caches learn of changes made elsewhere.
-    invalidations: Arc<Invalidations>,
     subscriber: SubscriberConfig,
     /// What the layers above keep per handle (see extensions.rs).
     extensions: Extensions,
@@ -225,8 +245,10 @@ impl Cluster {
     /// every node.
     #[must_use]
     pub fn stats(&self) -> Stats {
+        // The counts are kept above the transport (`outcomes.rs`, in the
+        // extension slot), which shows them here through `PrimitiveCounts`.
         Stats {
-            primitives: self.inner.registry.snapshot(),
+            primitives: self.inner.extensions.primitives(),
             nodes: self.nodes(),
             topology_refreshes: self.inner.router.refreshes(),
         }
@@ -235,11 +257,6 @@ impl Cluster {
     /// Whether `other` is this handle or a clone of it.
     pub(crate) fn same_connection(&self, other: &Cluster) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
-    }
-
-    /// The outcome counts of primitive `kind`/`name`.
-    pub(crate) fn outcomes(&self, kind: &str, name: &str) -> Arc<Outcomes> {
-        self.inner.registry.outcomes(kind, name)
     }
 
     /// Runs `script` with `KEYS` = `keys` and `ARGV` = `args` on the master
@@ -407,6 +424,55 @@ impl Cluster {
         self.inner.router.deployment()
     }
 
+    /// Waits until the handle has read the cluster's topology, at most
+    /// `timeout`: at once for a handle built without
+    /// [`lazy_connect`](crate::cluster::ClusterBuilder::lazy_connect), which read it
+    /// in `build`. Until then every call fails with
+    /// [`Error::NotConnectedYet`].
+    ///
+    /// Errors with [`Error::Connect`]: not transient when the seeds refused
+    /// the connection (TLS, credentials), transient when no topology was
+    /// read within `timeout` (the background connect carries on).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> shardlimit::Result<()> {
+    /// use std::time::Duration;
+    /// use shardlimit::Cluster;
+    ///
+    /// // Start serving even if Redis is down; give it 2 s to be ready first.
+    /// let cluster = Cluster::builder(["redis://10.0.0.5:6379"]).lazy_connect(true).build().await?;
+    /// if let Err(err) = cluster.wait_ready(Duration::from_secs(2)).await {
+    ///     eprintln!("starting without Redis for now: {err}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn wait_ready(&self, timeout: Duration) -> Result<()> {
+        let router = &self.inner.router;
+        let wait = async {
+            loop {
+                if router.loaded() {
+                    return Ok(());
+                }
+                match exec::not_connected(router) {
+                    refused @ Error::Connect { .. } => return Err(refused),
+                    _ => router.request_refresh(),
+                }
+                tokio::time::sleep(READY_POLL).await;
+            }
+        };
+        match tokio::time::timeout(timeout, wait).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::Connect {
+                nodes: router.seed_list().to_owned(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no topology within {timeout:?}"),
+                )
+                .into(),
+            }),
+        }
+    }
+
     /// Whether one server that is no cluster node serves every slot: a
     /// standalone server or a Sentinel primary (no cluster commands).
     pub(crate) fn is_standalone(&self) -> bool {
@@ -478,34 +544,6 @@ impl Cluster {
             call::node_request(&target, op, request, self.command_timeout(), &**router).await;
         self.inner.metrics.observe(&op.into(), started, &outcome);
         outcome
-    }
-
-    /// The hub of deny-cache invalidations shared by this handle's clones.
-    pub(crate) fn invalidations(&self) -> &Arc<Invalidations> {
-        &self.inner.invalidations
-    }
-
-    /// Starts following other processes' invalidations (once; needs a
-    /// running tokio runtime, else the next call tries again).
-    pub(crate) fn follow_invalidations(&self) {
-        if !self.inner.invalidations.is_started() {
-            subscriber::start(
-                &self.inner.invalidations,
-                &self.inner.router,
-                &self.inner.subscriber,
-            );
-        }
-    }
-
-    /// How a script on `slot` tells every process's deny caches: the
-    /// command and the channel.
-    pub(crate) fn invalidation_channel(&self, slot: u16) -> (&'static str, String) {
-        let hub = &self.inner.invalidations;
-        if self.is_standalone() {
-            ("PUBLISH", hub.server_channel())
-        } else {
-            ("SPUBLISH", hub.slot_channel(slot))
-        }
     }
 
     async fn run(&self, op: Cow<'static, str>, slot: u16, payload: Payload<'_>) -> Result<Value> {

@@ -7,6 +7,11 @@
 //! is impossible without a connected replica. This report checks both, per
 //! master: a Redis restart without AOF loses every lock at once, and the
 //! jobs holding them do not find out.
+//!
+//! [`Cluster::health`] and its kin are the handle's methods, written here
+//! beside the report they make and judge: the transport below asks the
+//! nodes (`cluster/probe.rs`) and cannot name a [`Health`] without
+//! importing this module back.
 
 use std::time::Duration;
 

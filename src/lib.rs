@@ -208,7 +208,8 @@
 //! Each module's room, in one line:
 //!
 //! * [`limit`] — rate limiters: [`RateLimiter`], [`MultiLimiter`], [`Quota`],
-//!   [`Decision`], one file per algorithm and the script protocol.
+//!   [`Decision`], one file per algorithm and the script protocol; the deny
+//!   cache, quota slices and the hub of invalidations they listen on.
 //! * [`lock`] — [`Lock`]: fenced locks, watchdog, replica acknowledgement.
 //! * [`lease`] — [`LeaseLimiter`]: at most N leases per subject.
 //! * [`counter`] — [`Counter`]: add / drain / get, the drain keeps the TTL.
@@ -219,7 +220,9 @@
 //! * [`cluster`] — the connection: its own routing (one connection per
 //!   node, a node known down fails fast), [`Cluster::eval`] and
 //!   [`Cluster::transaction`] (the only two ways the crate talks to Redis),
-//!   topology, stats, environment variables.
+//!   topology, stats, environment variables, the pub/sub subscriber. It
+//!   knows no feature: the layers above keep their state per handle in its
+//!   extension slot.
 //! * `scripts` — the Lua scripts, one file per operation, and their loader.
 //! * [`health`] — [`Cluster::health`]: is the cluster fit to hold locks.
 //! * [`admin`] — the scanner: every primitive on every master, audit, reset;

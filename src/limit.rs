@@ -210,6 +210,7 @@ mod catalog;
 mod check;
 mod decision;
 mod deny_cache;
+pub(crate) mod invalidation;
 mod limiter;
 mod local;
 mod migrating;

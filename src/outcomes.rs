@@ -1,40 +1,20 @@
-//! Outcome counts per primitive, behind [`Cluster::stats`](crate::Cluster::stats).
+//! Outcome counts per primitive, behind [`Cluster::stats`].
 //!
 //! Each primitive registers once, when it is built, and keeps an `Arc` to its
 //! counters, so recording an outcome is one relaxed atomic increment.
+//!
+//! The counts are a feature's, not the transport's: the [`Registry`] of a
+//! handle (and its clones) lives in the handle's extension slot, made by
+//! the first primitive built on it, and is shown by [`Cluster::stats`]
+//! through [`PrimitiveCounts`], which the transport defines.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::cluster::{Cluster, PrimitiveCounts, PrimitiveStats};
 use crate::metrics::{DecisionMetrics, Outcome};
 use crate::warn::WarnLimiter;
-
-/// Counts of one primitive's outcomes since the [`Cluster`](crate::Cluster)
-/// was built.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct PrimitiveStats {
-    /// The primitive's kind, e.g. `gcra`, `lock`.
-    pub kind: String,
-    /// Its name.
-    pub name: String,
-    /// Requests admitted (locks: acquired; counters: operations done).
-    pub allowed: u64,
-    /// Requests Redis refused (locks: held elsewhere).
-    pub denied: u64,
-    /// Requests refused from the local deny cache, without Redis; not also
-    /// counted in `denied`.
-    pub denied_cached: u64,
-    /// Shadow mode: requests Redis refused and that were let through; not
-    /// also counted in `allowed` or `denied`.
-    pub would_deny: u64,
-    /// Requests admitted without Redis under
-    /// [`FailurePolicy::FailOpen`](crate::FailurePolicy::FailOpen).
-    pub bypassed: u64,
-    /// Errors returned to the caller.
-    pub errors: u64,
-}
 
 /// Live outcome counts of one primitive (what [`PrimitiveStats`] snapshots).
 #[derive(Debug)]
@@ -156,6 +136,15 @@ pub(crate) struct Registry {
 }
 
 impl Registry {
+    /// The registry of `cluster`'s handle and its clones, made on first
+    /// use and shown in its [`Stats`](crate::cluster::Stats). Takes the
+    /// extension slot's lock: for building a primitive, not for deciding.
+    pub(crate) fn of(cluster: &Cluster) -> Arc<Registry> {
+        let registry = cluster.extension(Registry::default);
+        cluster.show_primitives(registry.clone());
+        registry
+    }
+
     /// The outcomes of `kind`/`name`, created on first use. Primitives with
     /// the same kind and name share them (they share their keys too).
     pub(crate) fn outcomes(&self, kind: &str, name: &str) -> Arc<Outcomes> {
@@ -165,9 +154,16 @@ impl Registry {
             .clone()
     }
 
+    /// Every primitive's counts now, sorted by kind and name.
     pub(crate) fn snapshot(&self) -> Vec<PrimitiveStats> {
         let map = self.outcomes.lock().unwrap_or_else(PoisonError::into_inner);
         map.values().map(|c| c.snapshot()).collect()
+    }
+}
+
+impl PrimitiveCounts for Registry {
+    fn snapshot(&self) -> Vec<PrimitiveStats> {
+        Registry::snapshot(self)
     }
 }
 

@@ -11,7 +11,7 @@ use crate::backoff::Backoff;
 use crate::cluster::{Cluster, Undo};
 use crate::error::{Error, Result};
 use crate::keys::{KeyId, KeySet};
-use crate::outcomes::Outcomes;
+use crate::outcomes::{Outcomes, Registry};
 use crate::scripts::Script;
 
 /// What a primitive (a limiter, lock, lease or counter) is made of: the
@@ -28,7 +28,7 @@ impl Core {
     /// The core of the primitive `id` on `cluster`; primitives of the same
     /// kind and name share their outcome counts (they share their keys too).
     pub(crate) fn new(cluster: Cluster, id: KeyId) -> Self {
-        let outcomes = cluster.outcomes(id.kind(), id.name());
+        let outcomes = Registry::of(&cluster).outcomes(id.kind(), id.name());
         Core {
             cluster,
             id,

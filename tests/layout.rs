@@ -549,13 +549,30 @@ fn every_script_documents_keys_argv_and_reply() {
 }
 
 /// Imports the layers may not make, `(from, to)` by module path prefix:
-/// the transport (`cluster`) knows no feature built on it, and an
-/// algorithm knows nothing of the admin tools that read its state.
-const FORBIDDEN: [(&[&str], &[&str]); 4] = [
+/// the transport (`cluster`) knows no feature built on it — not the
+/// limiters (nor their deny caches' invalidation hub, `limit::invalidation`),
+/// the primitives and their outcome counts, the throttled reporters, the
+/// admin tools, the health report or the HTTP and gRPC layers; they keep
+/// their state in its extension slot and hear from it through traits it
+/// defines — and an algorithm knows nothing of the admin tools that read
+/// its state.
+const FORBIDDEN: [(&[&str], &[&str]); 16] = [
     (&["cluster"], &["throttled"]),
     (&["cluster"], &["limit"]),
     (&["cluster"], &["admin"]),
+    (&["cluster"], &["outcomes"]),
+    (&["cluster"], &["usage"]),
+    (&["cluster"], &["primitive"]),
+    (&["cluster"], &["policy"]),
+    (&["cluster"], &["lock"]),
+    (&["cluster"], &["lease"]),
+    (&["cluster"], &["counter"]),
+    (&["cluster"], &["count"]),
+    (&["cluster"], &["health"]),
+    (&["cluster"], &["tower"]),
+    (&["cluster"], &["tonic"]),
     (&["limit", "algorithm"], &["admin"]),
+    (&["limit", "invalidation"], &["admin"]),
 ];
 
 #[test]
@@ -576,7 +593,8 @@ fn the_transport_knows_no_feature_and_an_algorithm_no_admin_tool() {
         }
     }
     assert!(found.is_empty(), "forbidden imports: {}", found.join(", "));
-    // The rule sees imports: the algorithms' modules do import crate paths.
+    // The rule sees imports: the algorithms' modules do import crate paths,
+    // and the layers the transport carries import it.
     let algorithm = vec![
         "limit".to_owned(),
         "algorithm".to_owned(),
@@ -586,4 +604,13 @@ fn the_transport_knows_no_feature_and_an_algorithm_no_admin_tool() {
         edges.get(&algorithm).is_some_and(|tos| !tos.is_empty()),
         "{edges:?}"
     );
+    let cluster = vec!["cluster".to_owned()];
+    for above in [&["limit", "invalidation"][..], &["outcomes"]] {
+        let above: Module = above.iter().map(|p| (*p).to_owned()).collect();
+        assert!(
+            edges.get(&above).is_some_and(|tos| tos.contains(&cluster)),
+            "{} should import cluster: {edges:?}",
+            name(&above)
+        );
+    }
 }

@@ -9,6 +9,7 @@ use super::scanner::Scanner;
 use crate::cluster::{Transaction, TxCommand};
 use crate::error::{Error, Result};
 use crate::keys::{KeyId, KeySet};
+use crate::limit::invalidation::{Invalidations, publish_to};
 use crate::limit::{Algorithm, SubjectSettings};
 use crate::usage::Usage;
 
@@ -160,7 +161,7 @@ impl ResetPlan {
         // Every process's deny cache forgets the rate limiters reset here,
         // as after RateLimiter::reset: one message per limiter, in the same
         // transaction (the channel is in the keys' slot).
-        let (publish, channel) = cluster.invalidation_channel(keys.slot());
+        let (publish, channel) = publish_to(cluster, keys.slot());
         let state_keys = self
             .primitives
             .iter()
@@ -174,8 +175,9 @@ impl ResetPlan {
             tx = tx.command(TxCommand::new(publish).arg(&channel).arg(key));
         }
         let replies: Vec<redis::Value> = cluster.transaction(&keys, &tx).await?;
+        let hub = Invalidations::of(cluster);
         for key in &state_keys {
-            cluster.invalidations().key_changed(key);
+            hub.key_changed(key);
         }
         match replies.first() {
             Some(redis::Value::Int(deleted)) => Ok(u64::try_from(*deleted).unwrap_or(0)),

@@ -19,11 +19,10 @@ use super::node::NodeConfig;
 use super::router::{Router, RouterConfig};
 use super::socket::Connector;
 use super::subscriber::SubscriberConfig;
-use super::{Cluster, Extensions, Inner, Invalidations};
+use super::{Cluster, Extensions, Inner};
 use crate::error::{Error, Result};
 use crate::keys::KeyBuilder;
 use crate::metrics::ClusterMetrics;
-use crate::outcomes::Registry;
 
 impl Cluster {
     /// A builder for the nodes of [`seeds_from_env`](Self::seeds_from_env)
@@ -439,11 +438,9 @@ impl ClusterBuilder {
         Ok(Cluster {
             inner: Arc::new(Inner {
                 router,
-                invalidations: Arc::new(Invalidations::new(keys.namespace())),
                 keys,
                 subject_hasher,
                 command_timeout: self.command_timeout,
-                registry: Registry::default(),
                 metrics: ClusterMetrics::default(),
                 subscriber,
                 extensions: Extensions::default(),

@@ -1,25 +1,29 @@
-//! The background task that follows the invalidation channels of
-//! [`Invalidations`] for the deny caches of one [`Cluster`](super::Cluster)
-//! handle (and its clones). Started by the first deny cache that checks;
-//! ends when the handle is gone (it holds only `Weak` references).
+//! The background task that follows a set of pub/sub channels for the
+//! layers above the transport — one per slot on a cluster, one per server
+//! otherwise — and tells a [`ChannelSink`] what it hears and which slots it
+//! follows now (the deny caches' hub, `limit/invalidation.rs`, is the one
+//! sink). Started once per sink by [`Cluster::follow_channels`]; ends when
+//! the handle or the sink is gone (it holds only `Weak` references).
 //!
 //! * A cluster: one RESP3 connection of its own per master, opened to the
 //!   node that owns the slots **in the router's table now**, and on it one
-//!   `SSUBSCRIBE` per slot that node owns. A slot is live (its denials may
-//!   be cached and answered) only from the confirmation of its own
-//!   subscription, and only while all of this holds: the router still
+//!   `SSUBSCRIBE` per slot that node owns, to the sink's channel of that
+//!   slot. A slot is live (reported [`gained`](ChannelSink::gained)) only
+//!   from the confirmation of its own subscription, and only while all of
+//!   this holds: the router still
 //!   names that node as the slot's owner, the router does not hold the
 //!   node down, the server has not dropped the channel (`SUNSUBSCRIBE`: the
 //!   slot moved), and the connection answers a `PING` every
 //!   [`PING_INTERVAL`] within [`PING_TIMEOUT`] — a hung (stopped) master
 //!   closes nothing, so only a health check notices it. A slot that stops
-//!   being live clears the caches and is subscribed again on its owner (per
+//!   being live is reported [`lost`](ChannelSink::lost) and is subscribed
+//!   again on its owner (per
 //!   the router, which a refused subscription asks to look again), retried
 //!   with a backoff per node until it is confirmed.
-//!   Checks never go through these connections: a stall here delays
-//!   invalidations, never a decision.
+//!   Requests never go through these connections: a stall here delays
+//!   messages, never a call.
 //! * A standalone server or Sentinel primary: one `SUBSCRIBE` to the
-//!   server's channel, on the node serving the slots now; when that node
+//!   sink's server channel, on the node serving the slots now; when that node
 //!   changes (a Sentinel failover) or the connection ends, it subscribes
 //!   again on the new one. This connection has no `PING` health check yet:
 //!   a hung primary is noticed when the router names another one.
@@ -32,7 +36,7 @@ use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::invalidation::Invalidations;
+use super::Cluster;
 use super::node::Node;
 use super::router::Router;
 use crate::keys::{SLOT_COUNT, slot};
@@ -60,21 +64,52 @@ const RETRY_MAX: Duration = Duration::from_secs(5);
 /// The wait before following a standalone server again after a failure.
 const RETRY_AFTER: Duration = Duration::from_millis(500);
 
+/// What the subscriber follows and where what it hears goes: implemented
+/// above the transport (by the deny caches' hub), so that the transport
+/// names no feature. Called from the subscriber's tasks: each method must
+/// be quick and must not block.
+pub(crate) trait ChannelSink: Send + Sync {
+    /// The shard channel followed for `slot`; it must hash to `slot`
+    /// (`SSUBSCRIBE` goes to the slot's owner, and a dropped channel's slot
+    /// is told by its name).
+    fn slot_channel(&self, slot: u16) -> String;
+    /// The one channel followed on a standalone server or Sentinel primary.
+    fn server_channel(&self) -> String;
+    /// A message came on a followed channel.
+    fn message(&self, payload: &[u8]);
+    /// `slots`' channels are no longer followed on their owners (lost, or
+    /// never confirmed): their messages may be missed from now on.
+    fn lost(&self, slots: &[u16]);
+    /// No channel is followed any more.
+    fn lost_all(&self);
+    /// `slot`'s channel is followed (again): its owner confirmed it.
+    fn gained(&self, slot: u16);
+    /// The server's one channel is followed: every slot's messages come.
+    fn gained_all(&self);
+}
+
 /// What the subscriber needs beyond the router.
 #[derive(Clone)]
 pub(crate) struct SubscriberConfig {
     pub(crate) connect_timeout: Duration,
 }
 
-/// Starts following the channels, once per hub, if a runtime is running.
-pub(crate) fn start(hub: &Arc<Invalidations>, router: &Arc<Router>, config: &SubscriberConfig) {
+impl Cluster {
+    /// Follows `sink`'s channels in the background, as the module docs
+    /// say, until this handle or the sink is gone. The caller starts it
+    /// once per sink, from within a tokio runtime (without one nothing
+    /// starts).
+    pub(crate) fn follow_channels(&self, sink: Weak<dyn ChannelSink>) {
+        start(sink, &self.inner.router, &self.inner.subscriber);
+    }
+}
+
+/// Starts following the channels, if a runtime is running.
+fn start(sink: Weak<dyn ChannelSink>, router: &Arc<Router>, config: &SubscriberConfig) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    if !hub.claim_start() {
-        return;
-    }
-    let (hub, router, config) = (Arc::downgrade(hub), Arc::downgrade(router), config.clone());
+    let (router, config) = (Arc::downgrade(router), config.clone());
     runtime.spawn(async move {
         // A subscription that keeps failing (a missing ACL permission, say)
         // leaves the deny caches off: said, at most every few seconds.
@@ -85,13 +120,13 @@ pub(crate) fn start(hub: &Arc<Invalidations>, router: &Arc<Router>, config: &Sub
                 None => return,
             };
             let ended = if standalone {
-                follow_server(&hub, &router, &config).await
+                follow_server(&sink, &router, &config).await
             } else {
-                follow_cluster(&hub, &router, &warn).await;
+                follow_cluster(&sink, &router, &warn).await;
                 Ok(())
             };
-            match hub.upgrade() {
-                Some(hub) => hub.lost_all(),
+            match sink.upgrade() {
+                Some(sink) => sink.lost_all(),
                 None => return,
             }
             if let Err(err) = ended {
@@ -132,7 +167,7 @@ struct Retry {
 
 /// The cluster subscriber's state, driven by one task.
 struct Follower<'a> {
-    hub: &'a Weak<Invalidations>,
+    sink: &'a Weak<dyn ChannelSink>,
     router: &'a Weak<Router>,
     warn: &'a crate::warn::WarnLimiter,
     events: mpsc::UnboundedSender<Event>,
@@ -150,16 +185,16 @@ struct Follower<'a> {
     dirty: bool,
 }
 
-/// Follows a cluster's slot channels until the hub or the router is gone,
+/// Follows a cluster's slot channels until the sink or the router is gone,
 /// or the deployment turns out to be no cluster.
 async fn follow_cluster(
-    hub: &Weak<Invalidations>,
+    sink: &Weak<dyn ChannelSink>,
     router: &Weak<Router>,
     warn: &crate::warn::WarnLimiter,
 ) {
     let (events, mut rx) = mpsc::unbounded_channel();
     let mut follower = Follower {
-        hub,
+        sink,
         router,
         warn,
         events,
@@ -193,7 +228,7 @@ impl Follower<'_> {
     /// drops what no longer holds and subscribes what is missing. False
     /// when the task should end.
     fn tick(&mut self) -> bool {
-        let (Some(hub), Some(router)) = (self.hub.upgrade(), self.router.upgrade()) else {
+        let (Some(sink), Some(router)) = (self.sink.upgrade(), self.router.upgrade()) else {
             return false;
         };
         if router.is_standalone() {
@@ -255,7 +290,7 @@ impl Follower<'_> {
                 }
             }
         }
-        hub.lost(lost);
+        sink.lost(&lost);
         // Connections to nodes that own nothing now (a failed-over master,
         // a node whose slots all moved) are closed.
         self.conns.retain(|addr, _| owners.contains_key(addr));
@@ -277,21 +312,22 @@ impl Follower<'_> {
                     }
                     let channels: Vec<(u16, String)> = slots
                         .into_iter()
-                        .map(|s| (s, hub.slot_channel(s)))
+                        .map(|s| (s, sink.slot_channel(s)))
                         .collect();
                     tokio::spawn(subscribe(conn, id, channels, self.events.clone()));
                 }
             }
         }
-        self.report_all_live(&hub);
         self.compared = Some(version);
         self.nodes = seen.into_iter().map(|(node, up, _)| (node, !up)).collect();
         // Anything not live yet (pending, refused, waiting for a retry, or
         // without an owner) is looked at again next tick.
-        self.dirty = !self
+        let all_live = self
             .slots
             .iter()
             .all(|state| matches!(state, SlotState::Live(_)));
+        self.report_all_live(all_live);
+        self.dirty = !all_live;
         true
     }
 
@@ -308,17 +344,17 @@ impl Follower<'_> {
             },
         );
         let events = self.events.clone();
-        let hub = self.hub.clone();
+        let sink = self.sink.clone();
         tokio::spawn(async move {
             let pushes = events.clone();
             // A message is applied where it is read, by the connection's
             // own task: never behind the follower's other work.
             let push = move |push: PushInfo| {
                 if push.kind == PushKind::SMessage {
-                    if let (Some(hub), Some(Value::BulkString(message))) =
-                        (hub.upgrade(), push.data.get(1))
+                    if let (Some(sink), Some(Value::BulkString(message))) =
+                        (sink.upgrade(), push.data.get(1))
                     {
-                        hub.key_changed(message);
+                        sink.message(message);
                     }
                     return Ok(());
                 }
@@ -339,7 +375,7 @@ impl Follower<'_> {
 
     /// Connection `id` failed: closed, its slots lost, its node retried
     /// after a backoff.
-    fn drop_conn(&mut self, id: u64, hub: &Invalidations) {
+    fn drop_conn(&mut self, id: u64, sink: &dyn ChannelSink) {
         if let Some(addr) = self.addr_of(id) {
             self.conns.remove(&addr);
             self.back_off(&addr);
@@ -355,7 +391,7 @@ impl Follower<'_> {
                 _ => {}
             }
         }
-        hub.lost(lost);
+        sink.lost(&lost);
     }
 
     fn back_off(&mut self, addr: &str) {
@@ -369,7 +405,7 @@ impl Follower<'_> {
 
     /// False when the task should end.
     fn handle(&mut self, event: Event) -> bool {
-        let Some(hub) = self.hub.upgrade() else {
+        let Some(sink) = self.sink.upgrade() else {
             return false;
         };
         // Whatever happened, the next tick compares again.
@@ -385,14 +421,14 @@ impl Follower<'_> {
                         if matches!(*state, SlotState::Live(on) | SlotState::Pending(on) if on == id)
                         {
                             *state = SlotState::Off;
-                            hub.lost([slot]);
+                            sink.lost(&[slot]);
                             if let Some(router) = self.router.upgrade() {
                                 router.request_refresh();
                             }
                         }
                     }
                 }
-                PushKind::Disconnection => self.drop_conn(id, &hub),
+                PushKind::Disconnection => self.drop_conn(id, &*sink),
                 _ => {}
             },
             Event::Opened(id, opened) => {
@@ -420,7 +456,7 @@ impl Follower<'_> {
                     }
                 }
             }
-            Event::Dead(id) => self.drop_conn(id, &hub),
+            Event::Dead(id) => self.drop_conn(id, &*sink),
             Event::Subscribed(id, slot, outcome) => {
                 let state = &mut self.slots[usize::from(slot)];
                 if *state != SlotState::Pending(id) {
@@ -429,11 +465,10 @@ impl Follower<'_> {
                 match outcome {
                     Ok(()) => {
                         *state = SlotState::Live(id);
-                        hub.gained(slot);
+                        sink.gained(slot);
                         if let Some(addr) = self.addr_of(id) {
                             self.retry.remove(&addr);
                         }
-                        self.report_all_live(&hub);
                     }
                     Err(err) => {
                         *state = SlotState::Off;
@@ -468,8 +503,9 @@ impl Follower<'_> {
         true
     }
 
-    fn report_all_live(&mut self, hub: &Invalidations) {
-        let all = hub.is_all_live();
+    /// Says so when every slot has just become live: at the first tick
+    /// after the last confirmation, which compares every slot anyway.
+    fn report_all_live(&mut self, all: bool) {
         if all && !self.all_live {
             tracing::debug!(
                 channels = SLOT_COUNT,

@@ -7,6 +7,7 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use super::algorithm;
+use super::invalidation::{Invalidations, publish_to};
 use super::limiter::RateLimiter;
 use super::quota::Quota;
 use super::script::LimitSpec;
@@ -166,7 +167,7 @@ impl RateLimiter {
         let spec = self.spec();
         let core = self.core();
         let keys = core.key_set(subject, [&spec.override_id, &spec.block_id])?;
-        let (publish, channel) = self.cluster().invalidation_channel(keys.slot());
+        let (publish, channel) = publish_to(self.cluster(), keys.slot());
         let quota = match op {
             Op::Override(quota, _) => quota,
             _ => spec.quota,
@@ -193,7 +194,7 @@ impl RateLimiter {
         );
         let reply: (String, i64, i64) = core.eval(&algorithm::LIMIT_ADJUST, &keys, args).await?;
         if !matches!(op, Op::Read) {
-            self.cluster().invalidations().key_changed(&keys.keys()[0]);
+            Invalidations::of(self.cluster()).key_changed(&keys.keys()[0]);
         }
         parse_settings(&reply)
     }

@@ -6,13 +6,14 @@
 //! docs](crate::limit#deny-cache). Here: the entries (one per subject,
 //! expiring when their denial ends), the ticket that keeps a denial whose
 //! check raced an invalidation out, and the listener that forgets subjects
-//! when the hub (`cluster/invalidation.rs`) hears of a change.
+//! when the hub (`limit/invalidation.rs`) hears of a change.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::decision::MultiDecision;
-use crate::cluster::{Cluster, Invalidations, Listener};
+use super::invalidation::{Invalidations, Listener};
+use crate::cluster::Cluster;
 use crate::keys::subject_slot;
 
 /// How long the same request is denied for sure, if Redis denied it (not
@@ -127,12 +128,12 @@ impl DenyCache {
             .expire_after(UntilDenialEnds)
             .build();
         let entries = Arc::new(Entries { cache, limits });
-        let hub = cluster.invalidations().clone();
+        let hub = Invalidations::of(cluster);
         let listener: Arc<dyn Listener> = entries.clone();
         hub.register(Arc::downgrade(&listener));
         // Subscribing takes a moment (a command per slot): start now, if a
         // runtime is running, rather than at the first check.
-        cluster.follow_invalidations();
+        hub.follow(cluster);
         DenyCache {
             entries,
             hub,
@@ -148,7 +149,7 @@ impl DenyCache {
         fingerprint: u64,
         cost: u32,
     ) -> Option<MultiDecision> {
-        self.cluster.follow_invalidations();
+        self.hub.follow(&self.cluster);
         let entry = self.entries.cache.get(subject)?;
         // Its slot's invalidations may be missed now (the entry goes with
         // the rest of the cache, but maybe not yet).

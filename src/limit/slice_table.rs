@@ -13,11 +13,12 @@ use rand::Rng;
 
 use super::algorithm;
 use super::decision::Decision;
+use super::invalidation::{Invalidations, Listener, SLICES_PART, publish_to};
 use super::quota::Quota;
 use super::script::LimitSpec;
 use super::slice_reply::{Denial, Held, Slice, TakeReply, admitted, denied, local, revoke, spent};
 use super::slices::Slices;
-use crate::cluster::{Cluster, Invalidations, Listener, SLICES_PART};
+use crate::cluster::Cluster;
 use crate::error::Result;
 use crate::keys::{KeyId, KeySet, subject_slot};
 
@@ -63,12 +64,12 @@ impl SliceTable {
             cluster: cluster.clone(),
             ids,
             subjects: RwLock::new(HashMap::new()),
-            hub: cluster.invalidations().clone(),
+            hub: Invalidations::of(cluster),
             sweeping: AtomicBool::new(false),
         });
         let listener: Arc<dyn Listener> = table.clone();
         table.hub.register(Arc::downgrade(&listener));
-        cluster.follow_invalidations();
+        table.hub.follow(cluster);
         Ok(table)
     }
 
@@ -329,7 +330,7 @@ impl SliceTable {
         quota: Quota,
         old: Option<&Slice>,
     ) -> Vec<Vec<u8>> {
-        let (publish, channel) = self.cluster.invalidation_channel(keys.slot());
+        let (publish, channel) = publish_to(&self.cluster, keys.slot());
         let (member, unused) = old.map_or((String::new(), 0), |s| (s.member.clone(), s.left));
         let micros = |q: Quota| u64::try_from(q.period().as_micros()).unwrap_or(u64::MAX);
         // The quota the given-back slice was taken under, which prices it.

@@ -14,6 +14,7 @@ use super::wire;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::keys::{KeyId, KeySet, ParsedKey};
+use crate::outcomes::Registry;
 use crate::scripts::{NO_ARGS, THROTTLED_INDEX, THROTTLED_PUBLISH, THROTTLED_READ};
 
 /// How often a process publishes its report.
@@ -61,7 +62,7 @@ pub(crate) fn recorder(
     name: &str,
     window: Duration,
 ) -> Arc<Recorder> {
-    let outcomes = cluster.outcomes(kind, name);
+    let outcomes = Registry::of(cluster).outcomes(kind, name);
     Reporters::recorder(&reporters(cluster), kind, name, window, outcomes)
 }
 

@@ -4,29 +4,28 @@ use std::sync::{Arc, Weak};
 
 use futures::StreamExt;
 
-use super::{SubscriberConfig, WATCH_INTERVAL, timed_out};
-use crate::cluster::invalidation::Invalidations;
+use super::{ChannelSink, SubscriberConfig, WATCH_INTERVAL, timed_out};
 use crate::cluster::router::Router;
 
 /// Follows the one channel of a standalone server or Sentinel primary,
 /// until that server changes or the connection ends.
 pub(super) async fn follow_server(
-    hub: &Weak<Invalidations>,
+    sink: &Weak<dyn ChannelSink>,
     router: &Weak<Router>,
     config: &SubscriberConfig,
 ) -> redis::RedisResult<()> {
     let Some(node) = router.upgrade().and_then(|r| r.owner(0)) else {
         return Err(timed_out("no server serves the slots yet"));
     };
-    let Some(channel) = hub.upgrade().map(|h| h.server_channel()) else {
+    let Some(channel) = sink.upgrade().map(|s| s.server_channel()) else {
         return Ok(());
     };
     let mut pubsub = tokio::time::timeout(config.connect_timeout, node.pubsub())
         .await
         .map_err(|_| timed_out("connecting the invalidation subscriber"))??;
     pubsub.subscribe(&channel).await?;
-    match hub.upgrade() {
-        Some(hub) => hub.gained_all(),
+    match sink.upgrade() {
+        Some(sink) => sink.gained_all(),
         None => return Ok(()),
     }
     let mut messages = pubsub.into_on_message();
@@ -38,7 +37,7 @@ pub(super) async fn follow_server(
                     .upgrade()
                     .and_then(|r| r.owner(0))
                     .is_none_or(|now| !Arc::ptr_eq(&now, &node));
-                if moved || hub.strong_count() == 0 {
+                if moved || sink.strong_count() == 0 {
                     return Ok(());
                 }
                 continue;
@@ -47,8 +46,8 @@ pub(super) async fn follow_server(
         let Some(message) = message else {
             return Err(timed_out("the invalidation subscriber's connection ended"));
         };
-        match hub.upgrade() {
-            Some(hub) => hub.key_changed(message.get_payload_bytes()),
+        match sink.upgrade() {
+            Some(sink) => sink.message(message.get_payload_bytes()),
             None => return Ok(()),
         }
     }

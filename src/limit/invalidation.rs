@@ -3,7 +3,9 @@
 //! override change) is published by the script that makes it, on a channel
 //! in the subject's own slot (`SPUBLISH`; `PUBLISH` on a standalone server
 //! or Sentinel primary), and every process with a deny cache follows those
-//! channels (see [`subscriber`](super::subscriber)).
+//! channels: the hub here is the [`ChannelSink`] of the transport's
+//! subscriber (`cluster/subscriber.rs`), which holds the connections and
+//! reports what it hears and which slots it follows.
 //!
 //! The message is the state key of the limit that changed, so a listener
 //! knows the limiter (kind and name) and the subject; a quota slice giving
@@ -24,10 +26,16 @@
 //! and is cached and answered only while its subject's slot is live: an
 //! invalidation that raced the check's reply, or that could have been
 //! missed, keeps it out.
+//!
+//! It lives here, above the transport, because the deny caches and the
+//! slice tables are its listeners and the limiters' scripts its
+//! publishers; one hub per [`Cluster`] handle (and its clones) is kept in
+//! the handle's extension slot ([`Invalidations::of`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{LazyLock, PoisonError, RwLock, Weak};
+use std::sync::{Arc, LazyLock, PoisonError, RwLock, Weak};
 
+use crate::cluster::{ChannelSink, Cluster};
 use crate::keys::{ParsedKey, SLOT_COUNT, slot};
 
 /// The part of a limit's quota slices key (`<state key>:slices`), whose
@@ -67,8 +75,29 @@ static TAGS: LazyLock<Vec<String>> = LazyLock::new(|| {
     tags
 });
 
-/// The process-wide (per [`Cluster`](crate::Cluster) handle and its clones)
-/// hub of invalidations.
+/// The shard channel of `slot` under `namespace` (cluster deployments).
+fn slot_channel(namespace: &str, slot: u16) -> String {
+    format!("{namespace}:{{{}}}:deny", TAGS[usize::from(slot)])
+}
+
+/// The one channel of a standalone server or Sentinel primary.
+fn server_channel(namespace: &str) -> String {
+    format!("{namespace}:deny")
+}
+
+/// How a script on `slot` tells every process's deny caches and slice
+/// tables of a change: the command (`SPUBLISH`, or `PUBLISH` where one
+/// server serves every slot) and the channel.
+pub(crate) fn publish_to(cluster: &Cluster, slot: u16) -> (&'static str, String) {
+    if cluster.is_standalone() {
+        ("PUBLISH", server_channel(cluster.namespace()))
+    } else {
+        ("SPUBLISH", slot_channel(cluster.namespace(), slot))
+    }
+}
+
+/// The process-wide (per [`Cluster`] handle and its clones) hub of
+/// invalidations.
 pub(crate) struct Invalidations {
     namespace: String,
     epoch: AtomicU64,
@@ -81,7 +110,14 @@ pub(crate) struct Invalidations {
 }
 
 impl Invalidations {
-    pub(crate) fn new(namespace: &str) -> Self {
+    /// The hub of `cluster`'s handle and its clones, made on first use.
+    /// Takes the extension slot's lock: not for the check path, where a
+    /// deny cache or slice table holds the `Arc` it got when built.
+    pub(crate) fn of(cluster: &Cluster) -> Arc<Invalidations> {
+        cluster.extension(|| Invalidations::new(cluster.namespace()))
+    }
+
+    fn new(namespace: &str) -> Self {
         Invalidations {
             namespace: namespace.to_owned(),
             epoch: AtomicU64::new(0),
@@ -90,16 +126,6 @@ impl Invalidations {
             started: AtomicBool::new(false),
             listeners: RwLock::new(Vec::new()),
         }
-    }
-
-    /// The shard channel of `slot` (cluster deployments).
-    pub(crate) fn slot_channel(&self, slot: u16) -> String {
-        format!("{}:{{{}}}:deny", self.namespace, TAGS[usize::from(slot)])
-    }
-
-    /// The one channel of a standalone server or Sentinel primary.
-    pub(crate) fn server_channel(&self) -> String {
-        format!("{}:deny", self.namespace)
     }
 
     /// Bumped by every invalidation and subscription change.
@@ -114,21 +140,26 @@ impl Invalidations {
             .is_some_and(|l| l.load(Ordering::SeqCst))
     }
 
-    /// Whether every slot's channel is followed now.
-    pub(crate) fn is_all_live(&self) -> bool {
-        self.live_count.load(Ordering::SeqCst) == usize::from(SLOT_COUNT)
+    /// Starts the transport's subscriber for this hub, once, so that other
+    /// processes' invalidations reach it. Needs a running tokio runtime:
+    /// without one nothing starts, and the next call tries again. One
+    /// atomic load once started: a check may call it every time.
+    pub(crate) fn follow(self: &Arc<Self>, cluster: &Cluster) {
+        if self.started.load(Ordering::SeqCst) {
+            return;
+        }
+        // The runtime first: a call without one must not take the start
+        // from a concurrent call with one.
+        if tokio::runtime::Handle::try_current().is_err()
+            || self.started.swap(true, Ordering::SeqCst)
+        {
+            return;
+        }
+        let sink: Arc<dyn ChannelSink> = self.clone();
+        cluster.follow_channels(Arc::downgrade(&sink));
     }
 
-    /// True the first time only: the caller starts the subscriber.
-    pub(crate) fn claim_start(&self) -> bool {
-        !self.started.swap(true, Ordering::SeqCst)
-    }
-
-    /// Whether the subscriber was started.
-    pub(crate) fn is_started(&self) -> bool {
-        self.started.load(Ordering::SeqCst)
-    }
-
+    /// `listener` hears of every change from now on, until it is dropped.
     pub(crate) fn register(&self, listener: Weak<dyn Listener>) {
         let mut listeners = self
             .listeners
@@ -164,13 +195,27 @@ impl Invalidations {
             self.each(|l| l.invalidate(parsed.kind, parsed.name, &parsed.subject));
         }
     }
+}
+
+impl ChannelSink for Invalidations {
+    fn slot_channel(&self, slot: u16) -> String {
+        slot_channel(&self.namespace, slot)
+    }
+
+    fn server_channel(&self) -> String {
+        server_channel(&self.namespace)
+    }
+
+    fn message(&self, payload: &[u8]) {
+        self.key_changed(payload);
+    }
 
     /// The subscriptions of `slots` were lost (or are not confirmed):
     /// their messages may be missed, so nothing cached stays (of any slot:
     /// entries are not kept by slot) and nothing new of theirs is cached.
-    pub(crate) fn lost(&self, slots: impl IntoIterator<Item = u16>) {
+    fn lost(&self, slots: &[u16]) {
         let mut any = false;
-        for slot in slots {
+        for &slot in slots {
             if let Some(live) = self.live.get(usize::from(slot))
                 && live.swap(false, Ordering::SeqCst)
             {
@@ -185,13 +230,14 @@ impl Invalidations {
     }
 
     /// Every slot's subscription was lost.
-    pub(crate) fn lost_all(&self) {
-        self.lost(0..SLOT_COUNT);
+    fn lost_all(&self) {
+        let every: Vec<u16> = (0..SLOT_COUNT).collect();
+        self.lost(&every);
     }
 
     /// `slot`'s channel is followed (again) on its owner: its subscription
     /// was confirmed.
-    pub(crate) fn gained(&self, slot: u16) {
+    fn gained(&self, slot: u16) {
         self.epoch.fetch_add(1, Ordering::SeqCst);
         if let Some(live) = self.live.get(usize::from(slot))
             && !live.swap(true, Ordering::SeqCst)
@@ -201,7 +247,7 @@ impl Invalidations {
     }
 
     /// Every slot's channel is followed (a standalone server's one channel).
-    pub(crate) fn gained_all(&self) {
+    fn gained_all(&self) {
         for slot in 0..SLOT_COUNT {
             self.gained(slot);
         }
@@ -249,30 +295,54 @@ mod tests {
         }
     }
 
+    fn all_live(hub: &Invalidations) -> bool {
+        hub.live_count.load(Ordering::SeqCst) == usize::from(SLOT_COUNT)
+    }
+
+    #[test]
+    fn a_slot_channel_is_named_as_the_scripts_publish_it() {
+        let hub = Invalidations::new("sl");
+        // The tag of slot 0 is the first hex number hashing to it.
+        let tag = (0_u64..)
+            .map(|n| format!("{n:x}"))
+            .find(|t| slot(t.as_bytes()) == 0)
+            .unwrap();
+        assert_eq!(hub.slot_channel(0), format!("sl:{{{tag}}}:deny"));
+        assert_eq!(hub.server_channel(), "sl:deny");
+    }
+
     #[test]
     fn changes_reach_listeners_and_move_the_epoch() {
         let hub = Invalidations::new("sl");
         let seen = Arc::new(Seen::default());
         let weak: Weak<dyn Listener> = Arc::downgrade(&seen) as Weak<dyn Listener>;
         hub.register(weak);
-        assert!(!hub.is_live(7) && !hub.is_all_live());
+        assert!(!hub.is_live(7) && !all_live(&hub));
         hub.gained(7);
-        assert!(hub.is_live(7) && !hub.is_live(8) && !hub.is_all_live());
+        assert!(hub.is_live(7) && !hub.is_live(8) && !all_live(&hub));
         hub.gained_all();
-        assert!(hub.is_all_live());
+        assert!(all_live(&hub));
         let before = hub.epoch();
         hub.key_changed(b"sl:{user%7B1%7D}:gcra:api");
         hub.key_changed(b"other:{u}:gcra:api");
         hub.key_changed(b"not a key");
         assert_eq!(hub.epoch(), before + 3);
-        hub.lost([7, 9]);
+        hub.lost(&[7, 9]);
         assert!(!hub.is_live(7) && !hub.is_live(9) && hub.is_live(8));
-        assert!(!hub.is_all_live());
+        assert!(!all_live(&hub));
         // Losing what is not live changes nothing.
         let before = hub.epoch();
-        hub.lost([7]);
+        hub.lost(&[7]);
         assert_eq!(hub.epoch(), before);
-        assert_eq!(*seen.0.lock().unwrap(), ["gcra/api/user{1}", "all"]);
+        // What the subscriber reports: a published message, then every
+        // subscription lost.
+        hub.message(b"sl:{v}:gcra:api");
+        hub.lost_all();
+        assert!(!hub.is_live(8) && hub.live_count.load(Ordering::SeqCst) == 0);
+        assert_eq!(
+            *seen.0.lock().unwrap(),
+            ["gcra/api/user{1}", "all", "gcra/api/v", "all"]
+        );
         drop(seen);
         // A dropped listener is skipped, then pruned.
         hub.key_changed(b"sl:{u}:gcra:api");
