@@ -13,7 +13,7 @@
 //!
 //! Every write of an override or a block (and every reset, unblock,
 //! penalty, reward) is announced on the subject's slot channel by the
-//! script that makes it, as for the deny cache (`cluster/invalidation.rs`):
+//! script that makes it, as for the deny cache (`limit/invalidation.rs`):
 //! hearing it, the subject is forgotten. A subject is remembered only
 //! while its slot's subscription is live and if nothing was announced
 //! while its check was in flight, and answered only while the slot is
@@ -26,9 +26,10 @@
 
 use std::sync::Arc;
 
-use crate::cluster::{Cluster, Invalidations, Listener};
+use crate::cluster::Cluster;
 use crate::error::Result;
 use crate::keys::{KeySet, subject_slot};
+use crate::limit::invalidation::{Invalidations, Listener};
 use crate::limit::script::{Invocation, LimitSpec};
 
 /// The subjects of one limit known to have no settings.
@@ -66,10 +67,10 @@ impl SettingsCache {
             kind: kind.to_owned(),
             name: name.to_owned(),
         });
-        let hub = cluster.invalidations().clone();
+        let hub = Invalidations::of(cluster);
         let listener: Arc<dyn Listener> = known.clone();
         hub.register(Arc::downgrade(&listener));
-        cluster.follow_invalidations();
+        hub.follow(cluster);
         SettingsCache {
             known,
             hub,
@@ -79,7 +80,7 @@ impl SettingsCache {
 
     /// Whether `subject` is known to have no settings now.
     pub(crate) fn has_none(&self, subject: &[u8]) -> bool {
-        self.cluster.follow_invalidations();
+        self.hub.follow(&self.cluster);
         self.known.subjects.contains_key(subject) && self.hub.is_live(subject_slot(subject))
     }
 
