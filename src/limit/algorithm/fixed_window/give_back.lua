@@ -7,7 +7,7 @@
 -- zero, so a give-back that comes late (to a key made again after a reset,
 -- or to a later window) takes no more than the units it gives back.
 --
--- KEYS: the state key.
+-- KEYS: KEYS[1] the state key.
 -- ARGV: units; the lowest and the highest expiry (ms) the key may have
 --       (the highest 0: no bound).
 -- Reply: the count after, or false when nothing was given back.
