@@ -259,7 +259,9 @@ impl RateLimiterBuilder {
     /// their checks do not read those two keys: the script reads one key
     /// instead of three, and a check made of
     /// [plain commands](crate::limit#plain-commands) sends two commands
-    /// instead of three. Default: off.
+    /// instead of three. A [`check_many`](RateLimiter::check_many) sent
+    /// as scripts (not a fixed window's) and a multi-limit still read
+    /// them. Default: off.
     ///
     /// Every write of a setting is announced on the subject's slot
     /// channel by the script that makes it, and every process with such a
