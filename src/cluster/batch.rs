@@ -35,6 +35,7 @@ use super::call::{Op, deliver};
 use super::exec::{self, Payload, Step, eval, evalsha, next_step};
 use super::node::{Lane, Node};
 use super::router::Router;
+use super::transaction::Transaction;
 use super::{Cluster, convert};
 use crate::error::{Error, Result};
 use crate::keys::KeySet;
@@ -326,29 +327,15 @@ impl Batch<'_> {
     /// Writes `pipe` to `node` and returns its replies (server errors as
     /// values), or why there are none.
     async fn send(&self, node: &Arc<Node>, pipe: &Pipeline) -> Result<Vec<Value>> {
-        let op = Op::until(self.op.clone(), None, self.deadline, self.timeout);
-        let count = pipe.len();
-        let sent = deliver(
+        send_pipeline(
             self.router,
             node,
-            Lane::Shared,
-            &op,
-            |mut conn| async move { conn.req_packed_commands(pipe, 0, count).await },
-        );
-        match sent.await?.into_reply(&op)? {
-            Ok(replies) if replies.len() == count => Ok(replies),
-            Ok(replies) => Err(Error::UnexpectedReply {
-                op: self.op.clone(),
-                detail: format!("{} replies to a pipeline of {count} calls", replies.len()),
-            }),
-            // A plain pipeline's server errors are values: this is the
-            // client failing to read the replies, so they may have run.
-            Err(source) => Err(Error::Redis {
-                op: self.op.clone(),
-                slot: None,
-                source,
-            }),
-        }
+            self.op,
+            pipe,
+            self.deadline,
+            self.timeout,
+        )
+        .await
     }
 
     /// `call` through the single-call path until the batch's deadline;
@@ -368,6 +355,157 @@ impl Batch<'_> {
         let result = exec::drive(self.router, &op, call.slot, payload, replied).await;
         (call.index, result)
     }
+}
+
+/// Writes `pipe` to `node` and returns its replies (server errors as
+/// values), or why there are none. (`op` a `Cow`: errors take it by
+/// cloning, which copies nothing for the crate's `'static` names.)
+#[allow(clippy::ptr_arg)]
+async fn send_pipeline(
+    router: &Router,
+    node: &Arc<Node>,
+    op: &Cow<'static, str>,
+    pipe: &Pipeline,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<Vec<Value>> {
+    let call = Op::until(op.clone(), None, deadline, timeout);
+    let count = pipe.len();
+    let sent = deliver(router, node, Lane::Shared, &call, |mut conn| async move {
+        conn.req_packed_commands(pipe, 0, count).await
+    });
+    match sent.await?.into_reply(&call)? {
+        Ok(replies) if replies.len() == count => Ok(replies),
+        Ok(replies) => Err(Error::UnexpectedReply {
+            op: op.clone(),
+            detail: format!("{} replies to a pipeline of {count} calls", replies.len()),
+        }),
+        // A plain pipeline's server errors are values: this is the
+        // client failing to read the replies, so they may have run.
+        Err(source) => Err(Error::Redis {
+            op: op.clone(),
+            slot: None,
+            source,
+        }),
+    }
+}
+
+impl Cluster {
+    /// Many [`pipeline`](Self::pipeline)s at once, one per key set (each
+    /// its own slot): grouped by the master owning each slot, every
+    /// master's groups written as **one** pipeline, all masters at once,
+    /// under one deadline; one result per call, in order. A call whose
+    /// every command was refused unrun (`MOVED`, `ASK`, a cluster
+    /// reconfiguring) is sent again alone by [`pipeline`](Self::pipeline);
+    /// a master's pipeline that got no reply in time, or whose connection
+    /// broke, gives each of its calls that error (they may have run); any
+    /// other mix of replies is the call's to judge, as with `pipeline`.
+    pub(crate) async fn pipeline_many(
+        &self,
+        op: &'static str,
+        calls: &[(&KeySet, &Transaction)],
+    ) -> Vec<Result<Vec<Value>>> {
+        let mut results: Vec<Option<Result<Vec<Value>>>> = (0..calls.len()).map(|_| None).collect();
+        let mut valid = Vec::with_capacity(calls.len());
+        for (i, (keys, commands)) in calls.iter().enumerate() {
+            match commands.validate(keys) {
+                Ok(()) => valid.push(i),
+                Err(err) => results[i] = Some(Err(err)),
+            }
+        }
+        tokio::task::coop::consume_budget().await;
+        let name = Cow::Borrowed(op);
+        let started = crate::metrics::Started::now();
+        let timeout = self.command_timeout();
+        let deadline = Instant::now() + timeout;
+        let router = &self.inner.router;
+        let (groups, unrouted) = by_owner(
+            valid,
+            |&i| router.owner(calls[i].0.slot()),
+            |node| Arc::as_ptr(node).addr(),
+        );
+        let on_node = |node: Arc<Node>, members: Vec<usize>| {
+            let name = name.clone();
+            async move {
+                let mut pipe = redis::pipe();
+                for &i in &members {
+                    calls[i].1.write_commands(calls[i].0, &mut pipe);
+                }
+                match send_pipeline(router, &node, &name, &pipe, deadline, timeout).await {
+                    Ok(replies) => {
+                        let mut replies = replies.into_iter();
+                        let mut out = Vec::with_capacity(members.len());
+                        for i in members {
+                            let own: Vec<Value> = replies.by_ref().take(calls[i].1.len()).collect();
+                            out.push((i, own));
+                        }
+                        Ok(out)
+                    }
+                    Err(err) => Err((members, err)),
+                }
+            }
+        };
+        let sent = join_all(
+            groups
+                .into_iter()
+                .map(|(node, members)| on_node(node, members)),
+        )
+        .await;
+        let mut again = unrouted;
+        for group in sent {
+            match group {
+                Ok(answered) => {
+                    for (i, replies) in answered {
+                        if unrun(&replies) {
+                            again.push(i);
+                        } else {
+                            results[i] = Some(Ok(replies));
+                        }
+                    }
+                }
+                Err((members, err)) => {
+                    for i in members {
+                        results[i] = Some(Err(for_slot(&err, calls[i].0.slot())));
+                    }
+                }
+            }
+        }
+        let resent = join_all(
+            again
+                .iter()
+                .map(|&i| self.pipeline(op, calls[i].0, calls[i].1)),
+        )
+        .await;
+        for (i, result) in again.into_iter().zip(resent) {
+            results[i] = Some(result);
+        }
+        results
+            .into_iter()
+            .map(|result| {
+                let result = result.unwrap_or_else(|| {
+                    Err(Error::UnexpectedReply {
+                        op: name.clone(),
+                        detail: "the batch lost this call".to_owned(),
+                    })
+                });
+                self.inner.metrics.observe(&name, started, &result);
+                result
+            })
+            .collect()
+    }
+}
+
+/// Whether a call's replies prove none of its commands ran: every one the
+/// same refusal that says so (see `exec::pipeline_reply`).
+fn unrun(replies: &[Value]) -> bool {
+    let Some(Value::ServerError(first)) = replies.first() else {
+        return false;
+    };
+    let err: RedisError = first.clone().into();
+    !matches!(next_step(&err, 0), Step::Fail | Step::Reload)
+        && replies.iter().all(|r| {
+            matches!(r, Value::ServerError(e) if e.kind() == first.kind() && e.details() == first.details())
+        })
 }
 
 /// The calls of one pipeline, sorted by their replies.

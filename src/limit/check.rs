@@ -117,30 +117,10 @@ impl<'a> Pipeline<'a> {
                 return answer;
             }
             let ticket = round.cache().map(DenyCache::ticket);
-            let cache = round.settings_cache();
-            let settings = match cache {
-                Some(cache) if cache.has_none(subject) => Settings::KnownNone,
-                cache => Settings::Read {
-                    cache,
-                    ticket: cache.map_or(0, SettingsCache::ticket),
-                },
-            };
+            let settings = round.settings(subject);
             let reply = match round.plain(subject, cost, &invocation.keys, settings).await {
                 Some(reply) => reply,
-                None => match settings {
-                    Settings::KnownNone => {
-                        send_known_none(&invocation, self.cluster(), specs).await
-                    }
-                    Settings::Read { cache, ticket } => {
-                        let reply = invocation.send(self.cluster(), specs).await;
-                        if let Some(cache) = cache
-                            && says_none(&reply)
-                        {
-                            cache.found_none(subject, ticket);
-                        }
-                        reply
-                    }
-                },
+                None => round.script(subject, &invocation, settings).await,
             };
             round.conclude(subject, cost, ticket, reply)
         };
@@ -180,18 +160,10 @@ impl<'a> Pipeline<'a> {
         &self,
         requests: &[(S, u32)],
     ) -> Vec<Result<MultiDecision>> {
-        // Checks that may be plain commands are each their own pipeline,
-        // all at once: on the master's shared connection they travel as
-        // one stream, as the scripts' pipeline would (see `check/plain.rs`).
         if let [limiter] = self.limiters
             && limiter.plain().is_some()
         {
-            return join_all(
-                requests
-                    .iter()
-                    .map(|(subject, cost)| self.run(subject.as_ref(), *cost, true)),
-            )
-            .await;
+            return self.run_many_plain(requests).await;
         }
         let specs = self.specs();
         let round = Round::new(*self, &specs, true);
@@ -263,6 +235,90 @@ impl<'a> Pipeline<'a> {
             .collect()
     }
 
+    /// [`run_many`](Self::run_many) of a limiter whose checks may be plain
+    /// commands: those that are go out as one pipeline per master (see
+    /// `check/plain.rs`); the others (too near a window's edge, with work
+    /// for the local mode) are checked as [`run`](Self::run) checks them.
+    async fn run_many_plain<S: AsRef<[u8]>>(
+        &self,
+        requests: &[(S, u32)],
+    ) -> Vec<Result<MultiDecision>> {
+        let specs = self.specs();
+        let round = Round::new(*self, &specs, true);
+        let mut results: Vec<Option<Result<MultiDecision>>> =
+            (0..requests.len()).map(|_| None).collect();
+        let mut planned = Vec::with_capacity(requests.len());
+        let mut alone = Vec::new();
+        for (i, (subject, cost)) in requests.iter().enumerate() {
+            let subject = subject.as_ref();
+            if self.local_work(subject) {
+                alone.push(i);
+                continue;
+            }
+            let invocation = match round.prepare(subject, *cost) {
+                Prepared::Send(invocation) => invocation,
+                Prepared::Answered(answer) => {
+                    results[i] = Some(answer);
+                    continue;
+                }
+            };
+            let settings = round.settings(subject);
+            match round.plan(*cost, &invocation.keys, settings) {
+                Some(plan) => planned.push((i, invocation, plan)),
+                None => alone.push(i),
+            }
+        }
+        let sent = std::time::Instant::now();
+        let calls: Vec<_> = planned
+            .iter()
+            .map(|(_, invocation, plan)| (&invocation.keys, &plan.commands))
+            .collect();
+        let op = planned
+            .first()
+            .map_or("fixed_window_plain", |(_, _, p)| p.op());
+        let replies = self.cluster().pipeline_many(op, &calls).await;
+        drop(calls);
+        let judged = join_all(planned.into_iter().zip(replies).map(
+            |((i, invocation, plan), replies)| {
+                let round = &round;
+                async move {
+                    let (subject, cost) = (requests[i].0.as_ref(), requests[i].1);
+                    let settings = plan.settings();
+                    let reply = match round
+                        .judge(subject, cost, &invocation.keys, plan, sent, replies)
+                        .await
+                    {
+                        Some(reply) => reply,
+                        None => round.script(subject, &invocation, settings).await,
+                    };
+                    (i, round.conclude(subject, cost, None, reply))
+                }
+            },
+        ));
+        let checked = join_all(alone.iter().map(|&i| {
+            let (subject, cost) = &requests[i];
+            self.run(subject.as_ref(), *cost, true)
+        }));
+        let (judged, checked) = futures::join!(judged, checked);
+        for (i, result) in judged {
+            results[i] = Some(result);
+        }
+        for (i, result) in alone.into_iter().zip(checked) {
+            results[i] = Some(result);
+        }
+        results
+            .into_iter()
+            .map(|r| {
+                r.unwrap_or_else(|| {
+                    Err(Error::UnexpectedReply {
+                        op: "check_many".into(),
+                        detail: "no reply for a request of the batch".into(),
+                    })
+                })
+            })
+            .collect()
+    }
+
     /// A failure of a call made on behalf of a check of `subject` for
     /// `cost` (taking a quota slice), under the policy, exactly as the
     /// check's own failure would be met.
@@ -318,6 +374,42 @@ impl<'r> Round<'r> {
                 0
             },
             consume,
+        }
+    }
+
+    /// What this check knows of `subject`'s settings: none (the cache
+    /// says so), or to be read, and told to the cache if any.
+    fn settings(&self, subject: &[u8]) -> Settings<'r> {
+        match self.settings_cache() {
+            Some(cache) if cache.has_none(subject) => Settings::KnownNone,
+            cache => Settings::Read {
+                cache,
+                ticket: cache.map_or(0, SettingsCache::ticket),
+            },
+        }
+    }
+
+    /// The check `invocation` of `subject` sent as its script: in its
+    /// one-key form if the subject is known to have no settings; else
+    /// whole, and what its reply says of them told to the cache.
+    async fn script(
+        &self,
+        subject: &[u8],
+        invocation: &Invocation,
+        settings: Settings<'r>,
+    ) -> Result<Vec<i64>> {
+        let cluster = self.pipeline.cluster();
+        match settings {
+            Settings::KnownNone => send_known_none(invocation, cluster, self.specs).await,
+            Settings::Read { cache, ticket } => {
+                let reply = invocation.send(cluster, self.specs).await;
+                if let Some(cache) = cache
+                    && says_none(&reply)
+                {
+                    cache.found_none(subject, ticket);
+                }
+                reply
+            }
         }
     }
 

@@ -385,3 +385,48 @@ async fn a_setting_written_anywhere_reaches_a_limiter_that_knew_none() {
     };
     assert!(d.blocked && !d.allowed, "{d:?}");
 }
+
+#[tokio::test]
+async fn a_batch_of_plain_checks_decides_as_single_scripts_do() {
+    let cluster = common::cluster("plain-batch").await;
+    let quota = Quota::per_minute(NonZeroU32::new(3).unwrap());
+    let (plain, script) = (
+        limiter(&cluster, "p", quota, true),
+        limiter(&cluster, "s", quota, false),
+    );
+    let key = plain.key("user-0").unwrap();
+    // The clock sampled (the first checks are scripts).
+    let warm = limiter(&cluster, "warm", Quota::per_minute(NonZeroU32::MAX), true);
+    let before = incrbys(&key).await;
+    while incrbys(&key).await == before {
+        assert!(warm.check("user-0").await.unwrap().allowed);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // 12 subjects on every master, costs 1 to 3, three batches: some
+    // admitted, some denied. (A subject twice in one batch is two requests
+    // at once: the second sees the first's units while they are given
+    // back, as the module docs say.)
+    let requests: Vec<(String, u32)> = (0..12)
+        .map(|i| (format!("user-{i}"), 1 + (i % 3) as u32))
+        .collect();
+    let lines = monitored(&key, async {
+        for round in 0..3 {
+            let (p, s) = (
+                plain.check_many(&requests).await,
+                script.check_many(&requests).await,
+            );
+            for (((subject, cost), p), s) in requests.iter().zip(p).zip(s) {
+                let what = format!("round {round} {subject} cost {cost}");
+                assert_agree(&p.unwrap(), &s.unwrap(), &what);
+            }
+        }
+    })
+    .await;
+    // The plain limiter's checks of user-0 were INCRBYs, in pipelines.
+    let key_arg = format!("\"INCRBY\" \"{}\"", String::from_utf8_lossy(&key));
+    assert!(
+        lines.iter().any(|l| l.contains(&key_arg)),
+        "no INCRBY of {key_arg}"
+    );
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}

@@ -87,7 +87,7 @@ use crate::limit::script::LimitSpec;
 
 pub(crate) mod clock;
 
-use self::clock::{ServerClock, parse_time};
+use self::clock::{Estimate, ServerClock, parse_time};
 
 /// A limiter's plain-command stage: the server clock of its
 /// [`Cluster`] handle, shared by every limiter of it.
@@ -130,6 +130,35 @@ impl PlainPath {
     }
 }
 
+/// A check's plain commands, and what judging their replies needs.
+pub(super) struct PlainPlan<'r, 's> {
+    rules: &'static Plain,
+    path: &'r PlainPath,
+    spec: &'r LimitSpec,
+    now: Estimate,
+    end: u64,
+    end_ms: u64,
+    /// 1 if the commands start with the `MGET` of the settings, else 0.
+    read: usize,
+    /// They end with a `TIME` for the clock.
+    sample: bool,
+    settings: Settings<'s>,
+    /// What is sent.
+    pub(super) commands: Transaction,
+}
+
+impl<'s> PlainPlan<'_, 's> {
+    /// The operation's name.
+    pub(super) fn op(&self) -> &'static str {
+        self.rules.op
+    }
+
+    /// What the check knew of its subject's settings.
+    pub(super) fn settings(&self) -> Settings<'s> {
+        self.settings
+    }
+}
+
 /// What a check knows of its subject's settings (override, block).
 #[derive(Clone, Copy)]
 pub(super) enum Settings<'a> {
@@ -150,18 +179,36 @@ struct Optional {
     blocked: bool,
 }
 
-impl Round<'_> {
+impl<'r> Round<'r> {
     /// The check for `cost` made from plain commands, as the script would
     /// reply; `None` when the script must decide (see the module docs).
     /// `keys` is the check's key set (its subject's): state, override,
     /// block.
-    pub(super) async fn plain(
+    pub(super) async fn plain<'s>(
         &self,
         subject: &[u8],
         cost: u32,
         keys: &KeySet,
-        settings: Settings<'_>,
+        settings: Settings<'s>,
     ) -> Option<Result<Vec<i64>>> {
+        let plan = self.plan(cost, keys, settings)?;
+        let sent = Instant::now();
+        let replies = self
+            .pipeline
+            .cluster()
+            .pipeline(plan.rules.op, keys, &plan.commands)
+            .await;
+        self.judge(subject, cost, keys, plan, sent, replies).await
+    }
+
+    /// What a check for `cost` sends as plain commands, or `None` when the
+    /// script must decide (see the module docs).
+    pub(super) fn plan<'s>(
+        &self,
+        cost: u32,
+        keys: &KeySet,
+        settings: Settings<'s>,
+    ) -> Option<PlainPlan<'r, 's>> {
         let ([limiter], [spec]) = (self.pipeline.limiters, self.specs) else {
             return None;
         };
@@ -197,8 +244,47 @@ impl Round<'_> {
         if sample {
             commands = commands.command(TxCommand::new("TIME"));
         }
-        let sent = Instant::now();
-        let replies = match cluster.pipeline(rules.op, keys, &commands).await {
+        Some(PlainPlan {
+            rules,
+            path,
+            spec,
+            now,
+            end,
+            end_ms,
+            read,
+            sample,
+            settings,
+            commands,
+        })
+    }
+
+    /// The check's reply from its plan's commands' `replies` (sent at
+    /// `sent`), as the script would reply; `None` when the script must
+    /// decide after all, with whatever the commands counted given back.
+    pub(super) async fn judge(
+        &self,
+        subject: &[u8],
+        cost: u32,
+        keys: &KeySet,
+        plan: PlainPlan<'_, '_>,
+        sent: Instant,
+        replies: Result<Vec<Value>>,
+    ) -> Option<Result<Vec<i64>>> {
+        let PlainPlan {
+            rules,
+            path,
+            spec,
+            now,
+            end,
+            end_ms,
+            read,
+            sample,
+            settings,
+            ..
+        } = plan;
+        let cluster = self.pipeline.cluster();
+        let period = spec.period_us;
+        let replies = match replies {
             Ok(replies) => replies,
             Err(err) => {
                 if sample {
