@@ -173,6 +173,7 @@ mod catalog;
 mod check;
 mod decision;
 mod deny_cache;
+mod hot_subjects;
 mod limiter;
 mod local;
 mod migrating;
