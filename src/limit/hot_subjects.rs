@@ -85,10 +85,7 @@ impl HotSubjects {
     /// certainly checked at least the threshold's worth of times within
     /// the current window.
     pub(crate) fn offer(&self, subject: &[u8], now: Instant) -> bool {
-        let mut current = self
-            .current
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         if now.saturating_duration_since(current.started) >= self.window {
             current.started = now;
             current.sketch = SpaceSaving::new(SKETCH_CAPACITY);
@@ -128,7 +125,11 @@ mod tests {
 
     fn hot(per_second: f64) -> HotSubjects {
         // 100 ms slices: windows of 1 s.
-        HotSubjects::new(&Slices::up_to(0.1).when_hot_above(per_second), Instant::now()).unwrap()
+        HotSubjects::new(
+            &Slices::up_to(0.1).when_hot_above(per_second),
+            Instant::now(),
+        )
+        .unwrap()
     }
 
     #[test]

@@ -22,6 +22,11 @@ use crate::error::{Error, Result};
 /// an exact check admits plus the bound is admitted: for a GCRA with a
 /// drained burst, at most `limit + bound` per period.
 ///
+/// Every subject checked is sliced (up to
+/// [`max_subjects`](Self::max_subjects)), or, with
+/// [`when_hot`](Self::when_hot), only the subjects this process checks
+/// often, while they stay hot.
+///
 /// ```no_run
 /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
 /// use std::time::Duration;
@@ -308,7 +313,12 @@ mod tests {
         // Set before or after the lifetime: the same.
         let short = hot.lasting(Duration::from_millis(10));
         assert_eq!(short.hot_threshold(), Some(800.0));
-        assert_eq!(short, Slices::up_to(0.1).lasting(Duration::from_millis(10)).when_hot());
+        assert_eq!(
+            short,
+            Slices::up_to(0.1)
+                .lasting(Duration::from_millis(10))
+                .when_hot()
+        );
         let set = Slices::up_to(0.1).when_hot_above(5.0).when_hot();
         assert_eq!(set.hot_threshold(), Some(5.0));
         assert!(set.validate(&spec(Algorithm::Gcra, 100)).is_ok());

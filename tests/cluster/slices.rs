@@ -496,7 +496,9 @@ async fn flood(limiters: &[RateLimiter], subject: &str, tasks: usize, length: Du
             running.push(tokio::spawn(async move {
                 while start.elapsed() < length {
                     let d = limiter.check(&subject).await.unwrap();
-                    log.lock().unwrap().push((Instant::now(), d.allowed, d.sliced));
+                    log.lock()
+                        .unwrap()
+                        .push((Instant::now(), d.allowed, d.sliced));
                     tokio::task::yield_now().await;
                 }
             }));
