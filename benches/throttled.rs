@@ -77,77 +77,93 @@ async fn cache_denials(limiter: &RateLimiter, subjects: &[String]) {
     }
 }
 
-fn throttled(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let subjects: Vec<String> = (0..SUBJECTS).map(|i| format!("bench:{i}")).collect();
-    let (off, on) = runtime.block_on(async {
-        let namespace = format!("bench-throttled-{}", std::process::id());
+/// Two limiters `make` builds on a fresh namespace, each with every one of
+/// `subjects` denied from its deny cache.
+fn cached_pair(
+    runtime: &tokio::runtime::Runtime,
+    prefix: &str,
+    subjects: &[String],
+    make: impl Fn(&Cluster) -> [RateLimiter; 2],
+) -> [RateLimiter; 2] {
+    runtime.block_on(async {
+        let namespace = format!("{prefix}-{}", std::process::id());
         let cluster = Cluster::builder_from_env()
             .namespace(namespace)
             .build()
             .await
             .expect("set SHARDLIMIT_NODES to a running cluster");
-        let off = limiter(&cluster, "off", false);
-        let on = limiter(&cluster, "on", true);
-        cache_denials(&off, &subjects).await;
-        cache_denials(&on, &subjects).await;
-        (off, on)
-    });
+        let pair = make(&cluster);
+        for limiter in &pair {
+            cache_denials(limiter, subjects).await;
+        }
+        pair
+    })
+}
 
-    let mut group = c.benchmark_group("cached denial (no network)");
-    for (label, limiter) in [("not reporting", &off), ("reporting", &on)] {
+/// One group: each labelled limiter's cached denials of one subject, then
+/// of each count of `subjects` in turn.
+fn bench_denials(
+    c: &mut Criterion,
+    runtime: &tokio::runtime::Runtime,
+    name: &str,
+    limiters: [(&str, &RateLimiter); 2],
+    subjects: &[String],
+    counts: &[usize],
+) {
+    let mut group = c.benchmark_group(name);
+    for (label, limiter) in limiters {
         group.bench_function(format!("{label}, one subject"), |b| {
             b.iter(|| {
                 runtime.block_on(async { black_box(limiter.check("bench:0").await.unwrap()) })
             })
         });
-        let mut next = 0;
-        group.bench_function(format!("{label}, 1000 subjects in turn"), |b| {
-            b.iter(|| {
-                next = (next + 1) % SUBJECTS;
-                let subject = &subjects[next];
-                runtime.block_on(async { black_box(limiter.check(subject).await.unwrap()) })
-            })
-        });
-    }
-    group.finish();
-
-    let many: Vec<String> = (0..MANY_SUBJECTS).map(|i| format!("bench:{i}")).collect();
-    let (exact, auto) = runtime.block_on(async {
-        let namespace = format!("bench-auto-slices-{}", std::process::id());
-        let cluster = Cluster::builder_from_env()
-            .namespace(namespace)
-            .build()
-            .await
-            .expect("set SHARDLIMIT_NODES to a running cluster");
-        let exact = cold_limiter(&cluster, "exact", false);
-        let auto = cold_limiter(&cluster, "auto", true);
-        cache_denials(&exact, &many).await;
-        cache_denials(&auto, &many).await;
-        (exact, auto)
-    });
-    let mut group = c.benchmark_group("cached denial of a cold subject (no network)");
-    for (label, limiter) in [("without slices", &exact), ("automatic slicing", &auto)] {
-        group.bench_function(format!("{label}, one subject"), |b| {
-            b.iter(|| {
-                runtime.block_on(async { black_box(limiter.check("bench:0").await.unwrap()) })
-            })
-        });
-        for n in [SUBJECTS, MANY_SUBJECTS] {
+        for &n in counts {
             let mut next = 0;
             group.bench_function(format!("{label}, {n} subjects in turn"), |b| {
                 b.iter(|| {
                     next = (next + 1) % n;
-                    let subject = &many[next];
+                    let subject = &subjects[next];
                     runtime.block_on(async { black_box(limiter.check(subject).await.unwrap()) })
                 })
             });
         }
     }
     group.finish();
+}
+
+fn throttled(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let subjects: Vec<String> = (0..SUBJECTS).map(|i| format!("bench:{i}")).collect();
+    let [off, on] = cached_pair(&runtime, "bench-throttled", &subjects, |cluster| {
+        [limiter(cluster, "off", false), limiter(cluster, "on", true)]
+    });
+    bench_denials(
+        c,
+        &runtime,
+        "cached denial (no network)",
+        [("not reporting", &off), ("reporting", &on)],
+        &subjects,
+        &[SUBJECTS],
+    );
+
+    let many: Vec<String> = (0..MANY_SUBJECTS).map(|i| format!("bench:{i}")).collect();
+    let [exact, auto] = cached_pair(&runtime, "bench-auto-slices", &many, |cluster| {
+        [
+            cold_limiter(cluster, "exact", false),
+            cold_limiter(cluster, "auto", true),
+        ]
+    });
+    bench_denials(
+        c,
+        &runtime,
+        "cached denial of a cold subject (no network)",
+        [("without slices", &exact), ("automatic slicing", &auto)],
+        &many,
+        &[SUBJECTS, MANY_SUBJECTS],
+    );
 }
 
 criterion_group! {

@@ -40,6 +40,7 @@ use shardlimit::{Cluster, Quota, RateLimiter};
 
 use crate::args::Args;
 use crate::commandstats::{Calls, Masters};
+use crate::hot::sliced_and_exact;
 use crate::report::{median, write_report};
 
 struct RoundResult {
@@ -84,27 +85,14 @@ pub(crate) async fn skewed(cluster: &Cluster, args: &Args) {
         zipf: Zipf::new(args.skewed_subjects as f64, args.zipf_s).unwrap(),
         ceiling: burst + args.skewed_limit + bound + slack,
     };
-    let mut auto = Vec::new();
-    let mut exact = Vec::new();
-    for _ in 0..args.skewed_handles {
-        let handle = Cluster::builder_from_env()
-            .namespace(cluster.namespace())
-            .command_timeout(Duration::from_secs(1))
-            .build()
-            .await
-            .expect("cluster");
-        auto.push(
-            RateLimiter::builder(&handle, "skewed-auto", quota)
-                .slices(slices)
-                .build()
-                .unwrap(),
-        );
-        exact.push(
-            RateLimiter::builder(&handle, "skewed-exact", quota)
-                .build()
-                .unwrap(),
-        );
-    }
+    let [auto, exact] = sliced_and_exact(
+        cluster,
+        args.skewed_handles,
+        ["skewed-auto", "skewed-exact"],
+        quota,
+        slices,
+    )
+    .await;
     let mut masters = Masters::connect(cluster).await;
     println!(
         "skewed: {} subjects, Zipf s = {}, each {}/s (burst {burst}), declared bound {bound} ({} of the limit), \

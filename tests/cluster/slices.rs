@@ -651,9 +651,9 @@ async fn a_cold_subject_and_a_limiter_without_slices_are_never_sliced() {
         hot.lock().unwrap().iter().any(|e| e.2),
         "the hot subject beside it was never sliced"
     );
-    let plain_hot = plain_hot.await.unwrap();
-    let plain_hot = plain_hot.lock().unwrap();
-    assert!(plain_hot.len() > 100 && !plain_hot.iter().any(|e| e.2));
+    let plain_hot = plain_hot.await.unwrap().lock().unwrap().clone();
+    // Above the auto limiter's threshold (10 a second) over the 3 s.
+    assert!(plain_hot.len() > 30 && !plain_hot.iter().any(|e| e.2));
     assert!(members(&auto, "cold").await.is_empty());
     assert!(members(&plain, "hot").await.is_empty());
     auto.return_slices().await.unwrap();
