@@ -39,7 +39,7 @@ use shardlimit::limit::Slices;
 use shardlimit::{Cluster, Quota, RateLimiter};
 
 use crate::args::Args;
-use crate::commandstats::{Calls, Masters};
+use crate::commandstats::{Calls, Masters, snapshot};
 use crate::hot::sliced_and_exact;
 use crate::report::{median, write_report};
 
@@ -230,10 +230,7 @@ async fn round(
     let decisions = Arc::new(AtomicU64::new(0));
     let sliced = Arc::new(AtomicU64::new(0));
     let mut masters = masters;
-    let before = match masters.as_deref_mut() {
-        Some(m) => m.snapshot().await,
-        None => None,
-    };
+    let before = snapshot(masters.as_deref_mut()).await;
     let start = Instant::now();
     let mut tasks = Vec::new();
     for t in 0..args.concurrency {
@@ -264,10 +261,7 @@ async fn round(
     for limiter in limiters {
         limiter.return_slices().await.unwrap();
     }
-    let after = match masters {
-        Some(m) => m.snapshot().await,
-        None => None,
-    };
+    let after = snapshot(masters).await;
     let decisions = decisions.load(Ordering::Relaxed).max(1);
     let calls: Option<Calls> = match (before, after) {
         (Some(b), Some(a)) => Some(a.since(&b)),
