@@ -109,8 +109,10 @@ impl Slices {
     /// (8) units per lifetime, `8 / lifetime` checks per second (80/s at
     /// the default 100 ms): below it a slice, sized from the rate, would
     /// serve too few decisions to pay for its take; set another with
-    /// [`when_hot_above`](Self::when_hot_above). The rate is this
-    /// process's, not the fleet's: each process decides for itself.
+    /// [`when_hot_above`](Self::when_hot_above) (which `when_hot` called
+    /// after it keeps). The rate is this process's, not the fleet's: each
+    /// process decides for itself, so a subject spread over many processes
+    /// may be below the threshold in each.
     ///
     /// The declared bound holds throughout, at the transitions too: an
     /// exact check and a slice's units are counted alike in Redis, and a
@@ -332,6 +334,12 @@ mod tests {
             Algorithm::SlidingWindow,
         ] {
             let err = Slices::up_to(0.1)
+                .validate(&spec(algorithm, 100))
+                .unwrap_err();
+            assert!(err.to_string().contains("Algorithm::Gcra"), "{err}");
+            // Automatic slicing is the same slices: refused alike.
+            let err = Slices::up_to(0.1)
+                .when_hot()
                 .validate(&spec(algorithm, 100))
                 .unwrap_err();
             assert!(err.to_string().contains("Algorithm::Gcra"), "{err}");
