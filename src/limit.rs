@@ -17,7 +17,8 @@
 //!   [report of the subjects it throttles](RateLimiterBuilder::report_throttled);
 //!   opt-in, a local [deny cache](RateLimiterBuilder::deny_cache)
 //!   and [quota slices](RateLimiterBuilder::slices) ([`Slices`]) for a
-//!   subject past what one master decides, with a declared overshoot bound.
+//!   subject past what one master decides, with a declared overshoot bound
+//!   — for every subject, or [only those hot now](Slices::when_hot).
 //! * [`MultiLimiter`] — several limits on one subject, all or nothing, in
 //!   one script. A `RateLimiter` is a multi-limit of one: both (and
 //!   [`check_many`](RateLimiter::check_many) and the tower layer) run one
@@ -211,6 +212,7 @@ mod check;
 mod decision;
 mod deny_cache;
 pub(crate) mod invalidation;
+mod hot_subjects;
 mod limiter;
 mod local;
 mod migrating;

@@ -46,7 +46,8 @@ pub(crate) struct Args {
     /// `--overload` times their limit; the library with a deny cache against
     /// the same limiter without one (see attack.rs). `hot`: one subject
     /// past one master's rate, quota slices against exact checks (see
-    /// hot.rs).
+    /// hot.rs). `skewed`: Zipf subjects, a few hot, automatic slicing
+    /// against exact checks (see skewed.rs).
     #[arg(long)]
     pub(crate) workload: Option<String>,
     /// With `--workload hot`: the hot subject's limit per second.
@@ -60,6 +61,28 @@ pub(crate) struct Args {
     /// spread over.
     #[arg(long, default_value_t = 4)]
     pub(crate) hot_handles: usize,
+    /// With `--workload skewed`: subjects, picked by Zipf (`--zipf-s`).
+    #[arg(long, default_value_t = 10_000)]
+    pub(crate) skewed_subjects: usize,
+    /// With `--workload skewed`: each subject's limit per second.
+    #[arg(long, default_value_t = 2_000)]
+    pub(crate) skewed_limit: u32,
+    /// With `--workload skewed`: the declared bound of the automatic
+    /// slices, as a fraction of the limit.
+    #[arg(long, default_value_t = 0.1)]
+    pub(crate) skewed_bound: f64,
+    /// With `--workload skewed`: separate `Cluster` handles the tasks are
+    /// spread over.
+    #[arg(long, default_value_t = 4)]
+    pub(crate) skewed_handles: usize,
+    /// With `--workload skewed`: how long a slice lasts, ms (the default
+    /// threshold is 8 units per lifetime).
+    #[arg(long, default_value_t = 100)]
+    pub(crate) skewed_lifetime_ms: u64,
+    /// With `--workload skewed`: the hot threshold, checks per second per
+    /// process (default: the library's, 8 units per lifetime).
+    #[arg(long)]
+    pub(crate) skewed_threshold: Option<f64>,
     /// With `--workload attack`: the attackers' share of the requests.
     #[arg(long, default_value_t = 0.9)]
     pub(crate) attack_share: f64,

@@ -143,6 +143,14 @@ impl Masters {
     }
 }
 
+/// [`Masters::snapshot`] when the masters are measured (`None` when not).
+pub(crate) async fn snapshot(masters: Option<&mut Masters>) -> Option<Calls> {
+    match masters {
+        Some(m) => m.snapshot().await,
+        None => None,
+    }
+}
+
 async fn masters(cluster: &Cluster) -> Vec<String> {
     let topology = cluster.topology().await.unwrap();
     topology

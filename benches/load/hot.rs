@@ -46,27 +46,14 @@ pub(crate) async fn hot(cluster: &Cluster, args: &Args) {
     let slices = Slices::up_to(args.hot_bound);
     let bound = u64::from(slices.bound(args.hot_limit));
     let limit = u64::from(args.hot_limit);
-    let mut sliced = Vec::new();
-    let mut exact = Vec::new();
-    for _ in 0..args.hot_handles {
-        let handle = Cluster::builder_from_env()
-            .namespace(cluster.namespace())
-            .command_timeout(Duration::from_secs(1))
-            .build()
-            .await
-            .expect("cluster");
-        sliced.push(
-            RateLimiter::builder(&handle, "hot-sliced", quota)
-                .slices(slices)
-                .build()
-                .unwrap(),
-        );
-        exact.push(
-            RateLimiter::builder(&handle, "hot-exact", quota)
-                .build()
-                .unwrap(),
-        );
-    }
+    let [sliced, exact] = sliced_and_exact(
+        cluster,
+        args.hot_handles,
+        ["hot-sliced", "hot-exact"],
+        quota,
+        slices,
+    )
+    .await;
     let mut masters = Masters::connect(cluster).await;
     println!(
         "hot subject: limit {limit}/s, declared bound {bound} ({} of the limit), {} tasks over {} handles, {} rounds of {} s per side",
@@ -147,6 +134,39 @@ pub(crate) async fn hot(cluster: &Cluster, args: &Args) {
             "within_bound": all_within, "sliced": side_json(0), "exact": side_json(1),
         }),
     );
+}
+
+/// Two limiters of `quota` per handle, on `handles` separate `Cluster`
+/// handles (as separate processes would be): named `names[0]` with
+/// `slices`, `names[1]` without.
+pub(crate) async fn sliced_and_exact(
+    cluster: &Cluster,
+    handles: usize,
+    names: [&str; 2],
+    quota: Quota,
+    slices: Slices,
+) -> [Vec<RateLimiter>; 2] {
+    let mut sides = [Vec::new(), Vec::new()];
+    for _ in 0..handles {
+        let handle = Cluster::builder_from_env()
+            .namespace(cluster.namespace())
+            .command_timeout(Duration::from_secs(1))
+            .build()
+            .await
+            .expect("cluster");
+        sides[0].push(
+            RateLimiter::builder(&handle, names[0], quota)
+                .slices(slices)
+                .build()
+                .unwrap(),
+        );
+        sides[1].push(
+            RateLimiter::builder(&handle, names[1], quota)
+                .build()
+                .unwrap(),
+        );
+    }
+    sides
 }
 
 /// One round of `length` on `limiters` (one per handle), from a drained

@@ -28,6 +28,10 @@
 //! * `--workload hot`: one subject limited far above one master's rate
 //!   (`--hot-limit`, 200,000/s), quota slices against exact checks, over
 //!   `--hot-handles` (4) separate `Cluster` handles (see hot.rs).
+//! * `--workload skewed`: Zipf subjects, a few hot, each with its own
+//!   limit; automatic slicing (`Slices::when_hot`) against exact checks,
+//!   Redis commands per decision and the bound per subject and period
+//!   (see skewed.rs).
 //! * `--batch 64 --baseline single` (the baseline is implied):
 //!   `check_many` of 64 subjects per call against single checks at the
 //!   same number of decisions in flight (see batch.rs).
@@ -61,6 +65,7 @@ mod peers;
 mod raw;
 mod report;
 mod server_cost;
+mod skewed;
 mod target;
 
 use std::sync::Arc;
@@ -141,7 +146,8 @@ pub(crate) async fn run(args: Args) {
     match args.workload.as_deref() {
         Some("attack") => return attack::attack(&cluster, &args).await,
         Some("hot") => return hot::hot(&cluster, &args).await,
-        Some(other) => panic!("unknown workload {other:?} (`attack` or `hot`)"),
+        Some("skewed") => return skewed::skewed(&cluster, &args).await,
+        Some(other) => panic!("unknown workload {other:?} (`attack`, `hot` or `skewed`)"),
         None => {}
     }
     if args.peers {

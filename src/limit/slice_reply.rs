@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::algorithm;
 use super::decision::Decision;
+use super::hot_subjects::Heat;
 use super::quota::Quota;
 use super::script::LimitSpec;
 use crate::error::{Error, Result};
@@ -50,6 +51,9 @@ pub(crate) struct Held {
     /// The last take found the limit spent (no free unit left after it),
     /// under this quota and capacity.
     pub(crate) spent: Option<(Quota, u32)>,
+    /// Its checks in this window, with automatic slicing: whether it is
+    /// still hot.
+    pub(crate) heat: Heat,
 }
 
 /// `slice.lua`'s reply to a take.

@@ -3,6 +3,9 @@
 //! was spent, and one take at a time. Taking and giving back are one call
 //! each of `slice.lua`; a reset, block or override change anywhere revokes
 //! the subject's slice through the deny caches' invalidation channel.
+//! With automatic slicing ([`Slices::when_hot`]) a subject enters the
+//! table when [`HotSubjects`] finds it hot and leaves it, its slice given
+//! back, when the sweep finds it cooled.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,6 +17,7 @@ use rand::Rng;
 use super::algorithm;
 use super::decision::Decision;
 use super::invalidation::{Invalidations, Listener, SLICES_PART, publish_to};
+use super::hot_subjects::{Heat, HotSubjects};
 use super::quota::Quota;
 use super::script::LimitSpec;
 use super::slice_reply::{Denial, Held, Slice, TakeReply, admitted, denied, local, revoke, spent};
@@ -27,6 +31,16 @@ struct Subject {
     /// One take at a time per subject in this process: the others wait for
     /// it, then decide from what it brought.
     take: tokio::sync::Mutex<()>,
+}
+
+/// What the slice table answers a check from alone.
+pub(crate) enum Fast {
+    /// Decided from the subject's slice or denial.
+    Decided(Decision),
+    /// The subject is in the table: a take (or an exact check) follows.
+    Sliced,
+    /// The subject is not in the table.
+    Unsliced,
 }
 
 /// What a check of a sliced limiter does after looking at its slice.
@@ -45,6 +59,8 @@ pub(crate) struct SliceTable {
     subjects: RwLock<HashMap<Box<[u8]>, Arc<Subject>>>,
     hub: Arc<Invalidations>,
     sweeping: AtomicBool,
+    /// With automatic slicing: which subjects enter the table.
+    hot: Option<HotSubjects>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -66,6 +82,7 @@ impl SliceTable {
             subjects: RwLock::new(HashMap::new()),
             hub: Invalidations::of(cluster),
             sweeping: AtomicBool::new(false),
+            hot: HotSubjects::new(&config, Instant::now()),
         });
         let listener: Arc<dyn Listener> = table.clone();
         table.hub.register(Arc::downgrade(&listener));
@@ -87,14 +104,32 @@ impl SliceTable {
 
     /// The decision the slice held (or a denial) gives now, if any: the
     /// path of almost every decision of a hot subject, which reads no spec
-    /// and clones nothing shared.
-    pub(crate) fn fast(&self, subject: &[u8], cost: u32) -> Option<Decision> {
-        if cost == 0 {
-            return None; // refused by the exact check
-        }
+    /// and clones nothing shared. Counts the check towards the subject's
+    /// heat.
+    pub(crate) fn fast(&self, subject: &[u8], cost: u32) -> Fast {
         let subjects = self.read();
-        let entry = subjects.get(subject)?;
-        local(&mut lock(&entry.held), cost, || self.is_live(subject))
+        let Some(entry) = subjects.get(subject) else {
+            return Fast::Unsliced;
+        };
+        let mut held = lock(&entry.held);
+        held.heat.checked();
+        if cost == 0 {
+            return Fast::Sliced; // refused by the exact check
+        }
+        match local(&mut held, cost, || self.is_live(subject)) {
+            Some(d) => Fast::Decided(d),
+            None => Fast::Sliced,
+        }
+    }
+
+    /// Whether a check of `subject`, which is not in the table, should
+    /// enter it: always, unless slicing is automatic; then, when this check
+    /// makes the subject hot (counted in the sketch).
+    pub(crate) fn admits(&self, subject: &[u8]) -> bool {
+        match &self.hot {
+            None => true,
+            Some(hot) => hot.offer(subject, Instant::now()),
+        }
     }
 
     fn is_live(&self, subject: &[u8]) -> bool {
@@ -102,8 +137,16 @@ impl SliceTable {
     }
 
     fn subject(&self, subject: &[u8]) -> Option<Arc<Subject>> {
-        if let Some(s) = self.read().get(subject) {
-            return Some(s.clone());
+        {
+            let subjects = self.read();
+            if let Some(s) = subjects.get(subject) {
+                return Some(s.clone());
+            }
+            // Full: no write lock (a hot subject that finds no room asks
+            // again at every check).
+            if subjects.len() >= self.config.max_subject_count() {
+                return None;
+            }
         }
         let mut subjects = self
             .subjects
@@ -116,7 +159,10 @@ impl SliceTable {
             return None;
         }
         let s = Arc::new(Subject {
-            held: Mutex::new(Held::default()),
+            held: Mutex::new(Held {
+                heat: Heat::starting(Instant::now()),
+                ..Held::default()
+            }),
             take: tokio::sync::Mutex::new(()),
         });
         subjects.insert(subject.into(), s.clone());
@@ -362,15 +408,21 @@ impl SliceTable {
     /// Gives back every slice this process holds of this limiter, all at
     /// once; the first failure is returned after all were tried.
     pub(crate) async fn return_all(&self) -> Result<()> {
-        let held = self.drain(|_| true);
+        let held = self.drain(|_| true, false);
         let results =
             futures::future::join_all(held.iter().map(|(s, slice)| self.give_back(s, slice))).await;
         results.into_iter().collect::<Result<Vec<()>>>().map(drop)
     }
 
-    /// Takes out of the table the slices `pick` chooses (and forgets idle
-    /// subjects).
-    fn drain(&self, pick: impl Fn(&Slice) -> bool) -> Vec<(Box<[u8]>, Slice)> {
+    /// Takes out of the table the slices `pick` chooses, and forgets idle
+    /// subjects. With automatic slicing a subject stays while it is hot,
+    /// idle between slices or not (forgotten, it would have to earn its
+    /// place again in the sketch); with `cool` (the sweep), one that has
+    /// cooled gives its slice back now and leaves once nothing uses its
+    /// entry, and its checks are exact from then on. Its slice is taken
+    /// out under the lock its decisions take, so no unit given back is
+    /// also admitted here: the bound holds across the transition.
+    fn drain(&self, pick: impl Fn(&Slice) -> bool, cool: bool) -> Vec<(Box<[u8]>, Slice)> {
         let now = Instant::now();
         let mut out = Vec::new();
         let mut subjects = self
@@ -379,7 +431,14 @@ impl SliceTable {
             .unwrap_or_else(PoisonError::into_inner);
         subjects.retain(|subject, entry| {
             let mut held = lock(&entry.held);
-            if held.slice.as_ref().is_some_and(&pick)
+            let (cooled, give_back) = match &self.hot {
+                None => (true, false),
+                Some(hot) => {
+                    let cooled = cool && hot.cooled(&mut held.heat, now);
+                    (cooled, cooled)
+                }
+            };
+            if held.slice.as_ref().is_some_and(|s| give_back || pick(s))
                 && let Some(slice) = held.slice.take()
             {
                 out.push((subject.clone(), slice));
@@ -388,7 +447,7 @@ impl SliceTable {
                 || held.denial.as_ref().is_some_and(|d| now < d.until)
                 || held.exact_until.is_some_and(|t| now < t)
                 || entry.take.try_lock().is_err();
-            busy || Arc::strong_count(entry) > 1
+            !cooled || busy || Arc::strong_count(entry) > 1
         });
         out
     }
@@ -408,7 +467,7 @@ impl SliceTable {
                 tokio::time::sleep(every).await;
                 let Some(table) = weak.upgrade() else { return };
                 let now = Instant::now();
-                let ended = table.drain(|s| now >= s.until);
+                let ended = table.drain(|s| now >= s.until, true);
                 futures::future::join_all(ended.iter().map(|(s, slice)| table.give_back(s, slice)))
                     .await;
             }
@@ -459,7 +518,7 @@ impl Drop for SliceTable {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let held = self.drain(|_| true);
+        let held = self.drain(|_| true, false);
         if held.is_empty() {
             return;
         }
@@ -470,6 +529,7 @@ impl Drop for SliceTable {
             subjects: RwLock::new(HashMap::new()),
             hub: self.hub.clone(),
             sweeping: AtomicBool::new(true),
+            hot: None,
         };
         runtime.spawn(async move {
             let table = table;

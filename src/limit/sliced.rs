@@ -1,12 +1,13 @@
 //! A check of a limiter with quota slices: the slice table decides, or
-//! says to check exactly; a failed take meets the failure policy as the
-//! check itself would. Outcomes are counted here, like the pipeline's.
+//! says to check exactly (with automatic slicing, for every subject that
+//! is not hot); a failed take meets the failure policy as the check itself
+//! would. Outcomes are counted here, like the pipeline's.
 
 use std::sync::Arc;
 
 use super::decision::Decision;
 use super::limiter::{RateLimiter, only};
-use super::slice_table::{Next, SliceTable};
+use super::slice_table::{Fast, Next, SliceTable};
 use crate::error::Result;
 
 impl RateLimiter {
@@ -18,8 +19,9 @@ impl RateLimiter {
         cost: u32,
     ) -> Result<Decision> {
         let decided = match table.fast(subject, cost) {
-            Some(d) => Ok(Next::Decided(d)),
-            None => table.decide(&self.spec(), subject, cost).await,
+            Fast::Decided(d) => Ok(Next::Decided(d)),
+            Fast::Unsliced if !table.admits(subject) => Ok(Next::Exact),
+            Fast::Sliced | Fast::Unsliced => table.decide(&self.spec(), subject, cost).await,
         };
         match decided {
             Ok(Next::Decided(d)) => {

@@ -1,6 +1,7 @@
-//! Quota slices for hot subjects: the declared overshoot bound and what a
-//! slice may be. The process side (the slices held, taking and returning
-//! them) is in `sliced.rs`; the script is `slice.lua`.
+//! Quota slices for hot subjects: the declared overshoot bound, what a
+//! slice may be and which subjects are sliced. The process side (the
+//! slices held, taking and returning them) is in `slice_table.rs`, which
+//! subjects are hot now in `hot_subjects.rs`; the script is `slice.lua`.
 
 use std::time::Duration;
 
@@ -20,6 +21,11 @@ use crate::error::{Error, Result};
 /// or refuses a slice that would pass it. So in any interval at most what
 /// an exact check admits plus the bound is admitted: for a GCRA with a
 /// drained burst, at most `limit + bound` per period.
+///
+/// Every subject checked is sliced (up to
+/// [`max_subjects`](Self::max_subjects)), or, with
+/// [`when_hot`](Self::when_hot), only the subjects this process checks
+/// often, while they stay hot.
 ///
 /// ```no_run
 /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
@@ -43,6 +49,18 @@ pub struct Slices {
     fraction: f64,
     lifetime: Duration,
     max_subjects: usize,
+    slicing: Slicing,
+}
+
+/// Which subjects a limiter with slices slices.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Slicing {
+    /// Every subject checked (up to `max_subjects`).
+    Every,
+    /// Only subjects hot in this process: checked at least this often
+    /// (per second; `None`, the default of
+    /// [`Slices::DEFAULT_UNITS_PER_SLICE`] per lifetime).
+    Hot(Option<f64>),
 }
 
 impl Slices {
@@ -50,6 +68,14 @@ impl Slices {
     pub const MIN_LIFETIME: Duration = Duration::from_millis(1);
     /// The longest slice lifetime.
     pub const MAX_LIFETIME: Duration = Duration::from_secs(60);
+    /// With [`when_hot`](Self::when_hot), the default threshold is the rate
+    /// at which a slice sized for one lifetime holds this many units:
+    /// `8 / lifetime` checks per second (80 per second at the default
+    /// 100 ms).
+    pub const DEFAULT_UNITS_PER_SLICE: u32 = 8;
+    /// With [`when_hot`](Self::when_hot), a subject's rate is counted over
+    /// windows of this many lifetimes (1 s at the default 100 ms).
+    pub const HOT_WINDOW_LIFETIMES: u32 = 10;
 
     /// Slices whose sum per subject is at most `fraction` of the limit
     /// (more than 0, at most 1; checked by
@@ -61,7 +87,86 @@ impl Slices {
             fraction,
             lifetime: Duration::from_millis(100),
             max_subjects: 10_000,
+            slicing: Slicing::Every,
         }
+    }
+
+    /// Automatic slicing: only subjects this process checks often are
+    /// sliced, and only while they stay hot; every other check is exact.
+    /// Default: off (every subject is sliced, up to
+    /// [`max_subjects`](Self::max_subjects)).
+    ///
+    /// A subject becomes sliced once this process has checked it at least
+    /// [`hot_threshold`](Self::hot_threshold) × the window times within
+    /// one window of [`HOT_WINDOW_LIFETIMES`](Self::HOT_WINDOW_LIFETIMES)
+    /// lifetimes (counted by a Space-Saving sketch of the limiter's exact
+    /// checks in this process, 1,024 counters, renewed every window:
+    /// counted from a lower bound, so a subject checked less often is never
+    /// sliced). It returns to exact checks once a whole window passes with
+    /// fewer than **half** that many checks — the hysteresis that keeps a
+    /// subject near the threshold from flapping — and its slice is then
+    /// given back at once. The threshold is [`DEFAULT_UNITS_PER_SLICE`]
+    /// (8) units per lifetime, `8 / lifetime` checks per second (80/s at
+    /// the default 100 ms): below it a slice, sized from the rate, would
+    /// serve too few decisions to pay for its take; set another with
+    /// [`when_hot_above`](Self::when_hot_above) (which `when_hot` called
+    /// after it keeps). The rate is this process's, not the fleet's: each
+    /// process decides for itself, so a subject spread over many processes
+    /// may be below the threshold in each.
+    ///
+    /// The declared bound holds throughout, at the transitions too: an
+    /// exact check and a slice's units are counted alike in Redis, and a
+    /// cooled subject's slice is taken out of use before its unused units
+    /// are given back (see
+    /// [docs/hot-subjects.md](https://github.com/shardlimit/shardlimit/blob/main/docs/hot-subjects.md#automatic-slicing)).
+    ///
+    /// [`DEFAULT_UNITS_PER_SLICE`]: Self::DEFAULT_UNITS_PER_SLICE
+    ///
+    /// ```no_run
+    /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
+    /// use shardlimit::{Quota, RateLimiter, limit::Slices};
+    ///
+    /// // Per-tenant limits; the few tenants hot right now are sliced.
+    /// let tenants = RateLimiter::builder(&cluster, "tenant", Quota::per_second(5_000u32))
+    ///     .slices(Slices::up_to(0.1).when_hot())
+    ///     .build()?;
+    /// let decision = tenants.check("tenant:acme").await?;
+    /// # let _ = decision;
+    /// # Ok(()) }
+    /// ```
+    pub fn when_hot(mut self) -> Self {
+        if self.slicing == Slicing::Every {
+            self.slicing = Slicing::Hot(None);
+        }
+        self
+    }
+
+    /// [`when_hot`](Self::when_hot) with the threshold: a subject is
+    /// sliced while this process checks it at least `per_second` times a
+    /// second (and until it falls below half that), a finite number above
+    /// 0 (checked by [`build`](super::RateLimiterBuilder::build)).
+    pub fn when_hot_above(mut self, per_second: f64) -> Self {
+        self.slicing = Slicing::Hot(Some(per_second));
+        self
+    }
+
+    /// With automatic slicing, the checks per second of this process above
+    /// which a subject is sliced; `None` when every subject is.
+    #[must_use]
+    pub fn hot_threshold(&self) -> Option<f64> {
+        match self.slicing {
+            Slicing::Every => None,
+            Slicing::Hot(Some(rate)) => Some(rate),
+            Slicing::Hot(None) => Some(
+                f64::from(Self::DEFAULT_UNITS_PER_SLICE) / self.lifetime.as_secs_f64().max(1e-9),
+            ),
+        }
+    }
+
+    /// With automatic slicing, how long each rate is counted over:
+    /// [`HOT_WINDOW_LIFETIMES`](Self::HOT_WINDOW_LIFETIMES) lifetimes.
+    pub(crate) fn hot_window(&self) -> Duration {
+        self.lifetime * Self::HOT_WINDOW_LIFETIMES
     }
 
     /// How long a process decides from a slice before it must take a new
@@ -166,6 +271,13 @@ impl Slices {
         if self.max_subjects == 0 {
             return refuse("slices need room for at least one subject".into());
         }
+        if let Slicing::Hot(Some(rate)) = self.slicing
+            && !(rate.is_finite() && rate > 0.0)
+        {
+            return refuse(format!(
+                "a subject is hot above a finite rate of more than 0 checks per second, not {rate}"
+            ));
+        }
         Ok(())
     }
 
@@ -195,6 +307,26 @@ mod tests {
     }
 
     #[test]
+    fn the_default_threshold_follows_the_lifetime() {
+        assert_eq!(Slices::up_to(0.1).hot_threshold(), None);
+        let hot = Slices::up_to(0.1).when_hot();
+        assert_eq!(hot.hot_threshold(), Some(80.0));
+        assert_eq!(hot.hot_window(), Duration::from_secs(1));
+        // Set before or after the lifetime: the same.
+        let short = hot.lasting(Duration::from_millis(10));
+        assert_eq!(short.hot_threshold(), Some(800.0));
+        assert_eq!(
+            short,
+            Slices::up_to(0.1)
+                .lasting(Duration::from_millis(10))
+                .when_hot()
+        );
+        let set = Slices::up_to(0.1).when_hot_above(5.0).when_hot();
+        assert_eq!(set.hot_threshold(), Some(5.0));
+        assert!(set.validate(&spec(Algorithm::Gcra, 100)).is_ok());
+    }
+
+    #[test]
     fn unsound_or_empty_settings_are_refused() {
         for algorithm in [
             Algorithm::FixedWindow,
@@ -202,6 +334,12 @@ mod tests {
             Algorithm::SlidingWindow,
         ] {
             let err = Slices::up_to(0.1)
+                .validate(&spec(algorithm, 100))
+                .unwrap_err();
+            assert!(err.to_string().contains("Algorithm::Gcra"), "{err}");
+            // Automatic slicing is the same slices: refused alike.
+            let err = Slices::up_to(0.1)
+                .when_hot()
                 .validate(&spec(algorithm, 100))
                 .unwrap_err();
             assert!(err.to_string().contains("Algorithm::Gcra"), "{err}");
@@ -215,6 +353,10 @@ mod tests {
             assert!(s.validate(&gcra).is_err());
         }
         assert!(Slices::up_to(0.1).max_subjects(0).validate(&gcra).is_err());
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let s = Slices::up_to(0.1).when_hot_above(bad);
+            assert!(s.validate(&gcra).is_err(), "{bad}");
+        }
         let shadow = LimitSpec::new("api", Algorithm::Gcra, Quota::per_second(100), true).unwrap();
         assert!(Slices::up_to(0.1).validate(&shadow).is_err());
     }

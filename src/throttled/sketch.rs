@@ -62,15 +62,18 @@ impl SpaceSaving {
         }
     }
 
-    /// Counts one occurrence of `subject`. A held subject costs a hash
-    /// lookup; a new one, when the sketch is full, takes the place of a
-    /// smallest counter (reusing its buffers: no allocation unless the new
-    /// subject is longer).
-    pub(crate) fn offer(&mut self, subject: &[u8]) {
+    /// Counts one occurrence of `subject`, and returns how many times it
+    /// was certainly seen (`count - error`: a lower bound, counted since it
+    /// last took a place). A held subject costs a hash lookup; a new one,
+    /// when the sketch is full, takes the place of a smallest counter
+    /// (reusing its buffers: no allocation unless the new subject is
+    /// longer).
+    pub(crate) fn offer(&mut self, subject: &[u8]) -> u64 {
         self.total += 1;
         if let Some(&i) = self.index.get(subject) {
-            self.slots[i].count += 1;
-            return;
+            let slot = &mut self.slots[i];
+            slot.count += 1;
+            return slot.count - slot.error;
         }
         if self.slots.len() < self.capacity {
             self.index.insert(subject.to_vec(), self.slots.len());
@@ -79,7 +82,7 @@ impl SpaceSaving {
                 count: 1,
                 error: 0,
             });
-            return;
+            return 1;
         }
         // Full: a smallest counter's subject gives its place (and count).
         let i = self.next_smallest();
@@ -93,6 +96,7 @@ impl SpaceSaving {
         slot.subject.extend_from_slice(subject);
         slot.error = slot.count;
         slot.count += 1;
+        1
     }
 
     /// The slot of a smallest counter (the sketch is full).
@@ -293,6 +297,25 @@ mod tests {
     }
 
     #[test]
+    fn offer_returns_a_lower_bound_of_the_true_count() {
+        for seed in 0..5 {
+            let items = stream(20_000, seed);
+            let mut sketch = SpaceSaving::new(50);
+            let mut seen: HashMap<Vec<u8>, u64> = HashMap::new();
+            let mut most = 0;
+            for i in &items {
+                let real = seen.entry(i.clone()).or_default();
+                *real += 1;
+                let certain = sketch.offer(i);
+                assert!(certain >= 1 && certain <= *real, "{certain} > {real}");
+                most = most.max(certain);
+            }
+            // The heavy subjects' lower bounds grow with them.
+            assert!(most > 1000, "{most}");
+        }
+    }
+
+    #[test]
     fn a_sketch_with_room_is_exact() {
         let mut sketch = SpaceSaving::new(10);
         for s in ["a", "b", "a", "c", "a"] {
@@ -320,7 +343,9 @@ mod tests {
                 .chunks(10_000)
                 .map(|chunk| {
                     let mut sketch = SpaceSaving::new(100);
-                    chunk.iter().for_each(|i| sketch.offer(i));
+                    chunk.iter().for_each(|i| {
+                        sketch.offer(i);
+                    });
                     sketch.summary()
                 })
                 .collect();

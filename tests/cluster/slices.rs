@@ -1,7 +1,9 @@
 //! Quota slices of a hot subject against the six-node cluster: the
 //! declared bound holds across several handles (as separate processes
 //! would be) at random rates, resets and blocks revoke slices, every key
-//! has a TTL, and unsound algorithms are refused.
+//! has a TTL, and unsound algorithms are refused. Automatic slicing
+//! (`Slices::when_hot`) slices a subject only while it is hot, within the
+//! bound, and never a cold one.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
@@ -477,4 +479,183 @@ async fn a_slice_given_back_after_an_override_gives_back_what_it_took() {
         "admitted under the 10/h override after the give-back"
     );
     common::assert_every_key_has_ttl(&namespace).await;
+}
+
+/// Decisions of one handle: when, admitted, and from a slice.
+type Log = Arc<Mutex<Vec<(Instant, bool, bool)>>>;
+
+/// `tasks` tasks per limiter check `subject` as fast as they can for
+/// `length`; every decision is logged.
+async fn flood(limiters: &[RateLimiter], subject: &str, tasks: usize, length: Duration) -> Log {
+    let log: Log = Arc::default();
+    let start = Instant::now();
+    let mut running = Vec::new();
+    for limiter in limiters {
+        for _ in 0..tasks {
+            let (limiter, log, subject) = (limiter.clone(), log.clone(), subject.to_owned());
+            running.push(tokio::spawn(async move {
+                while start.elapsed() < length {
+                    let d = limiter.check(&subject).await.unwrap();
+                    log.lock()
+                        .unwrap()
+                        .push((Instant::now(), d.allowed, d.sliced));
+                    tokio::task::yield_now().await;
+                }
+            }));
+        }
+    }
+    for task in running {
+        task.await.unwrap();
+    }
+    log
+}
+
+/// The most admitted within any one period of `log`.
+fn most_in_a_period(log: &Log, period: Duration) -> u64 {
+    let mut admitted: Vec<Instant> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| e.1)
+        .map(|e| e.0)
+        .collect();
+    admitted.sort();
+    let mut worst = 0;
+    let mut j = 0;
+    for i in 0..admitted.len() {
+        while j < admitted.len() && admitted[j] < admitted[i] + period {
+            j += 1;
+        }
+        worst = worst.max(u64::try_from(j - i).unwrap());
+    }
+    worst
+}
+
+/// Automatic slicing (`Slices::when_hot`) across two handles (as two
+/// processes): a subject checked a few times a second is exact; flooded,
+/// it becomes sliced (its decisions say so) and what is admitted in every
+/// period stays within what the exact GCRA admits (burst + limit) plus the
+/// declared bound; checked slowly again, it cools: its slices are given
+/// back and its checks are exact again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn automatic_slicing_follows_a_subject_hot_and_cold_within_the_bound() {
+    let first = common::cluster("slices-auto").await;
+    let namespace = first.namespace().to_owned();
+    let limit = 500;
+    // A burst of the bound, so that a period's ceiling is close to the
+    // limit: at most burst + limit + bound, whatever the bucket held.
+    let quota = Quota::per_second(limit).allow_burst(50);
+    // Hot above 10 checks a second, counted over windows of 1 s: a
+    // threshold any machine's flood passes (the whole binary on 2 loaded
+    // cores once ran 30 checks a second per process here) and 3 checks a
+    // second never reaches, nor half of it.
+    let slices = Slices::up_to(0.1)
+        .lasting(Duration::from_millis(100))
+        .when_hot_above(10.0);
+    let bound = u64::from(slices.bound(limit));
+    let limiters = [
+        sliced(&common::handle(&namespace).await, "api", quota, slices),
+        sliced(&common::handle(&namespace).await, "api", quota, slices),
+    ];
+
+    // Cold: at most 3 checks a second per process, for two windows.
+    for _ in 0..7 {
+        for limiter in &limiters {
+            let d = limiter.check("tenant").await.unwrap();
+            assert!(d.allowed && !d.sliced, "a cold subject was sliced: {d:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(members(&limiters[0], "tenant").await.is_empty());
+
+    // Hot: three tasks per process, each as fast as it can.
+    let log = flood(&limiters, "tenant", 3, Duration::from_secs(3)).await;
+    let decisions = log.lock().unwrap().clone();
+    let sliced_count = decisions.iter().filter(|e| e.2).count();
+    assert!(
+        sliced_count > decisions.len() / 2,
+        "{sliced_count} of {} decisions sliced",
+        decisions.len()
+    );
+    // The client sees an admission a little after Redis counted it: a few
+    // ms of the rate on top.
+    let slack = 40;
+    let ceiling = u64::from(quota.burst().get()) + u64::from(limit) + bound + slack;
+    let worst = most_in_a_period(&log, Duration::from_secs(1));
+    assert!(
+        worst <= ceiling,
+        "admitted {worst} in one period > burst + limit + bound = {ceiling}"
+    );
+    common::assert_every_key_has_ttl(&namespace).await;
+
+    // Cold again: at most 3 checks a second per process. Within a few
+    // windows the slices are given back and the checks are exact.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut exact_in_a_row = 0;
+    while exact_in_a_row < 7 {
+        let mut any_sliced = false;
+        for limiter in &limiters {
+            any_sliced |= limiter.check("tenant").await.unwrap().sliced;
+        }
+        if any_sliced || !members(&limiters[0], "tenant").await.is_empty() {
+            exact_in_a_row = 0;
+        } else {
+            exact_in_a_row += 1;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still sliced 15 s after it cooled"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    common::assert_every_key_has_ttl(&namespace).await;
+}
+
+/// A subject checked below the threshold is never sliced while another is
+/// hot beside it, and a limiter without slices never slices, however hot
+/// the subject.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_subject_and_a_limiter_without_slices_are_never_sliced() {
+    let cluster = common::cluster("slices-auto-cold").await;
+    let quota = Quota::per_second(500);
+    // Hot above 10 checks a second (see the test above).
+    let slices = Slices::up_to(0.1)
+        .lasting(Duration::from_millis(100))
+        .when_hot_above(10.0);
+    let auto = sliced(&cluster, "auto", quota, slices);
+    let plain = RateLimiter::builder(&cluster, "plain", quota)
+        .build()
+        .unwrap();
+    let length = Duration::from_secs(3);
+    let hot = {
+        let auto = auto.clone();
+        tokio::spawn(async move { flood(&[auto], "hot", 3, length).await })
+    };
+    let plain_hot = {
+        let plain = plain.clone();
+        tokio::spawn(async move { flood(&[plain], "hot", 3, length).await })
+    };
+    // At most 3 checks a second: below the threshold, and below half of
+    // it.
+    let start = Instant::now();
+    let mut cold = 0;
+    while start.elapsed() < length {
+        let d = auto.check("cold").await.unwrap();
+        assert!(!d.sliced, "the cold subject was sliced: {d:?}");
+        cold += 1;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(cold > 5, "{cold} checks of the cold subject");
+    let hot = hot.await.unwrap();
+    assert!(
+        hot.lock().unwrap().iter().any(|e| e.2),
+        "the hot subject beside it was never sliced"
+    );
+    let plain_hot = plain_hot.await.unwrap().lock().unwrap().clone();
+    // Above the auto limiter's threshold (10 a second) over the 3 s.
+    assert!(plain_hot.len() > 30 && !plain_hot.iter().any(|e| e.2));
+    assert!(members(&auto, "cold").await.is_empty());
+    assert!(members(&plain, "hot").await.is_empty());
+    auto.return_slices().await.unwrap();
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
 }

@@ -160,8 +160,19 @@ impl RateLimiterBuilder {
     /// delivery latency); the failure policy applies to the take. A
     /// process that dies holding a slice loses at most that slice, which
     /// Redis forgets after twice its lifetime. Peeks, `check_many`,
-    /// `until_ready` and multi-limiters stay exact. The argument for the
-    /// bound and the measurements:
+    /// `until_ready` and multi-limiters stay exact.
+    ///
+    /// **Which subjects**: every subject checked (up to
+    /// [`Slices::max_subjects`]), or, with [`Slices::when_hot`]
+    /// (automatic slicing), only those this process checks above a
+    /// threshold (default 8 units per lifetime: 80 checks a second with
+    /// 100 ms slices), each only while it stays above half of it — nobody
+    /// needs to know beforehand which subjects are hot. With automatic
+    /// slicing every other check is exact and counted in a sketch of this
+    /// limiter's checks (a mutex and a hash lookup on a check that goes to
+    /// Redis anyway); a limiter without it counts nothing. The bound holds
+    /// in both modes and across a subject's transitions. The argument for
+    /// the bound and the measurements:
     /// [docs/hot-subjects.md](https://github.com/shardlimit/shardlimit/blob/main/docs/hot-subjects.md).
     /// Default: no slices.
     pub fn slices(mut self, slices: Slices) -> Self {
