@@ -374,15 +374,16 @@ async fn send(
             exec_reply(replies, 1)
         }
         Payload::Pipeline { commands, keys } => {
-            // ASKING applies to the one command after it: one before each.
             let mut pipe = redis::pipe();
-            let mut each = redis::pipe();
-            commands.write_commands(keys, &mut each);
-            for cmd in each.cmd_iter() {
-                if asking {
+            commands.write_commands(keys, &mut pipe);
+            if asking {
+                // ASKING applies to the one command after it: one before
+                // each.
+                let each = std::mem::replace(&mut pipe, redis::pipe());
+                for cmd in each.cmd_iter() {
                     pipe.cmd("ASKING");
+                    pipe.add_command(cmd.clone());
                 }
-                pipe.add_command(cmd.clone());
             }
             let count = pipe.len();
             let replies = conn.req_packed_commands(&pipe, 0, count).await?;

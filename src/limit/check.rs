@@ -16,7 +16,7 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use self::plain::Settings;
-use self::settings_cache::{SettingsCache, says_none, send_known_none};
+use self::settings_cache::{SettingsCache, one_key_form, says_none, send_known_none};
 use super::algorithm;
 use super::decision::{Decision, MultiDecision};
 use super::deny_cache::{DenyCache, Ticket};
@@ -24,6 +24,7 @@ use super::limiter::RateLimiter;
 use super::script::{Invocation, LimitSpec, fingerprint, parse_reply};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
+use crate::keys::KeySet;
 use crate::policy::FailurePolicy;
 use crate::scripts::Script;
 
@@ -188,14 +189,42 @@ impl<'a> Pipeline<'a> {
                 Prepared::Answered(answer) => results.push(Some(answer)),
             }
         }
+        // A subject known to have no settings is checked in the one-key
+        // form (see `check/settings_cache.rs`); the others tell the cache
+        // what they find.
+        let settings: Vec<Settings<'_>> = sent
+            .iter()
+            .map(|(i, _)| round.settings(requests[*i].0.as_ref()))
+            .collect();
+        let one_key: Vec<Option<(KeySet, Vec<Vec<u8>>)>> = sent
+            .iter()
+            .zip(&settings)
+            .map(|((_, inv), settings)| match settings {
+                Settings::KnownNone => one_key_form(inv, &specs).ok(),
+                Settings::Read { .. } => None,
+            })
+            .collect();
         let cluster = self.cluster();
         let mut replies = cluster
             .eval_many_with::<Vec<i64>, _>(
                 round.script,
-                sent.iter().map(|(_, inv)| (&inv.keys, &inv.args)),
+                sent.iter().zip(&one_key).map(|((_, inv), one)| match one {
+                    Some((keys, args)) => (keys, args),
+                    None => (&inv.keys, &inv.args),
+                }),
                 true,
             )
             .await;
+        for (((i, _), settings), reply) in sent.iter().zip(&settings).zip(&replies) {
+            if let Settings::Read {
+                cache: Some(cache),
+                ticket,
+            } = settings
+                && says_none(reply)
+            {
+                cache.found_none(requests[*i].0.as_ref(), *ticket);
+            }
+        }
         // Checks whose slot is migrating: again, one key at a time.
         let migrating: Vec<usize> = (0..replies.len())
             .filter(|&j| matches!(&replies[j], Err(err) if err.is_tryagain()))

@@ -16,8 +16,8 @@ use rand::Rng;
 
 use super::algorithm;
 use super::decision::Decision;
-use super::invalidation::{Invalidations, Listener, SLICES_PART, publish_to};
 use super::hot_subjects::{Heat, HotSubjects};
+use super::invalidation::{Invalidations, Listener, SLICES_PART, publish_to};
 use super::quota::Quota;
 use super::script::LimitSpec;
 use super::slice_reply::{Denial, Held, Slice, TakeReply, admitted, denied, local, revoke, spent};

@@ -315,6 +315,21 @@ async fn a_subject_known_to_have_no_settings_is_checked_without_reading_them() {
             reads <= checks / 4,
             "{algorithm}: {reads} reads of the override in {checks} checks"
         );
+        // Nor do batches.
+        let batch: Vec<(&str, u32)> = vec![("s", 1); 8];
+        let lines = monitored(&key, async {
+            for _ in 0..5 {
+                for d in api.check_many(&batch).await {
+                    assert!(d.unwrap().allowed);
+                }
+            }
+        })
+        .await;
+        let batch_reads = lines.iter().filter(|l| l.contains(&quota_key)).count();
+        assert!(
+            batch_reads <= 10,
+            "{algorithm}: {batch_reads} reads of the override in 40 checks in batches"
+        );
         // The checks were sent all the same, plain or scripts.
         let key_arg = format!("\"{}\"", String::from_utf8_lossy(&key));
         let sent = lines.iter().filter(|l| l.contains(&key_arg)).count();

@@ -119,10 +119,21 @@ pub(crate) async fn send_known_none(
     cluster: &Cluster,
     specs: &[Arc<LimitSpec>],
 ) -> Result<Vec<i64>> {
+    let (state, args) = one_key_form(invocation, specs)?;
+    cluster.eval(&invocation.script, &state, &args).await
+}
+
+/// The one-key form of the check `invocation` (of one limit, `specs`): its
+/// `KEYS` (the state key) and `ARGV`, the override and block given as
+/// empty.
+pub(crate) fn one_key_form(
+    invocation: &Invocation,
+    specs: &[Arc<LimitSpec>],
+) -> Result<(KeySet, Vec<Vec<u8>>)> {
     let state = KeySet::checked(vec![invocation.keys.keys()[0].clone()])?;
     let none = [Vec::new(), Vec::new()];
     let args = invocation.inline_args(specs, &none, 0..1, invocation.consumes());
-    cluster.eval(&invocation.script, &state, &args).await
+    Ok((state, args))
 }
 
 /// Whether a one-limit script's reply says its subject has no settings:

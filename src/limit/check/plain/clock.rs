@@ -66,22 +66,24 @@ impl ServerClock {
 
     fn now_at(&self, now: Instant) -> Option<Estimate> {
         let samples = self.samples.lock().unwrap_or_else(PoisonError::into_inner);
-        let estimates = samples.iter().filter_map(|s| {
-            let age = now.checked_duration_since(s.at)?;
-            if age > MAX_AGE {
-                return None;
-            }
-            let age_us = micros(age);
-            Some(Estimate {
-                now_us: s.server_us.saturating_add(age_us),
-                error_us: s.half_round_trip_us + age_us / DRIFT_DIVISOR + RESOLUTION_US,
+        // On every check: two passes over at most KEPT samples, nothing
+        // allocated.
+        let estimates = || {
+            samples.iter().filter_map(|s| {
+                let age = now.checked_duration_since(s.at)?;
+                if age > MAX_AGE {
+                    return None;
+                }
+                let age_us = micros(age);
+                Some(Estimate {
+                    now_us: s.server_us.saturating_add(age_us),
+                    error_us: s.half_round_trip_us + age_us / DRIFT_DIVISOR + RESOLUTION_US,
+                })
             })
-        });
-        let all: Vec<Estimate> = estimates.collect();
-        let best = *all.iter().min_by_key(|e| e.error_us)?;
+        };
+        let best = estimates().min_by_key(|e| e.error_us)?;
         // The recent samples disagree by up to this (other nodes' clocks).
-        let spread = all
-            .iter()
+        let spread = estimates()
             .map(|e| e.now_us.abs_diff(best.now_us))
             .max()
             .unwrap_or(0);
