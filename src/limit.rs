@@ -52,7 +52,7 @@
 //! that decides about twice as many requests per second
 //! ([docs/performance.md](https://github.com/shardlimit/shardlimit/blob/main/docs/performance.md#against-the-peers)).
 //! A [`check_many`](RateLimiter::check_many) sends its checks that way
-//! too (each its own pipeline, all at once). Peeks, multi-limits and the
+//! too (one pipeline per master). Peeks, multi-limits and the
 //! other algorithms run their script, and so does a limiter with a deny
 //! cache (a denial it caches must hold until it says; a plain check's
 //! count holds the units of requests being denied for a round trip); so

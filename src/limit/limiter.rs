@@ -381,7 +381,7 @@ impl RateLimiter {
     /// request. Keep batches to hundreds or a few thousand requests: a
     /// batch is one write on each master's shared connection. A fixed
     /// window's checks that are [plain commands](crate::limit#plain-commands)
-    /// go out each as its own pipeline, all at once, instead.
+    /// go out as one pipeline of plain commands per master instead.
     ///
     /// ```no_run
     /// # async fn demo(api: shardlimit::RateLimiter) -> shardlimit::Result<()> {

@@ -255,10 +255,10 @@ impl RateLimiterBuilder {
     /// A limiter with a [deny cache](Self::deny_cache) runs its script
     /// (a plain check's count holds other requests' units for a round
     /// trip while they are denied and given back, which a cached denial
-    /// could outlive). A [`check_many`](RateLimiter::check_many) of such a limiter sends
-    /// its checks as plain commands too, each its own pipeline, all at
-    /// once. Peeks, multi-limits and the other algorithms always run their
-    /// script.
+    /// could outlive). A [`check_many`](RateLimiter::check_many) of such
+    /// a limiter sends its checks as plain commands too, one pipeline per
+    /// master. Peeks, multi-limits and the other algorithms always run
+    /// their script.
     pub fn plain_commands(mut self, plain: bool) -> Self {
         self.plain_commands = plain;
         self
@@ -270,9 +270,8 @@ impl RateLimiterBuilder {
     /// their checks do not read those two keys: the script reads one key
     /// instead of three, and a check made of
     /// [plain commands](crate::limit#plain-commands) sends two commands
-    /// instead of three. A [`check_many`](RateLimiter::check_many) sent
-    /// as scripts (not a fixed window's) and a multi-limit still read
-    /// them. Default: off.
+    /// instead of three, in [`check_many`](RateLimiter::check_many) too;
+    /// a multi-limit still reads them. Default: off.
     ///
     /// Every write of a setting is announced on the subject's slot
     /// channel by the script that makes it, and every process with such a
