@@ -34,7 +34,9 @@ use crate::throttled::recorder::Recorder;
 ///
 /// Every subject's state lives in one key in the subject's hash slot
 /// (`<namespace>:{<subject>}:<kind>:<name>`), so millions of subjects spread
-/// over the cluster and each check is one script on one node.
+/// over the cluster and each check is one round trip to one node: a script,
+/// or for a fixed window [plain commands](crate::limit#plain-commands)
+/// pipelined there.
 ///
 /// ```no_run
 /// # async fn demo(cluster: shardlimit::Cluster) -> shardlimit::Result<()> {
