@@ -20,7 +20,8 @@ const SUBJECT_PAGE_CALLS: u64 = 10;
 /// The subject page of a subject with a limiter among `n` others costs at
 /// most [`SUBJECT_PAGE_CALLS`], counted by the nodes themselves.
 async fn assert_subject_page_bound(b: &Browser, base: &str, subject: &str) -> Cost {
-    let mut counter = cost::Counter::new().await;
+    // A subject's page reads from the master owning its slot.
+    let mut counter = cost::Counter::masters().await;
     let cost = counter
         .page(b, &format!("{base}/subject?subject={subject}"), 5)
         .await;
