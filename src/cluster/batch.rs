@@ -456,7 +456,7 @@ impl Cluster {
             match group {
                 Ok(answered) => {
                     for (i, replies) in answered {
-                        if unrun(&replies) {
+                        if exec::refused_unrun(&replies).is_some() {
                             again.push(i);
                         } else {
                             results[i] = Some(Ok(replies));
@@ -493,19 +493,6 @@ impl Cluster {
             })
             .collect()
     }
-}
-
-/// Whether a call's replies prove none of its commands ran: every one the
-/// same refusal that says so (see `exec::pipeline_reply`).
-fn unrun(replies: &[Value]) -> bool {
-    let Some(Value::ServerError(first)) = replies.first() else {
-        return false;
-    };
-    let err: RedisError = first.clone().into();
-    !matches!(next_step(&err, 0), Step::Fail | Step::Reload)
-        && replies.iter().all(|r| {
-            matches!(r, Value::ServerError(e) if e.kind() == first.kind() && e.details() == first.details())
-        })
 }
 
 /// The calls of one pipeline, sorted by their replies.

@@ -398,35 +398,29 @@ async fn send(
 }
 
 /// A plain pipeline's replies, or the error to decide the next step on
-/// when no command ran: every reply the same refusal that proves it (all
-/// `MOVED` to one node, all `ASK`, all refused while the cluster
-/// reconfigures). Anything else, even a mix of refusals (a migrating
-/// slot: the source runs the commands whose keys it still holds and
-/// answers `ASK` or `TRYAGAIN` for the others), is returned whole: which
-/// ran is the caller's to judge.
+/// when no command ran (see [`refused_unrun`]). Anything else, even a mix
+/// of refusals (a migrating slot: the source runs the commands whose keys
+/// it still holds and answers `ASK` or `TRYAGAIN` for the others), is
+/// returned whole: which ran is the caller's to judge.
 fn pipeline_reply(replies: Vec<Value>) -> RedisResult<Value> {
-    let refusals: Option<Vec<&redis::ServerError>> = replies
-        .iter()
-        .map(|reply| match reply {
-            Value::ServerError(err) => Some(err),
-            _ => None,
-        })
-        .collect();
-    if let Some(refusals) = refusals
-        && let Some(first) = refusals.first()
-    {
-        let unrun = |err: &redis::ServerError| {
-            let err: RedisError = err.clone().into();
-            !matches!(next_step(&err, 0), Step::Fail | Step::Reload)
-        };
-        let same = refusals
-            .iter()
-            .all(|err| err.kind() == first.kind() && err.details() == first.details());
-        if same && unrun(first) {
-            return Err((*first).clone().into());
-        }
+    match refused_unrun(&replies) {
+        Some(err) => Err(err),
+        None => Ok(Value::Array(replies)),
     }
-    Ok(Value::Array(replies))
+}
+
+/// The refusal, when a plain pipeline's replies prove none of its commands
+/// ran: every reply the same refusal that says so (all `MOVED` to one
+/// node, all `ASK`, all refused while the cluster reconfigures).
+pub(super) fn refused_unrun(replies: &[Value]) -> Option<RedisError> {
+    let Some(Value::ServerError(first)) = replies.first() else {
+        return None;
+    };
+    let same = replies.iter().all(|reply| {
+        matches!(reply, Value::ServerError(e) if e.kind() == first.kind() && e.details() == first.details())
+    });
+    let err: RedisError = first.clone().into();
+    (same && !matches!(next_step(&err, 0), Step::Fail | Step::Reload)).then_some(err)
 }
 
 /// Picks the EXEC reply out of `[ASKING, MULTI, QUEUED…, EXEC]`; when the
