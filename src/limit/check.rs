@@ -242,26 +242,12 @@ impl<'a> Pipeline<'a> {
             let (subject, cost) = &requests[*i];
             results[*i] = Some(round.conclude(subject.as_ref(), *cost, ticket, reply));
         }
-        let checked = join_all(alone.iter().map(|&i| {
-            let (subject, cost) = &requests[i];
-            self.run(subject.as_ref(), *cost, true)
-        }))
-        .await;
+        let checked = self.check_alone(requests, &alone).await;
         for (i, result) in alone.into_iter().zip(checked) {
             results[i] = Some(result);
         }
-        results
-            .into_iter()
-            .map(|r| {
-                // eval_many answers every call it is given.
-                r.unwrap_or_else(|| {
-                    Err(Error::UnexpectedReply {
-                        op: round.script.name().to_owned().into(),
-                        detail: "no reply for a request of the batch".into(),
-                    })
-                })
-            })
-            .collect()
+        // eval_many answers every call it is given.
+        in_order(results, round.script.name())
     }
 
     /// [`run_many`](Self::run_many) of a limiter whose checks may be plain
@@ -324,10 +310,7 @@ impl<'a> Pipeline<'a> {
                 }
             },
         ));
-        let checked = join_all(alone.iter().map(|&i| {
-            let (subject, cost) = &requests[i];
-            self.run(subject.as_ref(), *cost, true)
-        }));
+        let checked = self.check_alone(requests, &alone);
         let (judged, checked) = futures::join!(judged, checked);
         for (i, result) in judged {
             results[i] = Some(result);
@@ -335,17 +318,21 @@ impl<'a> Pipeline<'a> {
         for (i, result) in alone.into_iter().zip(checked) {
             results[i] = Some(result);
         }
-        results
-            .into_iter()
-            .map(|r| {
-                r.unwrap_or_else(|| {
-                    Err(Error::UnexpectedReply {
-                        op: "check_many".into(),
-                        detail: "no reply for a request of the batch".into(),
-                    })
-                })
-            })
-            .collect()
+        in_order(results, "check_many")
+    }
+
+    /// The requests `alone` of a batch, each checked as [`run`](Self::run)
+    /// checks it, all at once.
+    async fn check_alone<S: AsRef<[u8]>>(
+        &self,
+        requests: &[(S, u32)],
+        alone: &[usize],
+    ) -> Vec<Result<MultiDecision>> {
+        join_all(alone.iter().map(|&i| {
+            let (subject, cost) = &requests[i];
+            self.run(subject.as_ref(), *cost, true)
+        }))
+        .await
     }
 
     /// A failure of a call made on behalf of a check of `subject` for
@@ -538,6 +525,22 @@ impl<'r> Round<'r> {
             }
         })
     }
+}
+
+/// A batch's results in the order of its requests; one left unanswered (a
+/// bug, not a reply) is an error of `op`, not a panic.
+fn in_order(results: Vec<Option<Result<MultiDecision>>>, op: &str) -> Vec<Result<MultiDecision>> {
+    results
+        .into_iter()
+        .map(|r| {
+            r.unwrap_or_else(|| {
+                Err(Error::UnexpectedReply {
+                    op: op.to_owned().into(),
+                    detail: "no reply for a request of the batch".into(),
+                })
+            })
+        })
+        .collect()
 }
 
 /// Names of a multi-limiter's limits joined by `+`, formatted only if a span
