@@ -128,12 +128,7 @@ impl DenyCache {
             .expire_after(UntilDenialEnds)
             .build();
         let entries = Arc::new(Entries { cache, limits });
-        let hub = Invalidations::of(cluster);
-        let listener: Arc<dyn Listener> = entries.clone();
-        hub.register(Arc::downgrade(&listener));
-        // Subscribing takes a moment (a command per slot): start now, if a
-        // runtime is running, rather than at the first check.
-        hub.follow(cluster);
+        let hub = Invalidations::listen(cluster, entries.clone());
         DenyCache {
             entries,
             hub,
@@ -190,28 +185,28 @@ impl DenyCache {
         let Some(wait) = denied_for(decision) else {
             return;
         };
-        if self.hub.epoch() != ticket.epoch
-            || wait.is_zero()
-            || !self.hub.is_live(subject_slot(subject))
-        {
+        if wait.is_zero() {
             return;
         }
         let Some(until) = ticket.sent.checked_add(wait) else {
             return;
         };
-        let entry = Arc::new(Entry {
-            fingerprint,
-            cost,
-            sent: ticket.sent,
-            until,
-            decision: decision.clone(),
-        });
-        self.entries.cache.insert(subject.into(), entry);
-        // An invalidation between the check above and the insert would
-        // have found nothing to remove: look again, and take it back.
-        if self.hub.epoch() != ticket.epoch {
-            self.entries.cache.invalidate(subject);
-        }
+        let cache = &self.entries.cache;
+        self.hub.keep_unless_announced(
+            ticket.epoch,
+            subject_slot(subject),
+            || {
+                let entry = Arc::new(Entry {
+                    fingerprint,
+                    cost,
+                    sent: ticket.sent,
+                    until,
+                    decision: decision.clone(),
+                });
+                cache.insert(subject.into(), entry);
+            },
+            || cache.invalidate(subject),
+        );
     }
 
     /// Forgets everything (the quota changed).

@@ -159,6 +159,37 @@ impl Invalidations {
         cluster.follow_channels(Arc::downgrade(&sink));
     }
 
+    /// `listener` hears of every change from now on, until it is dropped,
+    /// and `cluster`'s channels are followed (subscribing takes a moment,
+    /// a command per slot: started now, if a runtime is running, rather
+    /// than at the first check). Returns the handle's hub.
+    pub(crate) fn listen(cluster: &Cluster, listener: Arc<dyn Listener>) -> Arc<Invalidations> {
+        let hub = Invalidations::of(cluster);
+        hub.register(Arc::downgrade(&listener));
+        hub.follow(cluster);
+        hub
+    }
+
+    /// Keeps what a check sent at epoch `ticket` learned of a subject of
+    /// `slot`: `keep` runs only if the slot is live and nothing was
+    /// announced since, and `forget` after it if an announcement came
+    /// meanwhile (it found nothing to forget).
+    pub(crate) fn keep_unless_announced(
+        &self,
+        ticket: u64,
+        slot: u16,
+        keep: impl FnOnce(),
+        forget: impl FnOnce(),
+    ) {
+        if self.epoch() != ticket || !self.is_live(slot) {
+            return;
+        }
+        keep();
+        if self.epoch() != ticket {
+            forget();
+        }
+    }
+
     /// `listener` hears of every change from now on, until it is dropped.
     pub(crate) fn register(&self, listener: Weak<dyn Listener>) {
         let mut listeners = self

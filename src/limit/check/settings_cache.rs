@@ -67,10 +67,7 @@ impl SettingsCache {
             kind: kind.to_owned(),
             name: name.to_owned(),
         });
-        let hub = Invalidations::of(cluster);
-        let listener: Arc<dyn Listener> = known.clone();
-        hub.register(Arc::downgrade(&listener));
-        hub.follow(cluster);
+        let hub = Invalidations::listen(cluster, known.clone());
         SettingsCache {
             known,
             hub,
@@ -91,15 +88,13 @@ impl SettingsCache {
 
     /// A check sent at `ticket` found that `subject` has no settings.
     pub(crate) fn found_none(&self, subject: &[u8], ticket: u64) {
-        if self.hub.epoch() != ticket || !self.hub.is_live(subject_slot(subject)) {
-            return;
-        }
-        self.known.subjects.insert(subject.into(), ());
-        // An announcement between the check above and the insert found
-        // nothing to forget: look again.
-        if self.hub.epoch() != ticket {
-            self.known.subjects.invalidate(subject);
-        }
+        let subjects = &self.known.subjects;
+        self.hub.keep_unless_announced(
+            ticket,
+            subject_slot(subject),
+            || subjects.insert(subject.into(), ()),
+            || subjects.invalidate(subject),
+        );
     }
 }
 
