@@ -15,7 +15,7 @@
 //! clock.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -51,11 +51,26 @@ struct Sample {
 
 /// This process's estimate of the server's clock (one per
 /// [`Cluster`](crate::Cluster) handle, shared by its limiters).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct ServerClock {
     samples: Mutex<VecDeque<Sample>>,
     /// A sample is being taken: no other pipeline carries a `TIME`.
     sampling: AtomicBool,
+    /// When the next sample is due, µs after `origin`: read by every
+    /// check without the lock.
+    due_us: AtomicU64,
+    origin: Instant,
+}
+
+impl Default for ServerClock {
+    fn default() -> Self {
+        ServerClock {
+            samples: Mutex::default(),
+            sampling: AtomicBool::new(false),
+            due_us: AtomicU64::new(0),
+            origin: Instant::now(),
+        }
+    }
 }
 
 impl ServerClock {
@@ -97,13 +112,8 @@ impl ServerClock {
     /// [`record`](Self::record) or [`abandon`](Self::abandon)): one at a
     /// time, once the newest is older than a second.
     pub(crate) fn claim_sample(&self) -> bool {
-        let due = {
-            let samples = self.samples.lock().unwrap_or_else(PoisonError::into_inner);
-            samples
-                .back()
-                .is_none_or(|s| s.at.elapsed() >= SAMPLE_EVERY)
-        };
-        due && !self.sampling.swap(true, Ordering::AcqRel)
+        micros(self.origin.elapsed()) >= self.due_us.load(Ordering::Relaxed)
+            && !self.sampling.swap(true, Ordering::AcqRel)
     }
 
     /// A `TIME` reply (`server_us`) to a request sent at `sent` and
@@ -121,6 +131,9 @@ impl ServerClock {
         }
         samples.push_back(sample);
         drop(samples);
+        let at = micros(sample.at.saturating_duration_since(self.origin));
+        self.due_us
+            .store(at.saturating_add(micros(SAMPLE_EVERY)), Ordering::Relaxed);
         self.sampling.store(false, Ordering::Release);
     }
 
