@@ -36,6 +36,10 @@ cargo test --workspace --all-features --no-fail-fast
 if [ -d tests/faults ]; then
   cargo test --all-features --test faults -- --ignored --test-threads=1
 fi
+# The core without its default features (the deny cache, quota slices), as
+# a service that turns them off builds it: its unit tests and the cluster
+# suite (the tests of those stages are left out, the rest run).
+cargo test --no-default-features --lib --test cluster
 
 cluster-compose/down.sh
 cluster-compose/up.sh --tls

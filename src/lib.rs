@@ -208,8 +208,11 @@
 //! Each module's room, in one line:
 //!
 //! * [`limit`] — rate limiters: [`RateLimiter`], [`MultiLimiter`], [`Quota`],
-//!   [`Decision`], one file per algorithm and the script protocol; the deny
-//!   cache, quota slices and the hub of invalidations they listen on.
+//!   [`Decision`], one folder per algorithm, the script protocol and the one
+//!   check pipeline; the stages a limiter may add to its checks (the deny
+//!   cache, the subject-settings cache, quota slices, the local fallback),
+//!   each in its own module of `limit/stages/` and composed in
+//!   `limit/stages.rs`; the hub of invalidations the caches listen on.
 //! * [`lock`] — [`Lock`]: fenced locks, watchdog, replica acknowledgement.
 //! * [`lease`] — [`LeaseLimiter`]: at most N leases per subject.
 //! * [`counter`] — [`Counter`]: add / drain / get, the drain keeps the TTL.
@@ -247,6 +250,18 @@
 //!   only at `trace`; rate-limited warnings for every bypass.
 //! * [`Error`] — the one error type; [`Error::is_transient`] drives
 //!   failure policies.
+//!
+//! # Cargo features
+//!
+//! On by default, for the two largest stages of a rate limiter's check,
+//! which most services do not need: `deny-cache` (the deny cache:
+//! [`RateLimiterBuilder::deny_cache`](limit::RateLimiterBuilder::deny_cache),
+//! [`MultiLimiter::with_deny_cache`]) and `slices` (quota slices for hot
+//! subjects: [`RateLimiterBuilder::slices`](limit::RateLimiterBuilder::slices),
+//! [`limit::Slices`]). A service that uses neither may build without them
+//! (`default-features = false`). Optional: `json`, `tower`, `axum`,
+//! `tonic`, `metrics` (see above). A limiter built without a stage does
+//! none of its work either way: no lookup and no background task.
 
 // docs.rs (`--cfg docsrs`, Cargo.toml) marks every item an optional
 // feature brings with the feature it needs.

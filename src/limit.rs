@@ -210,19 +210,13 @@ pub(crate) mod algorithm;
 mod catalog;
 mod check;
 mod decision;
-mod deny_cache;
-mod hot_subjects;
 pub(crate) mod invalidation;
 mod limiter;
-mod local;
 mod migrating;
 mod multi;
 mod quota;
 mod script;
-mod slice_reply;
-mod slice_table;
-mod sliced;
-mod slices;
+mod stages;
 
 pub(crate) use adjust::parse_override;
 pub use adjust::{MAX_BLOCK, MAX_OVERRIDE_TTL, SubjectSettings};
@@ -235,8 +229,10 @@ pub(crate) use catalog::{
 };
 pub use decision::{Decision, MultiDecision};
 pub use limiter::{RateLimiter, RateLimiterBuilder};
-pub use local::MAX_SUBJECTS as LOCAL_MAX_SUBJECTS;
 pub use multi::MultiLimiter;
 pub use quota::Quota;
 pub use script::Invocation;
-pub use slices::Slices;
+pub use stages::local::MAX_SUBJECTS as LOCAL_MAX_SUBJECTS;
+#[cfg(feature = "slices")]
+#[cfg_attr(docsrs, doc(cfg(feature = "slices")))]
+pub use stages::slices::Slices;

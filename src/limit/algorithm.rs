@@ -33,8 +33,10 @@ mod gcra;
 mod sliding_log;
 mod sliding_window;
 
+#[cfg(feature = "slices")]
+pub(crate) use assemble::SLICE;
 use assemble::one_limit;
-pub(crate) use assemble::{LIMIT_ADJUST, MULTI_LIMIT, SLICE, all as scripts, is_one_limit};
+pub(crate) use assemble::{LIMIT_ADJUST, MULTI_LIMIT, all as scripts, is_one_limit};
 
 const SLIDING_LOG_MAX: NonZeroU32 = sliding_log::MAX_LIMIT;
 

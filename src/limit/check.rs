@@ -1,9 +1,12 @@
 //! The one check pipeline. A [`RateLimiter`] is a multi-limit of one: its
 //! `check`, `check_n`, `peek`, `check_many` and `until_ready`, a
 //! [`MultiLimiter`](super::MultiLimiter)'s, and the tower layer's all run
-//! through [`Pipeline`] — the deny cache's lookup, the invocation, the
-//! failure policy, the counting and the cache's offer are written here once,
-//! the degraded local mode's part in `check/degraded.rs`.
+//! through [`Pipeline`]: the exact check (a script, or plain commands,
+//! `check/plain.rs`), the failure policy and the counting are written here
+//! once, and each stage of `limit/stages.rs` enters at its step — the deny
+//! cache's lookup and offer, the subject-settings cache's choice of form,
+//! the degraded local mode (its part in `stages/local/degraded.rs`), the
+//! report of a denial.
 
 use std::fmt;
 use std::sync::Arc;
@@ -16,21 +19,40 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use self::plain::Settings;
-use self::settings_cache::{SettingsCache, one_key_form, says_none, send_known_none};
 use super::algorithm;
 use super::decision::{Decision, MultiDecision};
-use super::deny_cache::{DenyCache, Ticket};
 use super::limiter::RateLimiter;
-use super::script::{Invocation, LimitSpec, fingerprint, parse_reply};
+use super::script::{Invocation, LimitSpec, parse_reply};
+#[cfg(feature = "deny-cache")]
+use super::stages::deny_cache::{DenyCache, Ticket, fingerprint};
+use super::stages::settings_cache::{SettingsCache, one_key_form, says_none, send_known_none};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::keys::KeySet;
 use crate::policy::FailurePolicy;
 use crate::scripts::Script;
 
-mod degraded;
 pub(crate) mod plain;
-pub(crate) mod settings_cache;
+
+/// Built without feature `deny-cache`, no check holds a cache's ticket.
+#[cfg(not(feature = "deny-cache"))]
+type Ticket = std::convert::Infallible;
+
+/// Built without feature `deny-cache`: no check is answered from a deny
+/// cache nor offered to one (with it, these steps are the cache's own, in
+/// `stages/deny_cache.rs`).
+#[cfg(not(feature = "deny-cache"))]
+impl Round<'_> {
+    fn ticket(&self) -> Option<Ticket> {
+        None
+    }
+
+    fn cached(&self, _subject: &[u8], _cost: u32) -> Option<MultiDecision> {
+        None
+    }
+
+    fn offer(&self, _subject: &[u8], _cost: u32, _ticket: Option<Ticket>, _: &MultiDecision) {}
+}
 
 /// What one check covers: its limits (at least one, all on one cluster),
 /// the policy for a failure and the deny cache that answers denials again.
@@ -38,29 +60,31 @@ pub(crate) mod settings_cache;
 pub(crate) struct Pipeline<'a> {
     pub(crate) limiters: &'a [RateLimiter],
     pub(crate) policy: FailurePolicy,
+    #[cfg(feature = "deny-cache")]
     pub(crate) cache: Option<&'a DenyCache>,
 }
 
 /// One operation's view of the limits: their specs read once, the script
 /// that checks them and the fingerprint a denial is cached under.
-struct Round<'r> {
-    pipeline: Pipeline<'r>,
-    specs: &'r [Arc<LimitSpec>],
+pub(crate) struct Round<'r> {
+    pub(crate) pipeline: Pipeline<'r>,
+    pub(crate) specs: &'r [Arc<LimitSpec>],
     script: &'static Script,
     /// 0 when nothing of this round is looked up in or offered to a cache.
-    print: u64,
-    consume: bool,
+    #[cfg(feature = "deny-cache")]
+    pub(crate) print: u64,
+    pub(crate) consume: bool,
 }
 
 /// A request before it is sent: what to send, or already its answer (a
 /// cached denial, or a request refused before sending).
-enum Prepared {
+pub(crate) enum Prepared {
     Send(Invocation),
     Answered(Result<MultiDecision>),
 }
 
 impl<'a> Pipeline<'a> {
-    fn cluster(&self) -> &'a Cluster {
+    pub(crate) fn cluster(&self) -> &'a Cluster {
         self.limiters[0].cluster()
     }
 
@@ -117,7 +141,7 @@ impl<'a> Pipeline<'a> {
             if let Some(answer) = round.before_sending(subject, cost).await {
                 return answer;
             }
-            let ticket = round.cache().map(DenyCache::ticket);
+            let ticket = round.ticket();
             let settings = round.settings(subject);
             let reply = match round.plain(subject, cost, &invocation.keys, settings).await {
                 Some(reply) => reply,
@@ -168,12 +192,12 @@ impl<'a> Pipeline<'a> {
         }
         let specs = self.specs();
         let round = Round::new(*self, &specs, true);
-        let ticket = round.cache().map(DenyCache::ticket);
+        let ticket = round.ticket();
         let mut results: Vec<Option<Result<MultiDecision>>> = Vec::with_capacity(requests.len());
         // The requests that go to Redis: their index and what they send.
         let mut sent: Vec<(usize, Invocation)> = Vec::with_capacity(requests.len());
         // The requests the degraded local mode has work for before sending
-        // (see `check/degraded.rs`): each checked alone, as `run` does.
+        // (see `stages/local/degraded.rs`): each checked alone, as `run` does.
         let mut alone = Vec::new();
         for (i, (subject, cost)) in requests.iter().enumerate() {
             if self.local_work(subject.as_ref()) {
@@ -190,7 +214,7 @@ impl<'a> Pipeline<'a> {
             }
         }
         // A subject known to have no settings is checked in the one-key
-        // form (see `check/settings_cache.rs`); the others tell the cache
+        // form (see `stages/settings_cache.rs`); the others tell the cache
         // what they find.
         let settings: Vec<Settings<'_>> = sent
             .iter()
@@ -338,6 +362,7 @@ impl<'a> Pipeline<'a> {
     /// A failure of a call made on behalf of a check of `subject` for
     /// `cost` (taking a quota slice), under the policy, exactly as the
     /// check's own failure would be met.
+    #[cfg(feature = "slices")]
     pub(crate) fn fail(&self, err: Error, subject: &[u8], cost: u32) -> Result<MultiDecision> {
         let specs = self.specs();
         Round::new(*self, &specs, true).fail(err, subject, cost)
@@ -365,6 +390,7 @@ impl RateLimiter {
         Pipeline {
             limiters: std::slice::from_ref(self),
             policy: self.failure_policy(),
+            #[cfg(feature = "deny-cache")]
             cache: self.deny_cache().map(|cache| &**cache),
         }
     }
@@ -373,7 +399,7 @@ impl RateLimiter {
 impl<'r> Round<'r> {
     /// One limit is checked by its algorithm's own script, several by the
     /// multi-limit script.
-    fn new(pipeline: Pipeline<'r>, specs: &'r [Arc<LimitSpec>], consume: bool) -> Self {
+    pub(crate) fn new(pipeline: Pipeline<'r>, specs: &'r [Arc<LimitSpec>], consume: bool) -> Self {
         let script = match specs {
             [one] => one.algorithm.script(),
             _ => &algorithm::MULTI_LIMIT,
@@ -384,6 +410,7 @@ impl<'r> Round<'r> {
             script,
             // Only a check that may be cached needs it: none is hashed on
             // the path of a limiter without a deny cache.
+            #[cfg(feature = "deny-cache")]
             print: if consume && pipeline.cache.is_some() {
                 fingerprint(specs)
             } else {
@@ -437,13 +464,9 @@ impl<'r> Round<'r> {
         }
     }
 
-    fn cache(&self) -> Option<&DenyCache> {
-        self.pipeline.cache.filter(|_| self.consume)
-    }
-
     /// Refuses a bad request before sending (counted, through the policy,
     /// as an error), or answers a denial from the cache.
-    fn prepare(&self, subject: &[u8], cost: u32) -> Prepared {
+    pub(crate) fn prepare(&self, subject: &[u8], cost: u32) -> Prepared {
         let cluster = self.pipeline.cluster();
         let invocation = Invocation::new(
             cluster.keys(),
@@ -457,10 +480,7 @@ impl<'r> Round<'r> {
             Ok(invocation) => invocation,
             Err(err) => return Prepared::Answered(self.fail(err, subject, cost)),
         };
-        if let Some(cached) = self
-            .cache()
-            .and_then(|cache| cache.lookup(subject, self.print, cost))
-        {
+        if let Some(cached) = self.cached(subject, cost) {
             for (limiter, d) in self.pipeline.limiters.iter().zip(&cached.decisions) {
                 if !d.allowed {
                     limiter.denied(subject, true);
@@ -473,7 +493,7 @@ impl<'r> Round<'r> {
 
     /// The decision from Redis' reply, counted and offered to the cache,
     /// or the failure through the policy.
-    fn conclude(
+    pub(crate) fn conclude(
         &self,
         subject: &[u8],
         cost: u32,
@@ -499,15 +519,13 @@ impl<'r> Round<'r> {
             }
         }
         let decision = MultiDecision { allowed, decisions };
-        if let (Some(cache), Some(ticket)) = (self.cache(), ticket) {
-            cache.offer(subject, self.print, cost, ticket, &decision);
-        }
+        self.offer(subject, cost, ticket, &decision);
         Ok(decision)
     }
 
     /// A failure under the policy: every limit sees it; fail-open admits
     /// with every limit bypassed, local decides from this process's share.
-    fn fail(&self, err: Error, subject: &[u8], cost: u32) -> Result<MultiDecision> {
+    pub(crate) fn fail(&self, err: Error, subject: &[u8], cost: u32) -> Result<MultiDecision> {
         let limiters = self.pipeline.limiters;
         let outcomes: Vec<_> = limiters.iter().map(RateLimiter::outcomes).collect();
         self.pipeline.policy.apply(err, &outcomes, |reason| {

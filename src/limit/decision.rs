@@ -124,6 +124,7 @@ impl Settled {
     }
 
     /// `wait` cut short by this bound; `None` when not known.
+    #[cfg(feature = "deny-cache")]
     pub(crate) fn bound(self, wait: Duration) -> Option<Duration> {
         match self {
             Settled::Unbounded => Some(wait),
@@ -146,6 +147,7 @@ impl Decision {
     /// Admitted by this process from a quota slice, under `quota` (the
     /// subject's override, if the slice was taken under one) and `limit`
     /// (its capacity); how long until full is not known here.
+    #[cfg(feature = "slices")]
     pub(crate) fn sliced(quota: Quota, limit: u32) -> Self {
         Decision {
             sliced: true,

@@ -12,22 +12,22 @@ pub use self::builder::RateLimiterBuilder;
 use super::algorithm::Algorithm;
 use super::catalog::{self, CatalogPublishing, Publication, Publishes};
 use super::check::plain::PlainPath;
-use super::check::settings_cache::SettingsCache;
 use super::decision::{Decision, MultiDecision};
-use super::deny_cache::DenyCache;
-use super::local::LocalLimits;
 use super::quota::Quota;
 use super::script::{Invocation, LimitSpec};
-use super::slice_table::SliceTable;
-use super::slices::Slices;
+use super::stages::Stages;
+#[cfg(feature = "deny-cache")]
+use super::stages::deny_cache::DenyCache;
+use super::stages::local::LocalLimits;
+use super::stages::settings_cache::SettingsCache;
+#[cfg(feature = "slices")]
+use super::stages::slices::Slices;
 use crate::cluster::Cluster;
 use crate::error::Result;
 use crate::keys::KeyId;
 use crate::outcomes::Outcomes;
 use crate::policy::FailurePolicy;
 use crate::primitive::Core;
-use crate::throttled::publish;
-use crate::throttled::recorder::Recorder;
 
 /// A rate limiter definition: a name, a [`Quota`], an [`Algorithm`] and a
 /// [`FailurePolicy`], built once and checked per subject. Cheap to clone.
@@ -65,24 +65,8 @@ struct Inner {
     /// [`RateLimiter::set_shadow`]; a check reads it once.
     spec: ArcSwap<LimitSpec>,
     policy: FailurePolicy,
-    /// Shared with the [`MultiLimiter`](super::MultiLimiter) made from
-    /// this limiter alone, which checks exactly as it does.
-    cache: Option<Arc<DenyCache>>,
-    /// The local limiters of [`FailurePolicy::Local`].
-    local: Option<LocalLimits>,
-    /// Where its denials go, when it reports what it throttles.
-    throttled: Option<Arc<Recorder>>,
-    /// The quota slices this process holds, with
-    /// [`RateLimiterBuilder::slices`].
-    slices: Option<Arc<SliceTable>>,
-    /// Its spec's publication to the catalog (see [`catalog`]).
-    publication: Publication,
-    /// Its checks decided from plain commands, when its algorithm can be
-    /// (see [`RateLimiterBuilder::plain_commands`]).
-    plain: Option<PlainPath>,
-    /// The subjects known to have no settings, with
-    /// [`RateLimiterBuilder::subject_settings_cache`].
-    settings: Option<SettingsCache>,
+    /// What its checks do beside the exact check (see `limit/stages.rs`).
+    stages: Stages,
 }
 
 impl Publishes for Inner {
@@ -95,7 +79,7 @@ impl Publishes for Inner {
     }
 
     fn publication(&self) -> &Publication {
-        &self.publication
+        &self.stages.publication
     }
 }
 
@@ -146,9 +130,7 @@ impl RateLimiter {
     pub fn set_quota(&self, quota: Quota) -> Result<()> {
         let spec = self.inner.spec.load();
         let next = spec.with(quota, spec.shadow)?;
-        if let Some(local) = &self.inner.local {
-            local.validate(&next)?;
-        }
+        self.inner.stages.validate_spec(&next)?;
         self.replace_spec(next);
         Ok(())
     }
@@ -177,13 +159,7 @@ impl RateLimiter {
     /// spec it replaces answers a check, and the catalog hears of it.
     fn replace_spec(&self, next: LimitSpec) {
         self.inner.spec.store(Arc::new(next));
-        if let Some(cache) = &self.inner.cache {
-            cache.clear();
-        }
-        if let Some(slices) = &self.inner.slices {
-            slices.revoke_all();
-        }
-        self.inner.publication.changed();
+        self.inner.stages.replaced();
     }
 
     /// How this limiter's publications to the
@@ -198,7 +174,7 @@ impl RateLimiter {
     /// ```
     #[must_use]
     pub fn catalog_publishing(&self) -> CatalogPublishing {
-        self.inner.publication.counts()
+        self.inner.stages.publication.counts()
     }
 
     /// Its failure policy.
@@ -225,7 +201,7 @@ impl RateLimiter {
     /// publication of a limiter built outside a tokio runtime (one relaxed
     /// load once it runs).
     pub(crate) fn spec(&self) -> Arc<LimitSpec> {
-        if !self.inner.publication.started() {
+        if !self.inner.stages.publication.started() {
             catalog::start(&self.inner);
         }
         self.inner.spec.load_full()
@@ -258,7 +234,8 @@ impl RateLimiter {
     /// [`Error::InvalidCost`](crate::Error::InvalidCost) before sending if `cost` is 0 or above
     /// [`capacity`](Self::capacity).
     pub async fn check_n(&self, subject: impl AsRef<[u8]>, cost: u32) -> Result<Decision> {
-        if let Some(slices) = &self.inner.slices {
+        #[cfg(feature = "slices")]
+        if let Some(slices) = &self.inner.stages.slices {
             return self.check_sliced(slices, subject.as_ref(), cost).await;
         }
         let decision = self.pipeline().run(subject.as_ref(), cost, true).await?;
@@ -270,32 +247,36 @@ impl RateLimiter {
     /// before shutting down; nothing to do without slices. Slices are also
     /// given back when they end, and in the background when the last clone
     /// of the limiter is dropped inside a tokio runtime.
+    #[cfg(feature = "slices")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "slices")))]
     pub async fn return_slices(&self) -> Result<()> {
-        match &self.inner.slices {
+        match &self.inner.stages.slices {
             Some(slices) => slices.return_all().await,
             None => Ok(()),
         }
     }
 
     /// Its quota slices' settings, if it has them.
+    #[cfg(feature = "slices")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "slices")))]
     #[must_use]
     pub fn slice_settings(&self) -> Option<Slices> {
-        self.inner.slices.as_ref().map(|s| s.config())
+        self.inner.stages.slices.as_ref().map(|s| s.config())
     }
 
     /// Its plain-command stage, if its checks may be decided that way.
     pub(crate) fn plain(&self) -> Option<&PlainPath> {
-        self.inner.plain.as_ref()
+        self.inner.stages.plain.as_ref()
     }
 
     /// Its subject-settings cache, if it has one.
     pub(crate) fn settings_cache(&self) -> Option<&SettingsCache> {
-        self.inner.settings.as_ref()
+        self.inner.stages.settings.as_ref()
     }
 
     /// Its local limiters, under [`FailurePolicy::Local`].
     pub(crate) fn local(&self) -> Option<&LocalLimits> {
-        self.inner.local.as_ref()
+        self.inner.stages.local.as_ref()
     }
 
     /// Counts a denial of `subject` (`cached`: answered by the deny cache)
@@ -303,20 +284,15 @@ impl RateLimiter {
     /// there — every path that denies (Redis' reply, the deny cache, a
     /// quota slice) comes through here.
     pub(crate) fn denied(&self, subject: &[u8], cached: bool) {
-        if cached {
-            self.outcomes().denied_cached();
-        } else {
-            self.outcomes().denied();
-        }
-        if let Some(throttled) = self.inner.throttled.as_deref() {
-            throttled.denied(subject);
-            publish::denied(self.cluster(), throttled);
-        }
+        self.inner
+            .stages
+            .denied(self.cluster(), self.outcomes(), subject, cached);
     }
 
     /// Its deny cache, if it has one.
+    #[cfg(feature = "deny-cache")]
     pub(crate) fn deny_cache(&self) -> Option<&Arc<DenyCache>> {
-        self.inner.cache.as_ref()
+        self.inner.stages.deny_cache.as_ref()
     }
 
     /// What a one-unit request would get now, without consuming anything or

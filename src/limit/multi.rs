@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use super::check::Pipeline;
 use super::decision::MultiDecision;
-use super::deny_cache::DenyCache;
 use super::limiter::RateLimiter;
 use super::script::{Invocation, LimitSpec, max_cost};
+#[cfg(feature = "deny-cache")]
+use super::stages::deny_cache::DenyCache;
 use crate::error::{Error, Result};
 use crate::policy::FailurePolicy;
 
@@ -40,6 +41,7 @@ use crate::policy::FailurePolicy;
 pub struct MultiLimiter {
     limiters: Vec<RateLimiter>,
     policy: FailurePolicy,
+    #[cfg(feature = "deny-cache")]
     cache: Option<Arc<DenyCache>>,
 }
 
@@ -83,6 +85,7 @@ impl MultiLimiter {
         Ok(MultiLimiter {
             limiters,
             policy,
+            #[cfg(feature = "deny-cache")]
             cache: None,
         })
     }
@@ -94,13 +97,10 @@ impl MultiLimiter {
     /// the same or a higher cost under the same quotas. A change to any of
     /// its limits for the subject (reset, unblock, reward, override) makes
     /// every process forget it. Errors if `max_entries` is 0.
+    #[cfg(feature = "deny-cache")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "deny-cache")))]
     pub fn with_deny_cache(mut self, max_entries: u64) -> Result<Self> {
-        if max_entries == 0 {
-            return Err(Error::Config {
-                field: "deny_cache",
-                reason: "a deny cache needs room for at least one entry".into(),
-            });
-        }
+        let max_entries = super::stages::deny_cache::room(max_entries)?;
         let limits = self
             .limiters
             .iter()
@@ -201,6 +201,7 @@ impl MultiLimiter {
         Pipeline {
             limiters: &self.limiters,
             policy: self.policy,
+            #[cfg(feature = "deny-cache")]
             cache: self.cache.as_deref(),
         }
     }
@@ -223,6 +224,7 @@ impl From<RateLimiter> for MultiLimiter {
     fn from(limiter: RateLimiter) -> Self {
         MultiLimiter {
             policy: limiter.failure_policy(),
+            #[cfg(feature = "deny-cache")]
             cache: limiter.deny_cache().cloned(),
             limiters: vec![limiter],
         }

@@ -34,6 +34,8 @@ pub(crate) struct LimitSpec {
     /// was computed under: a deny cache answers only checks of the same
     /// fingerprint, so a limiter put in shadow mode (which never denies) is
     /// never answered by a denial cached before, alone or in a multi-limit.
+    /// Only the deny cache reads it.
+    #[cfg_attr(not(feature = "deny-cache"), allow(dead_code))]
     pub(crate) fingerprint: u64,
     /// `code, limit, period_us, burst, shadow`, formatted once.
     args: [String; 5],
@@ -86,19 +88,6 @@ impl LimitSpec {
     fn ids(&self) -> [&KeyId; 3] {
         [&self.id, &self.override_id, &self.block_id]
     }
-}
-
-/// One fingerprint for several limits checked together (a lone limit's
-/// own).
-pub(crate) fn fingerprint(specs: &[Arc<LimitSpec>]) -> u64 {
-    if let [one] = specs {
-        return one.fingerprint;
-    }
-    let mut hasher = std::hash::DefaultHasher::new();
-    for spec in specs {
-        spec.fingerprint.hash(&mut hasher);
-    }
-    hasher.finish()
 }
 
 /// The most one check of `specs` may cost: the smallest capacity, and —

@@ -299,6 +299,8 @@ macro_rules! suite {
             counter_add_and_drain_keep_the_ttl
             scanner_lists_counts_audits_and_resets
             health_reports_every_master
+        );
+        $crate::behaviour::suite!(@each ($setup) [$(#[$attr])* #[cfg(feature = "deny-cache")]]
             a_reset_lifts_a_cached_denial_here_and_through_another_handle
             a_block_denies_and_a_reward_gives_back
         );

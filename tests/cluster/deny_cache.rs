@@ -562,3 +562,67 @@ async fn every_cached_denial_agrees_through_expiring_overrides_and_shadow_mode()
          0 disagreements"
     );
 }
+
+#[tokio::test]
+async fn a_batch_is_answered_from_the_deny_cache_where_it_can() {
+    let cluster = common::cluster("many-cache").await;
+    let l = RateLimiter::builder(&cluster, "cached", Quota::per_hour(nz(1)))
+        .deny_cache(1000)
+        .build()
+        .unwrap();
+    let batch: Vec<(String, u32)> = (0..50).map(|i| (format!("bot:{i}"), 1)).collect();
+    for d in l.check_many(&batch).await {
+        assert!(d.expect("first batch").allowed);
+    }
+    // Denied by Redis (and cached once the subscription is live), then
+    // from the cache.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let results = l.check_many(&batch).await;
+        let decisions: Vec<_> = results
+            .into_iter()
+            .map(|r| r.expect("later batch"))
+            .collect();
+        assert!(decisions.iter().all(|d| !d.allowed));
+        if decisions.iter().all(|d| d.cached) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the batch was never answered from the cache"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let s = cluster.stats().get("gcra", "cached").cloned().unwrap();
+    assert!(s.denied_cached >= 50, "{s:?}");
+}
+
+#[tokio::test]
+async fn a_limiter_alone_as_a_multi_limiter_shares_its_deny_cache() {
+    let cluster = common::cluster("many-one").await;
+    let l = RateLimiter::builder(&cluster, "one", Quota::per_hour(nz(1)))
+        .deny_cache(100)
+        .build()
+        .unwrap();
+    let alone = MultiLimiter::from(l.clone());
+    assert!(l.check("bot").await.unwrap().allowed);
+    // Denied by Redis, then cached once the subscription is live.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !l.check("bot").await.unwrap().cached {
+        assert!(Instant::now() < deadline, "never answered from the cache");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The multi-limiter of one answers from the limiter's cache, with the
+    // same script: what it sends is what the limiter sends.
+    let d = alone.check("bot").await.unwrap();
+    assert!(!d.allowed && d.cached(), "{d:?}");
+    let (one, many) = (
+        l.invocation("bot", 1).unwrap(),
+        alone.invocation("bot", 1).unwrap(),
+    );
+    assert_eq!(one.script.name(), many.script.name());
+    assert_eq!(one.args, many.args);
+    // A reset through either forgets it for both.
+    l.reset("bot").await.unwrap();
+    assert!(alone.check("bot").await.unwrap().allowed);
+}

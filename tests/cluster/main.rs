@@ -29,6 +29,7 @@ mod batch;
 mod catalog;
 mod check_many;
 mod counter;
+#[cfg(feature = "deny-cache")]
 mod deny_cache;
 mod handle;
 mod health;
@@ -41,6 +42,7 @@ mod lock;
 mod one_limit_checks;
 mod plain_commands;
 mod redaction;
+#[cfg(feature = "slices")]
 mod slices;
 mod throttled;
 

@@ -8,9 +8,14 @@ use crate::common;
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "deny-cache")]
+use shardlimit::MultiLimiter;
 use shardlimit::admin::{self, Throttled, ThrottledName};
+#[cfg(feature = "deny-cache")]
 use shardlimit::keys::KeyId;
-use shardlimit::{Cluster, MultiLimiter, Quota, RateLimiter, limit::Slices};
+#[cfg(feature = "slices")]
+use shardlimit::limit::Slices;
+use shardlimit::{Cluster, Quota, RateLimiter};
 
 fn one_per_minute(cluster: &Cluster, name: &str, window: Duration) -> RateLimiter {
     RateLimiter::builder(
@@ -49,6 +54,7 @@ async fn until(cluster: &Cluster, bound: Duration, done: impl Fn(&Throttled) -> 
     }
 }
 
+#[cfg(feature = "deny-cache")]
 #[tokio::test]
 async fn denials_from_every_entry_point_appear_within_ten_seconds_with_a_ttl() {
     let cluster = common::handle(&common::unique_namespace("throttled")).await;
@@ -139,6 +145,7 @@ async fn denials_from_every_entry_point_appear_within_ten_seconds_with_a_ttl() {
 }
 
 /// The deny cache's denials of limiter `name`, from the cluster's stats.
+#[cfg(feature = "deny-cache")]
 fn denied_cached(cluster: &Cluster, name: &str) -> u64 {
     cluster
         .stats()
@@ -151,6 +158,7 @@ fn denied_cached(cluster: &Cluster, name: &str) -> u64 {
 /// A limiter with quota slices denies from its slices, in the process,
 /// once its limit is spent: those denials reach the view too (they were
 /// counted in the stats but never reported).
+#[cfg(feature = "slices")]
 #[tokio::test]
 async fn denials_decided_from_quota_slices_are_reported() {
     let cluster = common::handle(&common::unique_namespace("throttled-sliced")).await;

@@ -78,12 +78,12 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use super::Round;
-use super::settings_cache::SettingsCache;
 use crate::cluster::{Cluster, Transaction, TxCommand};
 use crate::error::Result;
 use crate::keys::KeySet;
 use crate::limit::algorithm::{Local, LocalVerdict, Plain};
 use crate::limit::script::LimitSpec;
+use crate::limit::stages::settings_cache::SettingsCache;
 
 pub(crate) mod clock;
 

@@ -8,21 +8,16 @@ use arc_swap::ArcSwap;
 
 use super::{Inner, RateLimiter};
 use crate::cluster::Cluster;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::limit::algorithm::Algorithm;
-use crate::limit::catalog::{self, CATALOG_REFRESH, CATALOG_TTL, Publication};
-use crate::limit::check::plain::PlainPath;
-use crate::limit::check::settings_cache::SettingsCache;
-use crate::limit::deny_cache::DenyCache;
-use crate::limit::local::LocalLimits;
+use crate::limit::catalog;
 use crate::limit::quota::Quota;
 use crate::limit::script::LimitSpec;
-use crate::limit::slice_table::SliceTable;
-use crate::limit::slices::Slices;
+#[cfg(feature = "slices")]
+use crate::limit::stages::slices::Slices;
+use crate::limit::stages::{StageLines, Stages};
 use crate::policy::FailurePolicy;
 use crate::primitive::Core;
-use crate::throttled::publish;
-use crate::throttled::recorder::DEFAULT_WINDOW;
 
 /// Builds a [`RateLimiter`]; [`build`](Self::build) validates.
 #[derive(Debug)]
@@ -34,24 +29,19 @@ pub struct RateLimiterBuilder {
     algorithm: Algorithm,
     policy: FailurePolicy,
     shadow: bool,
-    deny_cache: Option<u64>,
-    catalog_refresh: Duration,
-    publish_spec: bool,
-    report_throttled: bool,
-    throttled_window: Duration,
-    slices: Option<Slices>,
-    plain_commands: bool,
-    settings_cache: Option<u64>,
+    /// The stages' lines, composed by [`build`](Self::build) (see
+    /// `limit/stages.rs`).
+    stages: StageLines,
 }
 
 impl RateLimiterBuilder {
     /// How often the limiter publishes its spec to the
     /// [catalog](crate::limit#the-catalog) again while a handle to it
-    /// lives (less up to a tenth, at random). Default [`CATALOG_REFRESH`]
-    /// (30 s); from 100 ms to a third of [`CATALOG_TTL`] (30 s), so an entry
+    /// lives (less up to a tenth, at random). Default [`CATALOG_REFRESH`](crate::limit::CATALOG_REFRESH)
+    /// (30 s); from 100 ms to a third of [`CATALOG_TTL`](crate::limit::CATALOG_TTL) (30 s), so an entry
     /// outlives two missed refreshes.
     pub fn catalog_refresh(mut self, every: Duration) -> Self {
-        self.catalog_refresh = every;
+        self.stages.catalog_refresh = every;
         self
     }
 
@@ -76,7 +66,7 @@ impl RateLimiterBuilder {
     /// # Ok(()) }
     /// ```
     pub fn publish_spec(mut self, publish: bool) -> Self {
-        self.publish_spec = publish;
+        self.stages.publish_spec = publish;
         self
     }
 
@@ -125,8 +115,10 @@ impl RateLimiterBuilder {
     /// and forgotten by every process's cache; an entry also ends when the
     /// subject's override or block expires. Peeks always ask Redis.
     /// Default: no cache; a limit of 0 is a configuration error.
+    #[cfg(feature = "deny-cache")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "deny-cache")))]
     pub fn deny_cache(mut self, max_entries: u64) -> Self {
-        self.deny_cache = Some(max_entries);
+        self.stages.deny_cache = Some(max_entries);
         self
     }
 
@@ -175,8 +167,10 @@ impl RateLimiterBuilder {
     /// the bound and the measurements:
     /// [docs/hot-subjects.md](https://github.com/shardlimit/shardlimit/blob/main/docs/hot-subjects.md).
     /// Default: no slices.
+    #[cfg(feature = "slices")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "slices")))]
     pub fn slices(mut self, slices: Slices) -> Self {
-        self.slices = Some(slices);
+        self.stages.slices = Some(slices);
         self
     }
 
@@ -243,7 +237,7 @@ impl RateLimiterBuilder {
     /// # Ok(()) }
     /// ```
     pub fn report_throttled(mut self, report: bool) -> Self {
-        self.report_throttled = report;
+        self.stages.report_throttled = report;
         self
     }
 
@@ -260,7 +254,7 @@ impl RateLimiterBuilder {
     /// master. Peeks, multi-limits and the other algorithms always run
     /// their script.
     pub fn plain_commands(mut self, plain: bool) -> Self {
-        self.plain_commands = plain;
+        self.stages.plain_commands = plain;
         self
     }
 
@@ -295,7 +289,7 @@ impl RateLimiterBuilder {
     /// # Ok(()) }
     /// ```
     pub fn subject_settings_cache(mut self, max_subjects: u64) -> Self {
-        self.settings_cache = Some(max_subjects);
+        self.stages.settings_cache = Some(max_subjects);
         self
     }
 
@@ -306,7 +300,7 @@ impl RateLimiterBuilder {
     /// its last denial. Limiters of one kind and name in a process share
     /// one sketch; the first one built sets the window.
     pub fn throttled_window(mut self, window: Duration) -> Self {
-        self.throttled_window = window;
+        self.stages.throttled_window = window;
         self
     }
 
@@ -322,92 +316,12 @@ impl RateLimiterBuilder {
     /// here, or at the first check when built outside a tokio runtime).
     pub fn build(self) -> Result<RateLimiter> {
         let spec = LimitSpec::new(&self.name, self.algorithm, self.quota, self.shadow)?;
-        let most = CATALOG_TTL / 3;
-        if !(Duration::from_millis(100)..=most).contains(&self.catalog_refresh) {
-            return Err(Error::Config {
-                field: "catalog_refresh",
-                reason: format!(
-                    "{:?} is outside 100ms..={most:?} (a third of the catalog's TTL)",
-                    self.catalog_refresh
-                ),
-            });
-        }
-        let cache = match self.deny_cache {
-            None => None,
-            Some(0) => {
-                return Err(Error::Config {
-                    field: "deny_cache",
-                    reason: "a deny cache needs room for at least one entry".into(),
-                });
-            }
-            Some(max) => Some(Arc::new(DenyCache::new(
-                &self.cluster,
-                max,
-                vec![(spec.id.kind().to_owned(), spec.id.name().to_owned())],
-            ))),
-        };
-        publish::validate_window(self.throttled_window)?;
-        let throttled = self.report_throttled.then(|| {
-            publish::recorder(
-                &self.cluster,
-                spec.id.kind(),
-                spec.id.name(),
-                self.throttled_window,
-            )
-        });
-        let local = match self.policy {
-            FailurePolicy::Local { instances } => {
-                let local = LocalLimits::new(instances);
-                local.validate(&spec)?;
-                Some(local)
-            }
-            _ => None,
-        };
-        let slices = match self.slices {
-            Some(slices) => {
-                slices.validate(&spec)?;
-                Some(SliceTable::new(&self.cluster, &spec, slices)?)
-            }
-            None => None,
-        };
-        // A deny cache keeps a denial until the request could pass; a plain
-        // check's count holds other requests' units for a round trip while
-        // they are denied and given back, unannounced, so a denial it made
-        // could be kept past that: a limiter with a deny cache runs its
-        // script.
-        let plain =
-            (self.plain_commands && cache.is_none() && self.algorithm.rules().plain.is_some())
-                .then(|| PlainPath::new(&self.cluster));
-        let settings = match self.settings_cache {
-            None => None,
-            Some(0) => {
-                return Err(Error::Config {
-                    field: "subject_settings_cache",
-                    reason: "a subject-settings cache needs room for at least one subject".into(),
-                });
-            }
-            Some(max) => Some(SettingsCache::new(
-                &self.cluster,
-                max,
-                spec.id.kind(),
-                spec.id.name(),
-            )),
-        };
+        let stages = Stages::compose(&self.cluster, &spec, self.policy, self.stages)?;
         let inner = Arc::new(Inner {
             core: Core::new(self.cluster, spec.id.clone()),
             spec: ArcSwap::from_pointee(spec),
             policy: self.policy,
-            cache,
-            local,
-            throttled,
-            plain,
-            settings,
-            slices,
-            publication: if self.publish_spec {
-                Publication::new(self.catalog_refresh)
-            } else {
-                Publication::never(self.catalog_refresh)
-            },
+            stages,
         });
         catalog::start(&inner);
         Ok(RateLimiter { inner })
@@ -424,14 +338,7 @@ impl RateLimiter {
             algorithm: Algorithm::default(),
             policy: FailurePolicy::default(),
             shadow: false,
-            deny_cache: None,
-            catalog_refresh: CATALOG_REFRESH,
-            publish_spec: true,
-            report_throttled: true,
-            throttled_window: DEFAULT_WINDOW,
-            slices: None,
-            plain_commands: true,
-            settings_cache: None,
+            stages: StageLines::default(),
         }
     }
 }

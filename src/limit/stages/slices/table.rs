@@ -14,17 +14,17 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 
-use super::algorithm;
-use super::decision::Decision;
-use super::hot_subjects::{Heat, HotSubjects};
-use super::invalidation::{Invalidations, Listener, SLICES_PART, publish_to};
-use super::quota::Quota;
-use super::script::LimitSpec;
-use super::slice_reply::{Denial, Held, Slice, TakeReply, admitted, denied, local, revoke, spent};
-use super::slices::Slices;
+use super::Slices;
+use super::hot::{Heat, HotSubjects};
+use super::reply::{Denial, Held, Slice, TakeReply, admitted, denied, local, revoke, spent};
 use crate::cluster::Cluster;
 use crate::error::Result;
 use crate::keys::{KeyId, KeySet, subject_slot};
+use crate::limit::algorithm;
+use crate::limit::decision::Decision;
+use crate::limit::invalidation::{Invalidations, Listener, SLICES_PART, publish_to};
+use crate::limit::quota::Quota;
+use crate::limit::script::LimitSpec;
 
 struct Subject {
     held: Mutex<Held>,

@@ -8,10 +8,10 @@
 use std::num::NonZeroU32;
 use std::sync::{Arc, MutexGuard};
 
-use super::{Pipeline, Prepared, Round};
+use super::{self as local, LocalLimits, Subject, Verdict};
 use crate::error::Result;
+use crate::limit::check::{Pipeline, Prepared, Round};
 use crate::limit::decision::{Decision, MultiDecision};
-use crate::limit::local::{self, LocalLimits, Subject, Verdict};
 use crate::limit::script::LimitSpec;
 use crate::policy::BypassReason;
 
@@ -19,7 +19,7 @@ impl Pipeline<'_> {
     /// Whether a limit with local limiters has work before a check of
     /// `subject` is sent: units admitted locally that Redis has not
     /// counted yet, or a restraint (see [`Round::before_sending`]).
-    pub(super) fn local_work(&self, subject: &[u8]) -> bool {
+    pub(crate) fn local_work(&self, subject: &[u8]) -> bool {
         self.limiters
             .iter()
             .filter_map(|l| l.local())
@@ -65,7 +65,7 @@ impl Round<'_> {
     /// it would say — nothing taken — so as to learn whether the restraint
     /// ends, and is denied here if not. `Some`: the answer; `None`: send
     /// the check.
-    pub(super) async fn before_sending(
+    pub(crate) async fn before_sending(
         &self,
         subject: &[u8],
         cost: u32,
@@ -107,7 +107,7 @@ impl Round<'_> {
     /// Every limit with local limiters takes in what Redis decided for
     /// `subject`'s check of `cost` (see [`LocalLimits::learn`]): `allowed`,
     /// every limit admitted it.
-    pub(super) fn learn(&self, subject: &[u8], cost: u32, allowed: bool, decisions: &[Decision]) {
+    pub(crate) fn learn(&self, subject: &[u8], cost: u32, allowed: bool, decisions: &[Decision]) {
         let limits = self.pipeline.limiters.iter().zip(self.specs);
         for ((limiter, spec), d) in limits.zip(decisions) {
             if let Some(local) = limiter.local() {
@@ -126,7 +126,7 @@ impl Round<'_> {
     /// A restrained subject's denial, without Redis (see
     /// [`LocalLimits::restraint`]), when every limit decides locally and
     /// one of them has spent its part.
-    pub(super) fn restrained(&self, subject: &[u8], cost: u32) -> Option<MultiDecision> {
+    pub(crate) fn restrained(&self, subject: &[u8], cost: u32) -> Option<MultiDecision> {
         let limiters = self.pipeline.limiters;
         let mut locals = limiters.iter().map(|l| l.local());
         if !locals.clone().all(|l| l.is_some())
@@ -165,7 +165,7 @@ impl Round<'_> {
     /// Every limit with local limiters decides from its share, all or
     /// nothing (the others, fail-open, admit): their states are locked
     /// together, in one global order, checked, then consumed if all admit.
-    pub(super) fn decide_locally(
+    pub(crate) fn decide_locally(
         &self,
         subject: &[u8],
         cost: u32,

@@ -7,7 +7,7 @@
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::slices::Slices;
+use super::Slices;
 use crate::throttled::sketch::SpaceSaving;
 
 /// Counters of the sketch: a subject with more than 1/1,024 of this

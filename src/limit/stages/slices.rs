@@ -1,16 +1,22 @@
 //! Quota slices for hot subjects: the declared overshoot bound, what a
 //! slice may be and which subjects are sliced. The process side (the
-//! slices held, taking and returning them) is in `slice_table.rs`, which
-//! subjects are hot now in `hot_subjects.rs`; the script is `slice.lua`.
+//! slices held, taking and returning them) is in `slices/table.rs`, which
+//! subjects are hot now in `slices/hot.rs`, a check from a slice in
+//! `slices/check.rs`; the script is `slice.lua`.
 
 use std::time::Duration;
 
-use super::algorithm::Algorithm;
-use super::script::LimitSpec;
 use crate::error::{Error, Result};
+use crate::limit::algorithm::Algorithm;
+use crate::limit::script::LimitSpec;
+
+mod check;
+mod hot;
+mod reply;
+pub(crate) mod table;
 
 /// Quota slices for subjects hotter than one master can decide (see
-/// [`RateLimiterBuilder::slices`](super::RateLimiterBuilder::slices)): a
+/// [`RateLimiterBuilder::slices`](crate::limit::RateLimiterBuilder::slices)): a
 /// process takes a slice of a subject's quota from Redis in one script
 /// call, decides from it locally, and gives back what it did not use.
 ///
@@ -79,7 +85,7 @@ impl Slices {
 
     /// Slices whose sum per subject is at most `fraction` of the limit
     /// (more than 0, at most 1; checked by
-    /// [`build`](super::RateLimiterBuilder::build), which also wants the
+    /// [`build`](crate::limit::RateLimiterBuilder::build), which also wants the
     /// bound to be at least one unit). Each slice is at most half the
     /// bound, so at least two processes can hold one.
     pub fn up_to(fraction: f64) -> Self {
@@ -144,7 +150,7 @@ impl Slices {
     /// [`when_hot`](Self::when_hot) with the threshold: a subject is
     /// sliced while this process checks it at least `per_second` times a
     /// second (and until it falls below half that), a finite number above
-    /// 0 (checked by [`build`](super::RateLimiterBuilder::build)).
+    /// 0 (checked by [`build`](crate::limit::RateLimiterBuilder::build)).
     pub fn when_hot_above(mut self, per_second: f64) -> Self {
         self.slicing = Slicing::Hot(Some(per_second));
         self
@@ -225,7 +231,7 @@ impl Slices {
     }
 
     /// Refuses what quota slices cannot be sound for (see
-    /// [`RateLimiterBuilder::slices`](super::RateLimiterBuilder::slices)).
+    /// [`RateLimiterBuilder::slices`](crate::limit::RateLimiterBuilder::slices)).
     pub(crate) fn validate(&self, spec: &LimitSpec) -> Result<()> {
         let refuse = |reason: String| {
             Err(Error::Config {

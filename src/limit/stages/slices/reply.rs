@@ -4,12 +4,12 @@
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
-use super::algorithm;
-use super::decision::Decision;
-use super::hot_subjects::Heat;
-use super::quota::Quota;
-use super::script::LimitSpec;
+use super::hot::Heat;
 use crate::error::{Error, Result};
+use crate::limit::algorithm;
+use crate::limit::decision::Decision;
+use crate::limit::quota::Quota;
+use crate::limit::script::LimitSpec;
 
 /// A slice held: `left` of its `granted` units may still be admitted here
 /// until `until` (counted from when its take was sent, so it ends no later

@@ -5,10 +5,10 @@
 
 use std::sync::Arc;
 
-use super::decision::Decision;
-use super::limiter::{RateLimiter, only};
-use super::slice_table::{Fast, Next, SliceTable};
+use super::table::{Fast, Next, SliceTable};
 use crate::error::Result;
+use crate::limit::decision::Decision;
+use crate::limit::limiter::{RateLimiter, only};
 
 impl RateLimiter {
     /// [`check_n`](RateLimiter::check_n) of a limiter with quota slices.

@@ -8,13 +8,17 @@
 //! check raced an invalidation out, and the listener that forgets subjects
 //! when the hub (`limit/invalidation.rs`) hears of a change.
 
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::decision::MultiDecision;
-use super::invalidation::{Invalidations, Listener};
 use crate::cluster::Cluster;
 use crate::keys::subject_slot;
+use crate::limit::decision::MultiDecision;
+use crate::limit::invalidation::{Invalidations, Listener};
+use crate::limit::script::LimitSpec;
+
+mod steps;
 
 /// How long the same request is denied for sure, if Redis denied it (not
 /// bypassed, not in shadow mode) and it can be admitted at all: until it
@@ -117,6 +121,31 @@ pub(crate) struct DenyCache {
     entries: Arc<Entries>,
     hub: Arc<Invalidations>,
     cluster: Cluster,
+}
+
+/// One fingerprint for several limits checked together (a lone limit's
+/// own).
+pub(crate) fn fingerprint(specs: &[Arc<LimitSpec>]) -> u64 {
+    if let [one] = specs {
+        return one.fingerprint;
+    }
+    let mut hasher = std::hash::DefaultHasher::new();
+    for spec in specs {
+        spec.fingerprint.hash(&mut hasher);
+    }
+    hasher.finish()
+}
+
+/// `max_entries` as a deny cache's size: at least one entry, else the
+/// `deny_cache` line's error.
+pub(crate) fn room(max_entries: u64) -> crate::error::Result<u64> {
+    if max_entries == 0 {
+        return Err(crate::error::Error::Config {
+            field: "deny_cache",
+            reason: "a deny cache needs room for at least one entry".into(),
+        });
+    }
+    Ok(max_entries)
 }
 
 impl DenyCache {

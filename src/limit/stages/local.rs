@@ -23,12 +23,14 @@ use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::algorithm::{Algorithm, Local, LocalState, LocalVerdict};
-use super::decision::{Decision, Settled};
-use super::quota::Quota;
-use super::script::LimitSpec;
 use crate::error::{Error, Result};
+use crate::limit::algorithm::{Algorithm, Local, LocalState, LocalVerdict};
+use crate::limit::decision::{Decision, Settled};
+use crate::limit::quota::Quota;
+use crate::limit::script::LimitSpec;
 use crate::policy::BypassReason;
+
+mod degraded;
 
 /// Subjects whose local state one limiter keeps at most.
 pub const MAX_SUBJECTS: u64 = 100_000;
