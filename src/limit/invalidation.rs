@@ -11,7 +11,7 @@
 //! knows the limiter (kind and name) and the subject; a quota slice giving
 //! units back (`slice.lua`) sends its slices key instead, which listeners
 //! hear as [`Listener::returned`]. The same messages revoke the quota
-//! slices a process holds (`limit/slice_table.rs`): a reset, block or
+//! slices a process holds (`limit/stages/slices/table.rs`): a reset, block or
 //! override change ends them; units given back only lift denials. Each master has one
 //! channel per slot it serves, `<namespace>:{<tag>}:deny`, where `<tag>` is
 //! a short string hashing to that slot: a fixed 16384 subscriptions per

@@ -64,7 +64,7 @@
 -- change, and no override or block expiring: settled_ms): every algorithm's
 -- admission only gets harder with a higher cost and with other requests'
 -- writes, which is what lets a client cache a denial until the earlier of
--- the two (src/limit/deny_cache.rs).
+-- the two (src/limit/stages/deny_cache.rs).
 --
 -- Every decision, and every argument of every write, is computed before the
 -- first write: a check that fails (an out-of-range number, a key of the

@@ -14,7 +14,7 @@
 //! applied. A local decision then keeps the block and the override, and
 //! starts from there, not from a full share. What is admitted locally is
 //! *unsettled*: the next check that reaches Redis first counts it there
-//! (see `check/degraded.rs`), so Redis never decides for this process
+//! (see `local/degraded.rs`), so Redis never decides for this process
 //! again without it; and the process stays *restrained* to its part until
 //! Redis is as strict (see [`Subject`]), since the other processes' local
 //! admissions may not be counted there yet.
