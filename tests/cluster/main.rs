@@ -44,6 +44,7 @@ mod plain_commands;
 mod redaction;
 #[cfg(feature = "slices")]
 mod slices;
+mod stages;
 mod throttled;
 
 /// Run by tests of `adjust` and `deny_cache` in a second process (see
