@@ -60,9 +60,11 @@ else
   end
 end
 
+-- Numbers are read by arithmetic, not tonumber, which parses a string
+-- twice (strtod each time) and is a function call: see clock.lua.
 local COST = ARGV[4]
-COST = (COST == nil or COST == '1') and 1 or tonumber(COST)
-local LIMIT, PERIOD, BURST = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+COST = (COST == nil or COST == '1') and 1 or COST + 0
+local LIMIT, PERIOD, BURST = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
 local FLAGS = 0
 -- The override's limit and period when it applied (else 0, 0): the reply's
 -- override_limit and override_period_us.

@@ -16,7 +16,8 @@
 
 local function decide(now, key, value, limit, period, _burst, cost, counts)
   local window_end = math.floor(now / period) * period + period
-  local used = tonumber(value or 0)
+  -- By arithmetic, not tonumber: half the cost (see clock.lua).
+  local used = (value or 0) + 0
   -- A key of this window expires at its end. One that expires earlier (or
   -- never) is an earlier window's, still visible because Redis expires keys
   -- by the time the script started while TIME moves on (and PXAT keeps a key
