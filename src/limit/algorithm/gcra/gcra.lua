@@ -29,11 +29,13 @@
 local function decide(now, key, value, limit, period, burst, cost, counts)
   local interval = period / limit
   -- By arithmetic, not tonumber: half the cost (see clock.lua).
-  local tat = (value or 0) + 0
-  if tat < now then
+  local tat, free = (value or 0) + 0, burst
+  -- A TAT not ahead of now holds nothing (the common case: no ceil).
+  if tat <= now then
     tat = now
+  else
+    free = burst - math.ceil((tat - now) * limit / period)
   end
-  local free = burst - math.ceil((tat - now) * limit / period)
   local new_tat = tat + cost * interval
   -- An integer (ceil) unless infinite or not a number: x % 1 is then NaN.
   local stored = math.ceil(new_tat)
@@ -60,15 +62,19 @@ local function decide(now, key, value, limit, period, burst, cost, counts)
       error({ err = 'WRONGTYPE Operation against a key holding the wrong kind of value: ' .. key })
     end
   end
-  -- When the TAT holds one unit fewer (0: it holds none), at least 1 us.
+  -- When the TAT holds one unit fewer (0: it holds none), at least 1 us:
+  -- with one held, that is the reset (the common case: one ceil fewer).
+  local reset = math.ceil(tat - now)
   local held, more = burst - free, 0
-  if held > 0 then
+  if held == 1 then
+    more = reset
+  elseif held > 1 then
     more = math.ceil(tat - now - (held - 1) * interval)
-    if more < 1 then
-      more = 1
-    end
   end
-  return true, more, free, math.ceil(tat - now)
+  if held > 0 and more < 1 then
+    more = 1
+  end
+  return true, more, free, reset
 end
 
 -- [adjust]: penalize and reward (limit_adjust.lua), GCRA's slices; the
