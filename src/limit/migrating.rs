@@ -332,6 +332,16 @@ mod tests {
             text(one(2, true).inline_args(std::slice::from_ref(&a), &optional, 0..1, true)),
             ["10", "1000000", "10", "2", "i1", "0", "5 1000000 5", ""]
         );
+        // With neither: the ARGV of three keys (its one key says inline).
+        let neither: Vec<Optional> = vec![vec![], vec![]];
+        assert_eq!(
+            text(one(2, true).inline_args(std::slice::from_ref(&a), &neither, 0..1, false)),
+            ["10", "1000000", "10", "2", "0", "0"]
+        );
+        assert_eq!(
+            text(one(1, true).inline_args(std::slice::from_ref(&a), &neither, 0..1, true)),
+            ["10", "1000000", "10"]
+        );
         // The generic script of one limit keeps the generic layout.
         assert_eq!(
             text(invocation(std::slice::from_ref(&a), true).args)[..3],

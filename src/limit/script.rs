@@ -165,23 +165,12 @@ impl Invocation {
     ) -> Result<Self> {
         check_cost(specs, cost)?;
         let keys = keys.key_set(subject, specs.iter().flat_map(|s| s.ids()))?;
-        let mode: &[u8] = if consume { b"1" } else { b"0" };
-        let cost_arg = cost.to_string().into_bytes();
         let args = match specs {
-            [one] if algorithm::is_one_limit(script) => {
-                let mut args: Vec<Vec<u8>> = one.args[1..4]
-                    .iter()
-                    .map(|a| a.as_bytes().to_vec())
-                    .collect();
-                if cost != 1 || !consume || one.shadow {
-                    args.extend([cost_arg, mode.to_vec(), one.args[4].as_bytes().to_vec()]);
-                }
-                args
-            }
+            [one] if algorithm::is_one_limit(script) => one_limit_args(one, cost, consume),
             _ => {
                 let mut args = Vec::with_capacity(2 + 5 * specs.len());
-                args.push(cost_arg);
-                args.push(mode.to_vec());
+                args.push(cost.to_string().into_bytes());
+                args.push(if consume { b"1" } else { b"0" }.to_vec());
                 args.extend(
                     specs
                         .iter()
@@ -213,7 +202,9 @@ impl Invocation {
     /// `one_limit.lua`) for `limits` (a range of `specs`, the check's
     /// limits), consuming or not: the generic check's, each limit's five
     /// fields then its override's and block's values from `optional`; a
-    /// one-limit check's, all six fields then the two values.
+    /// one-limit check's, all six fields then the two values, or when
+    /// neither exists its `ARGV` of three keys (defaults left out: every
+    /// argument costs Redis; its one key says it is inline).
     pub(crate) fn inline_args(
         &self,
         specs: &[Arc<LimitSpec>],
@@ -227,6 +218,9 @@ impl Invocation {
         if let [one] = specs
             && algorithm::is_one_limit(&self.script)
         {
+            if optional[..2].iter().all(Vec::is_empty) {
+                return one_limit_args(one, self.cost, consume);
+            }
             let mut args: Vec<Vec<u8>> = one.args[1..4]
                 .iter()
                 .map(|a| a.as_bytes().to_vec())
@@ -261,6 +255,25 @@ impl Invocation {
             other => other,
         }
     }
+}
+
+/// A one-limit check's `ARGV` (see `one_limit.lua`): `limit, period_us,
+/// burst`, then `cost, mode, shadow` unless all three are their defaults
+/// (1, consume, not shadow), which are not sent: every argument costs Redis.
+fn one_limit_args(one: &LimitSpec, cost: u32, consume: bool) -> Vec<Vec<u8>> {
+    let mut args: Vec<Vec<u8>> = one.args[1..4]
+        .iter()
+        .map(|a| a.as_bytes().to_vec())
+        .collect();
+    if cost != 1 || !consume || one.shadow {
+        let mode: &[u8] = if consume { b"1" } else { b"0" };
+        args.extend([
+            cost.to_string().into_bytes(),
+            mode.to_vec(),
+            one.args[4].as_bytes().to_vec(),
+        ]);
+    }
+    args
 }
 
 /// Values per limit in a check's reply.

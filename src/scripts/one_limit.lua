@@ -14,7 +14,9 @@
 --       i1 | i0; absent: 1), shadow (absent: 0): the generic check's for
 --       one limit without the algorithm's code (the script is the
 --       algorithm's own); inline mode (all six given) adds the override's
---       value and the block's value ('' = none).
+--       value and the block's value ('' = none), both left out when there
+--       are none (then the three defaults may be left out too, and mode 1
+--       or 0 is i1 or i0: the one key says it is inline).
 -- Reply when neither an override nor a block exists: { verdict, remaining,
 --       retry_after_us, reset_after_us }, with verdict = 2 * all_allowed +
 --       allowed (the capacity is the quota's, the flags 0, settled_ms -1);
@@ -32,15 +34,28 @@ local VALUE, OVERRIDE, BLOCK
 -- known (inline mode with either present), else the smaller PTTL of those
 -- that exist (read only when one does: a plain check pays nothing for it).
 local SETTLED = -1
--- MGET reads a key of another type (the sliding window counter's hash
--- state among them, which its part reads itself) as absent where GET would
+-- A key of another type (the sliding window counter's hash state among
+-- them, which its part reads itself) is read as absent, where GET would
 -- refuse it (WRONGTYPE): a string state is written only if it is absent
 -- (NX) when it was read as absent, and refused otherwise, so a key of
 -- another type is never replaced (see gcra.lua).
-if MODE == 'i1' or MODE == 'i0' then
-  VALUE, OVERRIDE, BLOCK = redis.call('MGET', KEY)[1], ARGV[7], ARGV[8]
-  if OVERRIDE ~= '' or BLOCK ~= '' then
-    SETTLED = -2
+if not KEYS[2] then
+  OVERRIDE, BLOCK = ARGV[7], ARGV[8]
+  if OVERRIDE or BLOCK then
+    -- Given ('' = none), as the three-key check reads them (false = none).
+    OVERRIDE, BLOCK = OVERRIDE ~= '' and OVERRIDE, BLOCK ~= '' and BLOCK
+    if OVERRIDE or BLOCK then
+      SETTLED = -2
+    end
+  end
+  -- One key: a GET, whose refusal pcall returns as a table (read as
+  -- absent), costs less than an MGET, whose reply is a table every time;
+  -- a state of another kind is not read here at all.
+  if STRING_STATE then
+    VALUE = redis.pcall('GET', KEY)
+    if VALUE and VALUE.err then
+      VALUE = false
+    end
   end
 else
   -- One MGET for the three keys.

@@ -73,6 +73,20 @@ fn pairs() -> [Pair; 4] {
     ]
 }
 
+/// How a check is given the override and the block.
+#[derive(Clone, Copy)]
+enum Form<'a> {
+    /// By their keys: `KEYS` state, override, block.
+    Keys,
+    /// Inline (a slot under migration): the state key alone, their values
+    /// after the `ARGV` (`''` = none).
+    Inline(&'a str, &'a str),
+    /// A one-limit check's inline form when neither exists (what a subject
+    /// known to have neither is checked with): the state key alone, no
+    /// values, the `ARGV` of three keys.
+    OneKey,
+}
+
 /// One side's keys: state, override, block.
 struct Side {
     state: String,
@@ -96,18 +110,18 @@ impl Side {
         conn: &mut MultiplexedConnection,
         script: &redis::Script,
         args: &[String],
-        inline: Option<(&str, &str)>,
+        form: Form<'_>,
         now_us: u64,
     ) -> Result<Vec<i64>, String> {
         let mut invocation = script.prepare_invoke();
         invocation.key(&self.state);
-        if inline.is_none() {
+        if let Form::Keys = form {
             invocation.key(&self.quota).key(&self.block);
         }
         for a in args {
             invocation.arg(a);
         }
-        if let Some((quota, block)) = inline {
+        if let Form::Inline(quota, block) = form {
             invocation.arg(quota).arg(block);
         }
         invocation
@@ -243,6 +257,7 @@ async fn agree(pair: &Pair) {
     let mut denied_for_good = 0usize;
     let (mut settled_known, mut settled_unknown) = (0usize, 0usize);
     let mut compact = 0usize;
+    let mut one_key_forms = 0usize;
     for seed in 0..SEEDS {
         let mut rng = StdRng::seed_from_u64(seed);
         let g = Side::new(&namespace, tag, &format!("{code}-g{seed}"));
@@ -309,11 +324,32 @@ async fn agree(pair: &Pair) {
                 quota.clone().unwrap_or_default(),
                 block.clone().unwrap_or_default(),
             );
-            let inline_values = inline.then_some((values.0.as_str(), values.1.as_str()));
-            let want = g.check(&mut conn, generic, &args, inline_values, now).await;
-            let own = one_limit_args(&args, rng.random_bool(0.5));
+            let form = if inline {
+                Form::Inline(&values.0, &values.1)
+            } else {
+                Form::Keys
+            };
+            let want = g.check(&mut conn, generic, &args, form, now).await;
+            let mut own = one_limit_args(&args, rng.random_bool(0.5));
+            // Inline with neither an override nor a block: half the time in
+            // the one-key form, as a subject known to have neither is checked
+            // (mode 1 or 0, defaults left out unless `full`).
+            let one_key =
+                inline && values.0.is_empty() && values.1.is_empty() && rng.random_bool(0.5);
+            if one_key {
+                let mut plain = args.clone();
+                plain[1] = plain[1].trim_start_matches('i').to_owned();
+                own = one_limit_args(&plain, rng.random_bool(0.5));
+                one_key_forms += 1;
+            }
             let got = s
-                .check(&mut conn, special, &own, inline_values, now)
+                .check(
+                    &mut conn,
+                    special,
+                    &own,
+                    if one_key { Form::OneKey } else { form },
+                    now,
+                )
                 .await
                 .map(|r| full(r, capacity, &mut compact));
             let context = format!(
@@ -366,6 +402,10 @@ async fn agree(pair: &Pair) {
         "{code}: {compact} of {compared} replies compact"
     );
     assert!(
+        one_key_forms > compared / 50,
+        "{code}: {one_key_forms} of {compared} checks in the one-key form"
+    );
+    assert!(
         settled_known > 0 && settled_unknown > 0,
         "{code}: settled_ms known {settled_known} times, not known {settled_unknown} times"
     );
@@ -394,7 +434,7 @@ async fn refuse(pair: &Pair) {
     set_both(&mut conn, [&g.quota, &s.quota], Some("ten per second")).await;
     let own = one_limit_args(&args, false);
     for (side, script, args) in [(&g, &pair.generic, &args), (&s, &pair.special, &own)] {
-        let refused = side.check(&mut conn, script, args, None, now).await;
+        let refused = side.check(&mut conn, script, args, Form::Keys, now).await;
         let named = format!("malformed override in {}", side.quota);
         assert!(
             refused.as_ref().is_err_and(|e| e.contains(&named)),
@@ -411,16 +451,27 @@ async fn refuse(pair: &Pair) {
             .await
             .unwrap();
     }
-    let want = g.check(&mut conn, &pair.generic, &args, None, now).await;
-    let got = s.check(&mut conn, &pair.special, &own, None, now).await;
+    let want = g
+        .check(&mut conn, &pair.generic, &args, Form::Keys, now)
+        .await;
+    let got = s
+        .check(&mut conn, &pair.special, &own, Form::Keys, now)
+        .await;
+    // The one-key form (a subject known to have neither override nor
+    // block) refuses it the same way.
+    let one_key = s
+        .check(&mut conn, &pair.special, &own, Form::OneKey, now)
+        .await;
     assert!(
         want.as_ref().is_err_and(|e| e.contains("WRONGTYPE")),
         "{want:?}"
     );
-    assert!(
-        got.as_ref().is_err_and(|e| e.contains("WRONGTYPE")),
-        "{got:?}"
-    );
+    for got in [got, one_key] {
+        assert!(
+            got.as_ref().is_err_and(|e| e.contains("WRONGTYPE")),
+            "{got:?}"
+        );
+    }
     for key in [&g.state, &s.state] {
         let kind: String = redis::cmd("TYPE")
             .arg(key)
