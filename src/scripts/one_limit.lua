@@ -48,12 +48,16 @@ if not KEYS[2] then
       SETTLED = -2
     end
   end
-  -- One key: a GET, whose refusal pcall returns as a table (read as
-  -- absent), costs less than an MGET, whose reply is a table every time;
-  -- a state of another kind is not read here at all.
+  -- One key: a GET, whose WRONGTYPE pcall returns as a table (read as
+  -- absent; any other refusal, an ACL's, stays the check's), costs less
+  -- than an MGET, whose reply is a table every time; a state of another
+  -- kind is not read here at all.
   if STRING_STATE then
     VALUE = redis.pcall('GET', KEY)
     if VALUE and VALUE.err then
+      if not string.find(VALUE.err, '^WRONGTYPE') then
+        error(VALUE)
+      end
       VALUE = false
     end
   end

@@ -472,6 +472,21 @@ async fn refuse(pair: &Pair) {
             "{got:?}"
         );
     }
+    // A peek of a string state reads it as absent in both forms (as an
+    // MGET does), and writes nothing.
+    let mut peek = args.clone();
+    peek[1] = "0".to_owned();
+    let peek = one_limit_args(&peek, false);
+    let by_keys = s
+        .check(&mut conn, &pair.special, &peek, Form::Keys, now)
+        .await;
+    let by_one_key = s
+        .check(&mut conn, &pair.special, &peek, Form::OneKey, now)
+        .await;
+    assert_eq!(by_one_key, by_keys, "{}: a peek of a set", pair.code);
+    if matches!(pair.code, "gcra" | "fw") {
+        assert!(by_keys.is_ok(), "{}: {by_keys:?}", pair.code);
+    }
     for key in [&g.state, &s.state] {
         let kind: String = redis::cmd("TYPE")
             .arg(key)
