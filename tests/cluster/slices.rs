@@ -611,6 +611,33 @@ async fn automatic_slicing_follows_a_subject_hot_and_cold_within_the_bound() {
     common::assert_every_key_has_ttl(&namespace).await;
 }
 
+/// A subject checked at the threshold's rate from the start of a window
+/// is sliced within its first checks, not once a whole window's worth has
+/// been counted: here windows of 10 s (1 s slices) and a threshold of 10
+/// checks a second, a window's worth of 100 checks, and a subject checked
+/// as fast as one task can.
+#[tokio::test]
+async fn automatic_slicing_finds_a_hot_subject_before_its_window_ends() {
+    let cluster = common::cluster("slices-auto-early").await;
+    let slices = Slices::up_to(0.1)
+        .lasting(Duration::from_secs(1))
+        .when_hot_above(10.0);
+    let limiter = sliced(&cluster, "api", Quota::per_second(1000), slices);
+    let mut checks = 0;
+    while !limiter.check("tenant").await.unwrap().sliced {
+        checks += 1;
+        // At least 16 checks (the fewest that say a rate), and 10 a second
+        // since the window began: far fewer than 60 unless 60 checks take
+        // 6 s.
+        assert!(
+            checks < 60,
+            "not sliced after {checks} checks: waiting for the window's 100"
+        );
+    }
+    limiter.return_slices().await.unwrap();
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
 /// A subject checked below the threshold is never sliced while another is
 /// hot beside it, and a limiter without slices never slices, however hot
 /// the subject.

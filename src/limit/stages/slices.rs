@@ -102,16 +102,19 @@ impl Slices {
     /// Default: off (every subject is sliced, up to
     /// [`max_subjects`](Self::max_subjects)).
     ///
-    /// A subject becomes sliced once this process has checked it at least
-    /// [`hot_threshold`](Self::hot_threshold) × the window times within
-    /// one window of [`HOT_WINDOW_LIFETIMES`](Self::HOT_WINDOW_LIFETIMES)
-    /// lifetimes (counted by a Space-Saving sketch of the limiter's exact
-    /// checks in this process, 1,024 counters, renewed every window:
-    /// counted from a lower bound, so a subject checked less often is never
-    /// sliced). It returns to exact checks once a whole window passes with
-    /// fewer than **half** that many checks — the hysteresis that keeps a
-    /// subject near the threshold from flapping — and its slice is then
-    /// given back at once. The threshold is [`DEFAULT_UNITS_PER_SLICE`]
+    /// A subject becomes sliced once this process has checked it at the
+    /// [`hot_threshold`](Self::hot_threshold)'s rate since the current
+    /// window of [`HOT_WINDOW_LIFETIMES`](Self::HOT_WINDOW_LIFETIMES)
+    /// lifetimes began — `threshold × t` checks `t` into it, and at least
+    /// 16, or the whole window's worth if that is less — so a subject hot
+    /// from a window's start is sliced within its first lifetimes (counted
+    /// by a Space-Saving sketch of the limiter's exact checks in this
+    /// process, 1,024 counters, renewed every window: counted from a lower
+    /// bound, so a subject checked less often is never sliced). It returns
+    /// to exact checks once a whole window passes with fewer than **half**
+    /// the window's worth of checks — the hysteresis that keeps a subject
+    /// near the threshold from flapping — and its slice is then given back
+    /// at once. The threshold is [`DEFAULT_UNITS_PER_SLICE`]
     /// (8) units per lifetime, `8 / lifetime` checks per second (80/s at
     /// the default 100 ms): below it a slice, sized from the rate, would
     /// serve too few decisions to pay for its take; set another with
