@@ -441,6 +441,54 @@ async fn a_spent_limit_is_not_asked_again_per_request() {
     common::assert_every_key_has_ttl(&namespace).await;
 }
 
+/// A take that finds the limit spent is followed by local denials until
+/// this process's share of what comes back makes a slice worth a take (8
+/// units), not only for a sixteenth of the lifetime: asking sooner brings
+/// a few units per take. Here one process at 20 a second: the first spent
+/// take pauses a sixteenth of the lifetime (100 ms, no share known yet),
+/// the next finds 2 units came back in it and pauses 400 ms, the time 8
+/// units take, and so on; the denials say so in their `retry_after`.
+#[tokio::test]
+async fn a_spent_take_pauses_until_a_slice_worth_a_take_could_be_back() {
+    let cluster = common::cluster("slices-worth").await;
+    let lifetime = Duration::from_millis(1600);
+    let limiter = sliced(
+        &cluster,
+        "api",
+        Quota::per_second(20),
+        // A bound of 20 units: slices of at most 10, more than 8.
+        Slices::up_to(1.0).lasting(lifetime),
+    );
+    // A denial is decided locally only while the slot's invalidations are
+    // followed (see a_spent_limit_is_not_asked_again_per_request): until
+    // then every check past a slice takes again, and its pause is not
+    // seen. Episodes (checks until one is denied, then a wait until the
+    // denial ends) until one's pause is past a sixteenth of the lifetime:
+    // before, none ever was.
+    assert!(limiter.check("s").await.unwrap().allowed);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut pauses = Vec::new();
+    while pauses.len() < 12 && !pauses.iter().any(|p| *p > lifetime / 16) {
+        let denied = loop {
+            let d = limiter.check("s").await.unwrap();
+            if !d.allowed {
+                break d;
+            }
+        };
+        assert!(denied.sliced, "{denied:?}");
+        let pause = denied.retry_after.unwrap();
+        pauses.push(pause);
+        tokio::time::sleep(pause).await;
+    }
+    assert!(
+        pauses.iter().any(|p| *p > lifetime / 16),
+        "denied for {pauses:?}: a slice worth a take (8 units) takes 400 ms to come back \
+         here, not a sixteenth of the lifetime (100 ms)"
+    );
+    limiter.return_slices().await.unwrap();
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
 /// A slice given back after the subject's quota changed (an override set
 /// meanwhile) gives back what its take charged, not its unused units
 /// priced at the new quota (issue 39, item 7). Here a slice of a

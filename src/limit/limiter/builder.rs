@@ -136,10 +136,12 @@ impl RateLimiterBuilder {
     /// bound** is admitted in any interval. When no slice can be had (the
     /// bound is taken, the subject blocked or overridden smaller) the check
     /// is exact; when the limit is spent the request is denied until the
-    /// earliest time Redis could admit it, and for at least a sixteenth of
-    /// the lifetime: a spent limit is asked again once per pause, not per
-    /// request, and the units that come back meanwhile wait in Redis for
-    /// the next take ([`sliced`](crate::Decision#structfield.sliced) set).
+    /// earliest time Redis could admit it, and for a pause of at least a
+    /// sixteenth of the lifetime, longer if this process's share of what
+    /// comes back would not make a slice worth a take by then: a spent
+    /// limit is asked again once per pause, not per request, and the units
+    /// that come back meanwhile wait in Redis for the next take
+    /// ([`sliced`](crate::Decision#structfield.sliced) set).
     ///
     /// Only [`Algorithm::Gcra`] (the default): its state is one number, so
     /// a slice of `n` is `n` cells consumed and giving back `n` is a

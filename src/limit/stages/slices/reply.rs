@@ -48,6 +48,10 @@ pub(crate) struct Held {
     pub(crate) rate: f64,
     /// Takes completed.
     pub(crate) takes: u64,
+    /// When the last take that found the limit spent was sent, and the
+    /// units taken since (by takes sent after it): this process's share
+    /// of what came back.
+    pub(crate) since_spent: Option<(Instant, u32)>,
     /// The last take found the limit spent (no free unit left after it),
     /// under this quota and capacity.
     pub(crate) spent: Option<(Quota, u32)>,
@@ -141,6 +145,9 @@ pub(crate) fn revoke(held: &mut Held) {
     held.denial = None;
     held.exact_until = None;
     held.spent = None;
+    // What came back before a reset, block or quota change says nothing of
+    // what comes back after.
+    held.since_spent = None;
     held.generation += 1;
 }
 

@@ -254,6 +254,15 @@ impl SliceTable {
         let mut held = lock(&entry.held);
         let until = sent + lifetime;
         held.takes += 1;
+        if let Some((_, units)) = &mut held.since_spent {
+            *units = units.saturating_add(reply.granted);
+        }
+        let share = held
+            .since_spent
+            .map(|(at, units)| (sent.saturating_duration_since(at), units));
+        if reply.spent {
+            held.since_spent = Some((sent, 0));
+        }
         held.spent = (reply.spent && !reply.blocked && held.generation == generation)
             .then_some((reply.quota, reply.capacity));
         // The limit is spent after this take: once its slice is used, the
@@ -261,7 +270,7 @@ impl SliceTable {
         // taking the few units that came back since.
         let pause =
             (reply.spent && !reply.overridden && !reply.blocked && held.generation == generation)
-                .then(|| sent + self.spent_pause(reply.quota, reply.capacity));
+                .then(|| sent + self.spent_pause(reply.quota, reply.capacity, share));
         if let Some(member) = reply.member {
             let mut slice = Slice {
                 member,
@@ -327,17 +336,36 @@ impl SliceTable {
     }
 
     /// How long a take that found the limit spent is followed by local
-    /// denials at least: a sixteenth of a lifetime, or the time half the
-    /// capacity takes to come back if that is shorter. Asking sooner would
-    /// cost Redis a take per request under overload (at 200,000/s a unit
-    /// comes back every 5 µs) and gain nothing: the units that come back
-    /// meanwhile stay in Redis for the next take, and the bucket cannot
-    /// fill in that time, so none is lost while demand lasts. A reset,
-    /// block, override or give-back lifts the pause at once.
-    fn spent_pause(&self, quota: Quota, capacity: u32) -> Duration {
+    /// denials (`share`: the time since this process's previous take that
+    /// found it spent was sent, and the units taken since, this take's
+    /// included): until this process's share of what comes back makes a
+    /// slice worth a take, [`Slices::DEFAULT_UNITS_PER_SLICE`] units at
+    /// that share (no share is known before a second spent take, nor when
+    /// nothing came back to this process); at least a sixteenth of a
+    /// lifetime, at most the time half the capacity takes to come back.
+    /// Asking sooner costs Redis a take for a few units: at 200,000/s a
+    /// unit comes back every 5 µs (a take per request or two without any
+    /// pause), and a limit of 2,000/s spent by four processes gave each
+    /// about 3 units per sixteenth of a lifetime, about what exact checks
+    /// of them would have cost (the skewed bench: such takes were 70% of
+    /// its takes). Nothing is lost but time: the units that come back
+    /// meanwhile stay in Redis for the next take (any process's), and the
+    /// bucket cannot fill in that time, so none is lost while demand
+    /// lasts. A reset, block, override or give-back lifts the pause at
+    /// once.
+    fn spent_pause(&self, quota: Quota, capacity: u32, share: Option<(Duration, u32)>) -> Duration {
         let half_refill =
             (quota.period() / quota.limit().get()).saturating_mul((capacity / 2).max(1));
-        (self.config.lifetime() / 16).min(half_refill)
+        let shortest = self.config.lifetime() / 16;
+        let worth = f64::from(Slices::DEFAULT_UNITS_PER_SLICE);
+        let worth_back = match share {
+            Some((over, units)) if units > 0 => {
+                let secs = over.as_secs_f64() * worth / f64::from(units);
+                Duration::try_from_secs_f64(secs).unwrap_or(half_refill)
+            }
+            _ => shortest,
+        };
+        worth_back.max(shortest).min(half_refill)
     }
 
     /// One `take` call: a new slice of up to `wanted` units, giving `old`
