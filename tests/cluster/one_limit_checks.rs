@@ -501,3 +501,58 @@ async fn refuse(pair: &Pair) {
             .unwrap();
     }
 }
+
+/// A sliding log's admission whose own `PEXPIREAT` deletes its key — the
+/// expiry already past by the server's clock, which Redis 7.0 compares with
+/// the real time, not the script's: a master descheduled mid-script on a
+/// loaded box, or, as here, a check on a clock behind the server's — still
+/// answers, from what it read before writing. Both checks read their
+/// oldest live entry after writing, from a key gone by then, and failed
+/// with "attempt to perform arithmetic on a nil value" (seen under load in
+/// `limits_prop::a_denial_leaves_less_than_its_cost`, 10 ms periods).
+#[tokio::test]
+async fn a_sliding_log_admission_whose_expiry_is_already_past_still_answers() {
+    let namespace = common::unique_namespace("slog-past");
+    let tag = "subject";
+    let owner = common::owner(shardlimit::keys::slot(tag.as_bytes())).await;
+    let mut conn = common::node(&owner.addr).await;
+    let pair = Pair::new("slog", "sliding_log");
+    // The one-limit check's compact replies, made whole.
+    let mut compact = 0;
+    let args = |period_us: u64| -> Vec<String> {
+        ["1", "1", "slog", "5", &period_us.to_string(), "5", "0"]
+            .map(str::to_owned)
+            .to_vec()
+    };
+    for (name, script, own) in [
+        ("the generic check", &pair.generic, false),
+        ("its one-limit check", &pair.special, true),
+    ] {
+        let side = Side::new(&namespace, tag, &format!("past-{own}"));
+        let form = |period_us| {
+            if own {
+                one_limit_args(&args(period_us), false)
+            } else {
+                args(period_us)
+            }
+        };
+        // A second behind the server: under a 10 s period the entry lives.
+        let then = server_time_us(&mut conn).await - 1_000_000;
+        let first = side
+            .check(&mut conn, script, &form(10_000_000), Form::Keys, then)
+            .await
+            .map(|r| full(r, 5, &mut compact))
+            .unwrap_or_else(|e| panic!("{name}, first check: {e}"));
+        assert_eq!(first[1], 1, "{name}: {first:?}");
+        // 5 ms later under a 10 ms period: that entry is live, and the new
+        // one's expiry (15 ms after `then`) is a second past.
+        let second = side
+            .check(&mut conn, script, &form(10_000), Form::Keys, then + 5_000)
+            .await
+            .map(|r| full(r, 5, &mut compact))
+            .unwrap_or_else(|e| panic!("{name}, second check: {e}"));
+        assert_eq!(second[1], 1, "{name}: {second:?}");
+        // The key is gone, as the expiry said.
+        assert_eq!(side.state(&mut conn).await, (None, -2), "{name}");
+    }
+}

@@ -48,6 +48,13 @@ local function decide(now, key, _value, limit, period, _burst, cost, counts)
   local admits, nth = used + cost <= limit, used + cost - limit - 1
   if admits then
     nth = 0
+  end
+  -- Read before writing: an expiry already past by the server's clock
+  -- (Redis 7.0 compares PEXPIREAT with the real time, not the script's:
+  -- a master descheduled mid-script) deletes the key at once.
+  local oldest = (used > 0 or not admits)
+    and redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', nth, 1)
+  if admits then
     if counts then
       remaining, reset = limit - used - cost, stamp + period - now
       -- Trim what left the window, add one member per unit (at most 128:
@@ -70,7 +77,6 @@ local function decide(now, key, _value, limit, period, _burst, cost, counts)
       return true, reset, remaining, reset
     end
   end
-  local oldest = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', nth, 1)
   return admits, tonumber(oldest[2]) + period - now, remaining, reset
 end
 
