@@ -56,8 +56,8 @@ mod kind;
 mod parse;
 mod slot;
 
-pub(crate) use builder::subject_slot;
 pub use builder::{KeyBuilder, MAX_SUBJECT_LEN};
+pub(crate) use builder::{check_subject, subject_slot};
 pub use hashed::{HashedSubject, MIN_SUBJECT_SECRET_LEN, SubjectHasher};
 pub use ident::{KeyId, MAX_IDENT_LEN};
 pub use keyset::KeySet;

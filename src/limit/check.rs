@@ -18,14 +18,14 @@ use tokio::time::Instant;
 use tracing::Instrument;
 use tracing::field::Empty;
 
-use self::plain::Settings;
+use self::plain::{Judged, Settings};
 use super::algorithm;
 use super::decision::{Decision, MultiDecision};
 use super::limiter::RateLimiter;
 use super::script::{Invocation, LimitSpec, parse_reply};
 #[cfg(feature = "deny-cache")]
 use super::stages::deny_cache::{DenyCache, Ticket, fingerprint};
-use super::stages::settings_cache::{SettingsCache, one_key_form, says_none, send_known_none};
+use super::stages::settings_cache::{SettingsCache, one_key_form, says_none};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::keys::KeySet;
@@ -83,6 +83,24 @@ pub(crate) enum Prepared {
     Answered(Result<MultiDecision>),
 }
 
+/// What a check sent as its script sends (see [`Round::script_call`]).
+enum ScriptCall {
+    /// The whole check.
+    Whole(Invocation),
+    /// The one-key form of a subject known to have no settings: `KEYS`
+    /// (the state key) and `ARGV`.
+    OneKey(KeySet, Vec<Vec<u8>>),
+}
+
+impl ScriptCall {
+    fn keys_and_args(&self) -> (&KeySet, &Vec<Vec<u8>>) {
+        match self {
+            ScriptCall::Whole(invocation) => (&invocation.keys, &invocation.args),
+            ScriptCall::OneKey(keys, args) => (keys, args),
+        }
+    }
+}
+
 impl<'a> Pipeline<'a> {
     pub(crate) fn cluster(&self) -> &'a Cluster {
         self.limiters[0].cluster()
@@ -134,19 +152,15 @@ impl<'a> Pipeline<'a> {
                 &many
             };
             let round = Round::new(*self, specs, consume);
-            let invocation = match round.prepare(subject, cost) {
-                Prepared::Send(invocation) => invocation,
-                Prepared::Answered(answer) => return answer,
-            };
+            if let Some(answer) = round.screen(subject, cost) {
+                return answer;
+            }
             if let Some(answer) = round.before_sending(subject, cost).await {
                 return answer;
             }
             let ticket = round.ticket();
             let settings = round.settings(subject);
-            let reply = match round.plain(subject, cost, &invocation.keys, settings).await {
-                Some(reply) => reply,
-                None => round.script(subject, &invocation, settings).await,
-            };
+            let reply = round.send(subject, cost, settings).await;
             round.conclude(subject, cost, ticket, reply)
         };
         // As `#[tracing::instrument]` does: no span entered on every poll
@@ -194,52 +208,44 @@ impl<'a> Pipeline<'a> {
         let round = Round::new(*self, &specs, true);
         let ticket = round.ticket();
         let mut results: Vec<Option<Result<MultiDecision>>> = Vec::with_capacity(requests.len());
-        // The requests that go to Redis: their index and what they send.
-        let mut sent: Vec<(usize, Invocation)> = Vec::with_capacity(requests.len());
+        // The requests that go to Redis: their index, what they send and
+        // what they knew of their subject's settings. A subject known to
+        // have none is checked in the one-key form (see
+        // `stages/settings_cache.rs`); the others tell the cache what they
+        // find.
+        let mut sent: Vec<(usize, ScriptCall, Settings<'_>)> = Vec::with_capacity(requests.len());
         // The requests the degraded local mode has work for before sending
         // (see `stages/local/degraded.rs`): each checked alone, as `run` does.
         let mut alone = Vec::new();
         for (i, (subject, cost)) in requests.iter().enumerate() {
-            if self.local_work(subject.as_ref()) {
+            let subject = subject.as_ref();
+            if self.local_work(subject) {
                 results.push(None);
                 alone.push(i);
                 continue;
             }
-            match round.prepare(subject.as_ref(), *cost) {
-                Prepared::Send(invocation) => {
+            if let Some(answer) = round.screen(subject, *cost) {
+                results.push(Some(answer));
+                continue;
+            }
+            let settings = round.settings(subject);
+            match round.script_call(subject, *cost, settings) {
+                Ok(call) => {
                     results.push(None);
-                    sent.push((i, invocation));
+                    sent.push((i, call, settings));
                 }
-                Prepared::Answered(answer) => results.push(Some(answer)),
+                Err(err) => results.push(Some(round.fail(err, subject, *cost))),
             }
         }
-        // A subject known to have no settings is checked in the one-key
-        // form (see `stages/settings_cache.rs`); the others tell the cache
-        // what they find.
-        let settings: Vec<Settings<'_>> = sent
-            .iter()
-            .map(|(i, _)| round.settings(requests[*i].0.as_ref()))
-            .collect();
-        let one_key: Vec<Option<(KeySet, Vec<Vec<u8>>)>> = sent
-            .iter()
-            .zip(&settings)
-            .map(|((_, inv), settings)| match settings {
-                Settings::KnownNone => one_key_form(inv, &specs).ok(),
-                Settings::Read { .. } => None,
-            })
-            .collect();
         let cluster = self.cluster();
         let mut replies = cluster
             .eval_many_with::<Vec<i64>, _>(
                 round.script,
-                sent.iter().zip(&one_key).map(|((_, inv), one)| match one {
-                    Some((keys, args)) => (keys, args),
-                    None => (&inv.keys, &inv.args),
-                }),
+                sent.iter().map(|(_, call, _)| call.keys_and_args()),
                 true,
             )
             .await;
-        for (((i, _), settings), reply) in sent.iter().zip(&settings).zip(&replies) {
+        for ((i, _, settings), reply) in sent.iter().zip(&replies) {
             if let Settings::Read {
                 cache: Some(cache),
                 ticket,
@@ -253,16 +259,15 @@ impl<'a> Pipeline<'a> {
         let migrating: Vec<usize> = (0..replies.len())
             .filter(|&j| matches!(&replies[j], Err(err) if err.is_tryagain()))
             .collect();
-        let redone = join_all(
-            migrating
-                .iter()
-                .map(|&j| sent[j].1.run_migrating(cluster, &specs)),
-        )
+        let redone = join_all(migrating.iter().map(|&j| {
+            let (subject, cost) = &requests[sent[j].0];
+            round.run_migrating(subject.as_ref(), *cost, &sent[j].1)
+        }))
         .await;
         for (j, reply) in migrating.into_iter().zip(redone) {
             replies[j] = reply;
         }
-        for ((i, _), reply) in sent.iter().zip(replies) {
+        for ((i, _, _), reply) in sent.iter().zip(replies) {
             let (subject, cost) = &requests[*i];
             results[*i] = Some(round.conclude(subject.as_ref(), *cost, ticket, reply));
         }
@@ -294,49 +299,60 @@ impl<'a> Pipeline<'a> {
                 alone.push(i);
                 continue;
             }
-            let invocation = match round.prepare(subject, *cost) {
-                Prepared::Send(invocation) => invocation,
-                Prepared::Answered(answer) => {
-                    results[i] = Some(answer);
+            if let Some(answer) = round.screen(subject, *cost) {
+                results[i] = Some(answer);
+                continue;
+            }
+            let settings = round.settings(subject);
+            let keys = match round.plain_keys(subject, settings) {
+                Some(Ok(keys)) => keys,
+                Some(Err(err)) => {
+                    results[i] = Some(round.fail(err, subject, *cost));
+                    continue;
+                }
+                None => {
+                    alone.push(i);
                     continue;
                 }
             };
-            let settings = round.settings(subject);
-            match round.plan(*cost, &invocation.keys, settings) {
-                Some(plan) => planned.push((i, invocation, plan)),
+            match round.plan(*cost, &keys, settings) {
+                Some(plan) => planned.push((i, keys, plan)),
                 None => alone.push(i),
             }
         }
         let sent = std::time::Instant::now();
         let calls: Vec<_> = planned
             .iter()
-            .map(|(_, invocation, plan)| (&invocation.keys, &plan.commands))
+            .map(|(_, keys, plan)| (keys, &plan.commands))
             .collect();
         let op = planned
             .first()
             .map_or("fixed_window_plain", |(_, _, p)| p.op());
         let replies = self.cluster().pipeline_many(op, &calls).await;
         drop(calls);
-        let judged = join_all(planned.into_iter().zip(replies).map(
-            |((i, invocation, plan), replies)| {
-                let round = &round;
-                async move {
-                    let (subject, cost) = (requests[i].0.as_ref(), requests[i].1);
-                    let settings = plan.settings();
-                    let reply = match round
-                        .judge(subject, cost, &invocation.keys, plan, sent, replies)
-                        .await
-                    {
-                        Some(reply) => reply,
-                        None => round.script(subject, &invocation, settings).await,
-                    };
-                    (i, round.conclude(subject, cost, None, reply))
+        // Judged at once; only the checks with something left to do (a
+        // denial's give-back, the script) wait, all together.
+        let mut unfinished = Vec::new();
+        for ((i, keys, plan), replies) in planned.into_iter().zip(replies) {
+            let (subject, cost) = (requests[i].0.as_ref(), requests[i].1);
+            match round.judge(subject, cost, plan, sent, replies) {
+                Judged::Reply(reply) => {
+                    results[i] = Some(round.conclude(subject, cost, None, reply))
                 }
-            },
-        ));
+                judged => unfinished.push((i, keys, judged)),
+            }
+        }
+        let finished = join_all(unfinished.into_iter().map(|(i, keys, judged)| {
+            let round = &round;
+            async move {
+                let (subject, cost) = (requests[i].0.as_ref(), requests[i].1);
+                let reply = round.finish(subject, cost, &keys, judged).await;
+                (i, round.conclude(subject, cost, None, reply))
+            }
+        }));
         let checked = self.check_alone(requests, &alone);
-        let (judged, checked) = futures::join!(judged, checked);
-        for (i, result) in judged {
+        let (finished, checked) = futures::join!(finished, checked);
+        for (i, result) in finished {
             results[i] = Some(result);
         }
         for (i, result) in alone.into_iter().zip(checked) {
@@ -432,21 +448,34 @@ impl<'r> Round<'r> {
         }
     }
 
-    /// The check `invocation` of `subject` sent as its script: in its
+    /// The check of `subject` for `cost` sent: as plain commands when it
+    /// may be (see `check/plain.rs`), else as its script. Only what is
+    /// sent is built: a plain check's keys (the state key alone for a
+    /// subject known to have no settings), a script's keys and `ARGV`.
+    async fn send(&self, subject: &[u8], cost: u32, settings: Settings<'r>) -> Result<Vec<i64>> {
+        if let Some(keys) = self.plain_keys(subject, settings) {
+            let keys = keys?;
+            if let Some(plan) = self.plan(cost, &keys, settings) {
+                let judged = self.plain(subject, cost, &keys, plan).await;
+                return self.finish(subject, cost, &keys, judged).await;
+            }
+        }
+        self.script(subject, cost, settings).await
+    }
+
+    /// The check of `subject` for `cost` sent as its script: in its
     /// one-key form if the subject is known to have no settings; else
     /// whole, and what its reply says of them told to the cache.
-    async fn script(
-        &self,
-        subject: &[u8],
-        invocation: &Invocation,
-        settings: Settings<'r>,
-    ) -> Result<Vec<i64>> {
+    async fn script(&self, subject: &[u8], cost: u32, settings: Settings<'r>) -> Result<Vec<i64>> {
         let cluster = self.pipeline.cluster();
-        match settings {
-            Settings::KnownNone => send_known_none(invocation, cluster, self.specs).await,
-            Settings::Read { cache, ticket } => {
+        match self.script_call(subject, cost, settings)? {
+            ScriptCall::OneKey(state, args) => cluster.eval(self.script, &state, &args).await,
+            ScriptCall::Whole(invocation) => {
                 let reply = invocation.send(cluster, self.specs).await;
-                if let Some(cache) = cache
+                if let Settings::Read {
+                    cache: Some(cache),
+                    ticket,
+                } = settings
                     && says_none(&reply)
                 {
                     cache.found_none(subject, ticket);
@@ -454,6 +483,52 @@ impl<'r> Round<'r> {
                 reply
             }
         }
+    }
+
+    /// What the script check of `subject` for `cost` sends: its one-key
+    /// form if the subject is known to have no settings (see
+    /// `stages/settings_cache.rs`), else the whole check.
+    fn script_call(&self, subject: &[u8], cost: u32, settings: Settings<'r>) -> Result<ScriptCall> {
+        let keys = self.pipeline.cluster().keys();
+        Ok(match settings {
+            Settings::KnownNone => {
+                let (state, args) =
+                    one_key_form(keys, self.script, self.specs, subject, cost, self.consume)?;
+                ScriptCall::OneKey(state, args)
+            }
+            Settings::Read { .. } => ScriptCall::Whole(self.invocation(subject, cost)?),
+        })
+    }
+
+    /// The check of `subject` for `cost` that `call` sent, refused because
+    /// its slot is migrating: again, one key at a time (`limit::migrating`).
+    async fn run_migrating(
+        &self,
+        subject: &[u8],
+        cost: u32,
+        call: &ScriptCall,
+    ) -> Result<Vec<i64>> {
+        let cluster = self.pipeline.cluster();
+        match call {
+            ScriptCall::Whole(invocation) => invocation.run_migrating(cluster, self.specs).await,
+            ScriptCall::OneKey(..) => {
+                let invocation = self.invocation(subject, cost)?;
+                invocation.run_migrating(cluster, self.specs).await
+            }
+        }
+    }
+
+    /// The whole check of `subject` for `cost`: its script, three keys per
+    /// limit and `ARGV`.
+    fn invocation(&self, subject: &[u8], cost: u32) -> Result<Invocation> {
+        Invocation::new(
+            self.pipeline.cluster().keys(),
+            self.script,
+            self.specs,
+            subject,
+            cost,
+            self.consume,
+        )
     }
 
     /// The subject-settings cache of a check of one limit that has one.
@@ -465,30 +540,31 @@ impl<'r> Round<'r> {
     }
 
     /// Refuses a bad request before sending (counted, through the policy,
-    /// as an error), or answers a denial from the cache.
-    pub(crate) fn prepare(&self, subject: &[u8], cost: u32) -> Prepared {
-        let cluster = self.pipeline.cluster();
-        let invocation = Invocation::new(
-            cluster.keys(),
-            self.script,
-            self.specs,
-            subject,
-            cost,
-            self.consume,
-        );
-        let invocation = match invocation {
-            Ok(invocation) => invocation,
-            Err(err) => return Prepared::Answered(self.fail(err, subject, cost)),
-        };
-        if let Some(cached) = self.cached(subject, cost) {
-            for (limiter, d) in self.pipeline.limiters.iter().zip(&cached.decisions) {
-                if !d.allowed {
-                    limiter.denied(subject, true);
-                }
-            }
-            return Prepared::Answered(Ok(cached));
+    /// as an error), or answers a denial from the cache: `Some`, the
+    /// answer; `None`, the check is to be sent.
+    fn screen(&self, subject: &[u8], cost: u32) -> Option<Result<MultiDecision>> {
+        if let Err(err) = Invocation::refusal(self.specs, subject, cost) {
+            return Some(self.fail(err, subject, cost));
         }
-        Prepared::Send(invocation)
+        let cached = self.cached(subject, cost)?;
+        for (limiter, d) in self.pipeline.limiters.iter().zip(&cached.decisions) {
+            if !d.allowed {
+                limiter.denied(subject, true);
+            }
+        }
+        Some(Ok(cached))
+    }
+
+    /// [`screen`](Self::screen)s the request, and builds the whole check
+    /// of one that is to be sent.
+    pub(crate) fn prepare(&self, subject: &[u8], cost: u32) -> Prepared {
+        if let Some(answer) = self.screen(subject, cost) {
+            return Prepared::Answered(answer);
+        }
+        match self.invocation(subject, cost) {
+            Ok(invocation) => Prepared::Send(invocation),
+            Err(err) => Prepared::Answered(self.fail(err, subject, cost)),
+        }
     }
 
     /// The decision from Redis' reply, counted and offered to the cache,

@@ -12,7 +12,7 @@ use super::decision::{Decision, Settled};
 use super::quota::Quota;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
-use crate::keys::{KeyBuilder, KeyId, KeySet};
+use crate::keys::{KeyBuilder, KeyId, KeySet, check_subject};
 use crate::scripts::Script;
 
 /// What the scripts need to know about one limit.
@@ -85,7 +85,7 @@ impl LimitSpec {
     }
 
     /// Its three keys' ids: state, override, block.
-    fn ids(&self) -> [&KeyId; 3] {
+    pub(crate) fn ids(&self) -> [&KeyId; 3] {
         [&self.id, &self.override_id, &self.block_id]
     }
 }
@@ -163,7 +163,7 @@ impl Invocation {
         cost: u32,
         consume: bool,
     ) -> Result<Self> {
-        check_cost(specs, cost)?;
+        Invocation::refusal(specs, subject, cost)?;
         let keys = keys.key_set(subject, specs.iter().flat_map(|s| s.ids()))?;
         let args = match specs {
             [one] if algorithm::is_one_limit(script) => one_limit_args(one, cost, consume),
@@ -186,6 +186,14 @@ impl Invocation {
             cost,
             consume,
         })
+    }
+
+    /// What [`new`](Self::new) refuses a check for, without building it:
+    /// a cost the limits can never admit, a bad subject. (Its keys share
+    /// the subject's hash tag, so they never span slots.)
+    pub(crate) fn refusal(specs: &[Arc<LimitSpec>], subject: &[u8], cost: u32) -> Result<()> {
+        check_cost(specs, cost)?;
+        check_subject(subject)
     }
 
     /// Units this check takes.
@@ -212,31 +220,7 @@ impl Invocation {
         limits: std::ops::Range<usize>,
         consume: bool,
     ) -> Vec<Vec<u8>> {
-        let cost = self.cost.to_string().into_bytes();
-        let mode = if consume { b"i1" } else { b"i0" }.to_vec();
-        let values = |i: usize| [optional[2 * i].clone(), optional[2 * i + 1].clone()];
-        if let [one] = specs
-            && algorithm::is_one_limit(&self.script)
-        {
-            if optional[..2].iter().all(Vec::is_empty) {
-                return one_limit_args(one, self.cost, consume);
-            }
-            let mut args: Vec<Vec<u8>> = one.args[1..4]
-                .iter()
-                .map(|a| a.as_bytes().to_vec())
-                .collect();
-            args.extend([cost, mode, one.args[4].as_bytes().to_vec()]);
-            args.extend(values(0));
-            return args;
-        }
-        let mut args = Vec::with_capacity(2 + 7 * limits.len());
-        args.push(cost);
-        args.push(mode);
-        for i in limits {
-            args.extend(specs[i].args.iter().map(|a| a.as_bytes().to_vec()));
-            args.extend(values(i));
-        }
-        args
+        inline_args(&self.script, specs, self.cost, optional, limits, consume)
     }
 
     /// Sends the check (at most once); a check refused because its slot is
@@ -272,6 +256,44 @@ fn one_limit_args(one: &LimitSpec, cost: u32, consume: bool) -> Vec<Vec<u8>> {
             mode.to_vec(),
             one.args[4].as_bytes().to_vec(),
         ]);
+    }
+    args
+}
+
+/// The `ARGV` in inline mode of a check of `specs` by `script` for
+/// `cost` (see [`Invocation::inline_args`]).
+pub(crate) fn inline_args(
+    script: &Script,
+    specs: &[Arc<LimitSpec>],
+    cost: u32,
+    optional: &[Vec<u8>],
+    limits: std::ops::Range<usize>,
+    consume: bool,
+) -> Vec<Vec<u8>> {
+    let values = |i: usize| [optional[2 * i].clone(), optional[2 * i + 1].clone()];
+    if let [one] = specs
+        && algorithm::is_one_limit(script)
+    {
+        if optional[..2].iter().all(Vec::is_empty) {
+            return one_limit_args(one, cost, consume);
+        }
+        let mode = if consume { b"i1" } else { b"i0" }.to_vec();
+        let mut args: Vec<Vec<u8>> = Vec::with_capacity(8);
+        args.extend(one.args[1..4].iter().map(|a| a.as_bytes().to_vec()));
+        args.extend([
+            cost.to_string().into_bytes(),
+            mode,
+            one.args[4].as_bytes().to_vec(),
+        ]);
+        args.extend(values(0));
+        return args;
+    }
+    let mut args = Vec::with_capacity(2 + 7 * limits.len());
+    args.push(cost.to_string().into_bytes());
+    args.push(if consume { b"i1" } else { b"i0" }.to_vec());
+    for i in limits {
+        args.extend(specs[i].args.iter().map(|a| a.as_bytes().to_vec()));
+        args.extend(values(i));
     }
     args
 }

@@ -147,15 +147,10 @@ pub(super) struct PlainPlan<'r, 's> {
     pub(super) commands: Transaction,
 }
 
-impl<'s> PlainPlan<'_, 's> {
+impl PlainPlan<'_, '_> {
     /// The operation's name.
     pub(super) fn op(&self) -> &'static str {
         self.rules.op
-    }
-
-    /// What the check knew of its subject's settings.
-    pub(super) fn settings(&self) -> Settings<'s> {
-        self.settings
     }
 }
 
@@ -179,26 +174,78 @@ struct Optional {
     blocked: bool,
 }
 
+/// What a plain check's replies decide.
+pub(super) enum Judged<'r, 's> {
+    /// The check's reply, as the script would reply (or the error).
+    Reply(Result<Vec<i64>>),
+    /// A denial: the request's units are given back before the reply is
+    /// returned.
+    Denied {
+        reply: Vec<i64>,
+        counted: Counted<'r>,
+    },
+    /// The script decides, after what the commands counted, if anything,
+    /// is given back.
+    Script {
+        counted: Option<Counted<'r>>,
+        settings: Settings<'s>,
+    },
+}
+
+/// Units a plain check counted, to be given back: in a key whose expiry
+/// was, when they were counted, between `expiry.0` and `expiry.1` ms (see
+/// [`give_back`]).
+pub(super) struct Counted<'r> {
+    rules: &'static Plain,
+    spec: &'r LimitSpec,
+    expiry: (u64, u64),
+}
+
 impl<'r> Round<'r> {
-    /// The check for `cost` made from plain commands, as the script would
-    /// reply; `None` when the script must decide (see the module docs).
-    /// `keys` is the check's key set (its subject's): state, override,
-    /// block.
+    /// The stage, rules and spec of a check that may be made of plain
+    /// commands: a consuming check of one limit whose limiter takes this
+    /// path and whose algorithm has plain rules (see the module docs).
+    fn plain_rules(&self) -> Option<(&'r PlainPath, &'static Plain, &'r LimitSpec)> {
+        let ([limiter], [spec]) = (self.pipeline.limiters, self.specs) else {
+            return None;
+        };
+        let path = limiter.plain().filter(|_| self.consume)?;
+        Some((path, spec.algorithm.rules().plain?, spec))
+    }
+
+    /// The keys a plain check of `subject` touches, if it may be one: the
+    /// state key, then the override's and block's when they are read
+    /// (not the script's arguments: most plain checks never need them).
+    pub(super) fn plain_keys(
+        &self,
+        subject: &[u8],
+        settings: Settings<'_>,
+    ) -> Option<Result<KeySet>> {
+        let (_, _, spec) = self.plain_rules()?;
+        let keys = self.pipeline.cluster().keys();
+        Some(match settings {
+            Settings::KnownNone => keys.key_set(subject, [&spec.id]),
+            Settings::Read { .. } => keys.key_set(subject, spec.ids()),
+        })
+    }
+
+    /// The check for `cost` made from plain commands: its `plan` (of the
+    /// key set `keys`, the subject's: see [`plain_keys`](Self::plain_keys))
+    /// sent as one pipeline and judged.
     pub(super) async fn plain<'s>(
         &self,
         subject: &[u8],
         cost: u32,
         keys: &KeySet,
-        settings: Settings<'s>,
-    ) -> Option<Result<Vec<i64>>> {
-        let plan = self.plan(cost, keys, settings)?;
+        plan: PlainPlan<'r, 's>,
+    ) -> Judged<'r, 's> {
         let sent = Instant::now();
         let replies = self
             .pipeline
             .cluster()
             .pipeline(plan.rules.op, keys, &plan.commands)
             .await;
-        self.judge(subject, cost, keys, plan, sent, replies).await
+        self.judge(subject, cost, plan, sent, replies)
     }
 
     /// What a check for `cost` sends as plain commands, or `None` when the
@@ -209,11 +256,7 @@ impl<'r> Round<'r> {
         keys: &KeySet,
         settings: Settings<'s>,
     ) -> Option<PlainPlan<'r, 's>> {
-        let ([limiter], [spec]) = (self.pipeline.limiters, self.specs) else {
-            return None;
-        };
-        let path = limiter.plain().filter(|_| self.consume)?;
-        let rules = spec.algorithm.rules().plain?;
+        let (path, rules, spec) = self.plain_rules()?;
         let cluster = self.pipeline.cluster();
         let Some(now) = path.clock.now() else {
             path.sample(cluster, keys);
@@ -258,18 +301,19 @@ impl<'r> Round<'r> {
         })
     }
 
-    /// The check's reply from its plan's commands' `replies` (sent at
-    /// `sent`), as the script would reply; `None` when the script must
-    /// decide after all, with whatever the commands counted given back.
-    pub(super) async fn judge(
+    /// What its plan's commands' `replies` (sent at `sent`) decide of a
+    /// check of `subject` for `cost`: the reply, as the script would
+    /// reply, or what is still to do (a denial's give-back, the script).
+    /// Nothing here waits: a batch judges all its checks at once and
+    /// awaits only those with something left to do.
+    pub(super) fn judge<'s>(
         &self,
         subject: &[u8],
         cost: u32,
-        keys: &KeySet,
-        plan: PlainPlan<'_, '_>,
+        plan: PlainPlan<'r, 's>,
         sent: Instant,
         replies: Result<Vec<Value>>,
-    ) -> Option<Result<Vec<i64>>> {
+    ) -> Judged<'r, 's> {
         let PlainPlan {
             rules,
             path,
@@ -282,7 +326,6 @@ impl<'r> Round<'r> {
             settings,
             ..
         } = plan;
-        let cluster = self.pipeline.cluster();
         let period = spec.period_us;
         let replies = match replies {
             Ok(replies) => replies,
@@ -290,7 +333,7 @@ impl<'r> Round<'r> {
                 if sample {
                     path.clock.abandon();
                 }
-                return Some(Err(err));
+                return Judged::Reply(Err(err));
             }
         };
         if sample {
@@ -302,11 +345,17 @@ impl<'r> Round<'r> {
                 None => path.clock.abandon(),
             }
         }
-        let counted = match replies.get(read) {
+        let counted = |expiry| Counted {
+            rules,
+            spec,
+            expiry,
+        };
+        let script = |counted| Judged::Script { counted, settings };
+        let after = match replies.get(read) {
             Some(Value::Int(after)) => *after,
             // Not counted: refused (a migrating slot) or an error the
             // script will meet as well and report.
-            _ => return None,
+            _ => return script(None),
         };
         let optional = match settings {
             Settings::KnownNone => Ok(Optional {
@@ -319,11 +368,7 @@ impl<'r> Round<'r> {
             Ok(optional) => optional,
             // The override and block could not be read with the count (a
             // migrating slot): the script reads them its own way.
-            _ => {
-                return self
-                    .give_back_then_script(cluster, rules, keys, cost, (end_ms, 0))
-                    .await;
-            }
+            _ => return script(Some(counted((end_ms, 0)))),
         };
         // Where the units went: a key whose expiry the count gave it ends
         // with this window; one that had an expiry ends then or later (an
@@ -354,11 +399,7 @@ impl<'r> Round<'r> {
                 blocked: false,
                 quota: Some((limit, p)),
             } if p == period => limit,
-            _ => {
-                return self
-                    .give_back_then_script(cluster, rules, keys, cost, expiry)
-                    .await;
-            }
+            _ => return script(Some(counted(expiry))),
         };
         let at = Local {
             now: now.now_us,
@@ -368,37 +409,57 @@ impl<'r> Round<'r> {
             period,
             consume: true,
         };
-        let verdict = (rules.judge)(counted, at, end - now.now_us);
-        if !verdict.allowed
-            && let Err(err) = give_back(cluster, rules, keys, cost, expiry).await
-        {
-            // The units stay counted until the window ends: stricter,
-            // never looser.
-            tracing::warn!(
-                limiter = %spec.id.name(),
-                error = %err,
-                "shardlimit: a denied request's units could not be given back"
-            );
+        let verdict = (rules.judge)(after, at, end - now.now_us);
+        let reply = reply(spec, &verdict, optional.quota);
+        if verdict.allowed {
+            Judged::Reply(Ok(reply))
+        } else {
+            Judged::Denied {
+                reply,
+                counted: counted(expiry),
+            }
         }
-        Some(Ok(reply(spec, &verdict, optional.quota)))
     }
 
-    /// Gives back `cost` units counted in a key of `expiry` (see
-    /// [`give_back`]), then leaves the check to the script (`None`); an
-    /// error if they could not be given back (the script's check would
-    /// count them twice).
-    async fn give_back_then_script(
+    /// The check's reply once what its judgement left to do is done: a
+    /// denial's units given back (failing that, they stay counted until
+    /// the window ends: stricter, never looser); or the units counted
+    /// given back, then the script's check (an error if they could not
+    /// be: the script's check would count them twice).
+    pub(super) async fn finish(
         &self,
-        cluster: &Cluster,
-        rules: &Plain,
-        keys: &KeySet,
+        subject: &[u8],
         cost: u32,
-        expiry: (u64, u64),
-    ) -> Option<Result<Vec<i64>>> {
-        match give_back(cluster, rules, keys, cost, expiry).await {
-            Ok(()) => None,
-            Err(err) => Some(Err(err)),
+        keys: &KeySet,
+        judged: Judged<'r, '_>,
+    ) -> Result<Vec<i64>> {
+        let cluster = self.pipeline.cluster();
+        match judged {
+            Judged::Reply(reply) => reply,
+            Judged::Denied { reply, counted } => {
+                if let Err(err) = counted.give_back(cluster, keys, cost).await {
+                    tracing::warn!(
+                        limiter = %counted.spec.id.name(),
+                        error = %err,
+                        "shardlimit: a denied request's units could not be given back"
+                    );
+                }
+                Ok(reply)
+            }
+            Judged::Script { counted, settings } => {
+                if let Some(counted) = counted {
+                    counted.give_back(cluster, keys, cost).await?;
+                }
+                self.script(subject, cost, settings).await
+            }
         }
+    }
+}
+
+impl Counted<'_> {
+    /// Gives the `cost` units back (see [`give_back`]).
+    async fn give_back(&self, cluster: &Cluster, keys: &KeySet, cost: u32) -> Result<()> {
+        give_back(cluster, self.rules, keys, cost, self.expiry).await
     }
 }
 

@@ -28,9 +28,10 @@ use std::sync::Arc;
 
 use crate::cluster::Cluster;
 use crate::error::Result;
-use crate::keys::{KeySet, subject_slot};
+use crate::keys::{KeyBuilder, KeySet, subject_slot};
 use crate::limit::invalidation::{Invalidations, Listener};
-use crate::limit::script::{Invocation, LimitSpec};
+use crate::limit::script::{LimitSpec, inline_args};
+use crate::scripts::Script;
 
 /// The subjects of one limit known to have no settings.
 struct Known {
@@ -106,28 +107,21 @@ impl std::fmt::Debug for SettingsCache {
     }
 }
 
-/// The check `invocation` (of one limit, `specs`) sent for a subject known
-/// to have no settings: its script in the one-key form, the override and
-/// block given as empty.
-pub(crate) async fn send_known_none(
-    invocation: &Invocation,
-    cluster: &Cluster,
-    specs: &[Arc<LimitSpec>],
-) -> Result<Vec<i64>> {
-    let (state, args) = one_key_form(invocation, specs)?;
-    cluster.eval(&invocation.script, &state, &args).await
-}
-
-/// The one-key form of the check `invocation` (of one limit, `specs`): its
-/// `KEYS` (the state key) and `ARGV`, the override and block given as
-/// empty.
+/// The one-key form of a check of one limit (`specs`) by `script` of
+/// `subject` for `cost`, for a subject known to have no settings: its
+/// `KEYS` (the state key alone) and `ARGV`, the override and block given
+/// as empty. Built without the whole check's three keys.
 pub(crate) fn one_key_form(
-    invocation: &Invocation,
+    keys: &KeyBuilder,
+    script: &Script,
     specs: &[Arc<LimitSpec>],
+    subject: &[u8],
+    cost: u32,
+    consume: bool,
 ) -> Result<(KeySet, Vec<Vec<u8>>)> {
-    let state = KeySet::checked(vec![invocation.keys.keys()[0].clone()])?;
+    let state = keys.key_set(subject, specs.iter().take(1).map(|s| &s.id))?;
     let none = [Vec::new(), Vec::new()];
-    let args = invocation.inline_args(specs, &none, 0..1, invocation.consumes());
+    let args = inline_args(script, specs, cost, &none, 0..1, consume);
     Ok((state, args))
 }
 
