@@ -427,7 +427,8 @@ impl Cluster {
         let on_node = |node: Arc<Node>, members: Vec<usize>| {
             let name = name.clone();
             async move {
-                let mut pipe = redis::pipe();
+                let count = members.iter().map(|&i| calls[i].1.len()).sum();
+                let mut pipe = redis::Pipeline::with_capacity(count);
                 for &i in &members {
                     calls[i].1.write_commands(calls[i].0, &mut pipe);
                 }

@@ -374,7 +374,7 @@ async fn send(
             exec_reply(replies, 1)
         }
         Payload::Pipeline { commands, keys } => {
-            let mut pipe = redis::pipe();
+            let mut pipe = redis::Pipeline::with_capacity(commands.len());
             commands.write_commands(keys, &mut pipe);
             if asking {
                 // ASKING applies to the one command after it: one before

@@ -1,6 +1,6 @@
 //! `Transaction`: MULTI/EXEC commands whose keys can only come from a `KeySet`.
 
-use redis::ToRedisArgs;
+use redis::{RedisWrite, ToRedisArgs};
 
 use crate::error::{Error, Result};
 use crate::keys::KeySet;
@@ -82,13 +82,17 @@ impl Transaction {
     /// Call [`Transaction::validate`] first.
     pub(crate) fn write_commands(&self, keys: &KeySet, pipe: &mut redis::Pipeline) {
         for command in &self.commands {
-            let cmd = pipe.cmd(command.name);
-            for arg in &command.args {
-                match arg {
-                    TxArg::Key(index) => cmd.arg(&keys.keys()[*index]),
-                    TxArg::Bytes(bytes) => cmd.arg(bytes),
-                };
+            let arg = |arg| bytes(keys, arg);
+            // Sized once: a check writes a few commands per call, and a
+            // command grown argument by argument reallocates each time.
+            let size =
+                command.name.len() + command.args.iter().map(|a| arg(a).len()).sum::<usize>();
+            let mut cmd = redis::Cmd::with_capacity(1 + command.args.len(), size);
+            cmd.arg(command.name);
+            for a in &command.args {
+                cmd.arg(arg(a));
             }
+            pipe.add_command(cmd);
         }
     }
 }
@@ -110,9 +114,47 @@ impl TxCommand {
 
     /// Appends a plain argument (not a key).
     pub fn arg(mut self, arg: impl ToRedisArgs) -> Self {
-        self.args
-            .extend(arg.to_redis_args().into_iter().map(TxArg::Bytes));
+        arg.write_redis_args(&mut Collect(&mut self.args));
         self
+    }
+}
+
+/// An argument's bytes: a key's of `keys`, or its own.
+fn bytes<'a>(keys: &'a KeySet, arg: &'a TxArg) -> &'a [u8] {
+    match arg {
+        TxArg::Key(index) => &keys.keys()[*index],
+        TxArg::Bytes(bytes) => bytes,
+    }
+}
+
+/// Writes a value's arguments straight into a command's (`to_redis_args`
+/// would collect them in a vector first).
+struct Collect<'a>(&'a mut Vec<TxArg>);
+
+impl RedisWrite for Collect<'_> {
+    fn write_arg(&mut self, arg: &[u8]) {
+        self.0.push(TxArg::Bytes(arg.to_vec()));
+    }
+
+    fn writer_for_next_arg(&mut self) -> impl std::io::Write + '_ {
+        self.0.push(TxArg::Bytes(Vec::new()));
+        LastArg(self.0)
+    }
+}
+
+/// Appends to the last argument of a command.
+struct LastArg<'a>(&'a mut Vec<TxArg>);
+
+impl std::io::Write for LastArg<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if let Some(TxArg::Bytes(bytes)) = self.0.last_mut() {
+            bytes.extend_from_slice(buf);
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -130,6 +172,28 @@ mod tests {
             bad.validate(&keys),
             Err(Error::KeyIndex { index: 1, len: 1 })
         ));
+    }
+
+    #[test]
+    fn arguments_are_those_redis_would_send() {
+        let keys = KeySet::from_keys(["{a}:1"]).unwrap();
+        let tx = Transaction::new().command(
+            TxCommand::new("SET")
+                .key(0)
+                .arg(-12_i64)
+                .arg(("NX", 3.5_f64))
+                .arg(&[b"x".to_vec(), Vec::new()][..]),
+        );
+        let mut ours = redis::pipe();
+        tx.write_commands(&keys, &mut ours);
+        let mut theirs = redis::pipe();
+        theirs
+            .cmd("SET")
+            .arg("{a}:1")
+            .arg(-12_i64)
+            .arg(("NX", 3.5_f64))
+            .arg(&[b"x".to_vec(), Vec::new()][..]);
+        assert_eq!(ours.get_packed_pipeline(), theirs.get_packed_pipeline());
     }
 
     #[test]
