@@ -33,9 +33,13 @@ use crate::limit::invalidation::{Invalidations, Listener};
 use crate::limit::script::{LimitSpec, inline_args};
 use crate::scripts::Script;
 
+mod subjects;
+
+use self::subjects::Subjects;
+
 /// The subjects of one limit known to have no settings.
 struct Known {
-    subjects: moka::sync::Cache<Subject, ()>,
+    subjects: Subjects,
     kind: String,
     name: String,
 }
@@ -43,70 +47,12 @@ struct Known {
 impl Listener for Known {
     fn invalidate(&self, kind: &str, name: &str, subject: &[u8]) {
         if kind == self.kind && name == self.name {
-            self.subjects.invalidate(subject);
+            self.subjects.remove(subject);
         }
     }
 
     fn invalidate_all(&self) {
-        self.subjects.invalidate_all();
-    }
-}
-
-/// A subject as the cache keeps it. Every check looks its subject up, and
-/// the cache compares keys through the entry it allocates for each: kept
-/// in that entry (up to [`INLINE`] bytes, most subjects), the bytes are
-/// read where the entry is, not behind one more pointer — with many
-/// subjects, one cache miss less per lookup.
-#[derive(Clone)]
-enum Subject {
-    Inline { len: u8, bytes: [u8; INLINE] },
-    Heap(Box<[u8]>),
-}
-
-/// The longest subject kept inline: the key is then 32 bytes.
-const INLINE: usize = 30;
-
-impl Subject {
-    fn as_bytes(&self) -> &[u8] {
-        match self {
-            Subject::Inline { len, bytes } => &bytes[..usize::from(*len)],
-            Subject::Heap(bytes) => bytes,
-        }
-    }
-}
-
-impl From<&[u8]> for Subject {
-    fn from(subject: &[u8]) -> Self {
-        match u8::try_from(subject.len()) {
-            Ok(len) if subject.len() <= INLINE => {
-                let mut bytes = [0; INLINE];
-                bytes[..subject.len()].copy_from_slice(subject);
-                Subject::Inline { len, bytes }
-            }
-            _ => Subject::Heap(subject.into()),
-        }
-    }
-}
-
-// Looked up by the subject's bytes: equality and hash are theirs (as
-// `Borrow` requires).
-impl std::borrow::Borrow<[u8]> for Subject {
-    fn borrow(&self) -> &[u8] {
-        self.as_bytes()
-    }
-}
-
-impl PartialEq for Subject {
-    fn eq(&self, other: &Self) -> bool {
-        self.as_bytes() == other.as_bytes()
-    }
-}
-
-impl Eq for Subject {}
-
-impl std::hash::Hash for Subject {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.as_bytes().hash(state);
+        self.subjects.clear();
     }
 }
 
@@ -122,7 +68,7 @@ impl SettingsCache {
     /// following `cluster`'s announcements.
     pub(crate) fn new(cluster: &Cluster, max_entries: u64, kind: &str, name: &str) -> Self {
         let known = Arc::new(Known {
-            subjects: moka::sync::Cache::new(max_entries),
+            subjects: Subjects::new(max_entries),
             kind: kind.to_owned(),
             name: name.to_owned(),
         });
@@ -137,7 +83,7 @@ impl SettingsCache {
     /// Whether `subject` is known to have no settings now.
     pub(crate) fn has_none(&self, subject: &[u8]) -> bool {
         self.hub.follow(&self.cluster);
-        self.known.subjects.contains_key(subject) && self.hub.is_live(subject_slot(subject))
+        self.known.subjects.contains(subject) && self.hub.is_live(subject_slot(subject))
     }
 
     /// Taken just before a check that reads the settings is sent.
@@ -151,8 +97,8 @@ impl SettingsCache {
         self.hub.keep_unless_announced(
             ticket,
             subject_slot(subject),
-            || subjects.insert(Subject::from(subject), ()),
-            || subjects.invalidate(subject),
+            || subjects.insert(subject),
+            || subjects.remove(subject),
         );
     }
 }
@@ -160,7 +106,7 @@ impl SettingsCache {
 impl std::fmt::Debug for SettingsCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SettingsCache")
-            .field("max_entries", &self.known.subjects.policy().max_capacity())
+            .field("max_entries", &self.known.subjects.max_entries())
             .finish_non_exhaustive()
     }
 }
@@ -187,44 +133,4 @@ pub(crate) fn one_key_form(
 /// it is the compact reply, which the script gives only then.
 pub(crate) fn says_none(reply: &Result<Vec<i64>>) -> bool {
     matches!(reply, Ok(reply) if reply.len() == 4)
-}
-
-#[cfg(test)]
-mod tests {
-    use std::hash::BuildHasher;
-
-    use super::*;
-
-    #[test]
-    fn a_subject_is_kept_inline_up_to_its_limit_and_found_by_its_bytes() {
-        assert_eq!(std::mem::size_of::<Subject>(), 32);
-        let state = std::hash::RandomState::new();
-        let long = [b'x'; INLINE + 1];
-        for subject in [
-            &b"u"[..],
-            &b"user:42"[..],
-            &long[..INLINE],
-            &long[..],
-            &b""[..],
-        ] {
-            let kept = Subject::from(subject);
-            assert_eq!(
-                matches!(kept, Subject::Inline { .. }),
-                subject.len() <= INLINE
-            );
-            assert_eq!(kept.as_bytes(), subject);
-            // As the cache looks it up: the same hash and equality as the
-            // bytes'.
-            assert_eq!(state.hash_one(&kept), state.hash_one(subject));
-            assert!(kept == Subject::from(subject));
-        }
-        assert!(Subject::from(&b"ab"[..]) != Subject::from(&b"ab\0"[..]));
-        let cache: moka::sync::Cache<Subject, ()> = moka::sync::Cache::new(10);
-        cache.insert(Subject::from(&b"user:42"[..]), ());
-        cache.insert(Subject::from(&long[..]), ());
-        assert!(cache.contains_key(&b"user:42"[..]) && cache.contains_key(&long[..]));
-        assert!(!cache.contains_key(&b"user:4"[..]));
-        cache.invalidate(&b"user:42"[..]);
-        assert!(!cache.contains_key(&b"user:42"[..]));
-    }
 }
