@@ -14,7 +14,13 @@ use crate::scripts::Script;
 /// `EVALSHA sha1 numkeys keys… args…`: `script` with `KEYS` = `keys` and
 /// `ARGV` = `args`.
 pub(crate) fn evalsha(script: &Script, keys: &KeySet, args: impl ToRedisArgs) -> Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
+    // Sized once for what it holds, as near as known before writing it
+    // (every check builds one; grown argument by argument, it reallocated
+    // each time): the name, the SHA1, the keys, and a guess per argument.
+    let count = 3 + keys.len() + args.num_of_args();
+    let key_bytes: usize = keys.keys().iter().map(Vec::len).sum();
+    let mut cmd = Cmd::with_capacity(count, 7 + 40 + 4 + key_bytes + 16 * args.num_of_args());
+    cmd.arg("EVALSHA");
     cmd.arg(script.sha1()).arg(keys.len());
     for key in keys.keys() {
         cmd.arg(key);

@@ -133,3 +133,22 @@ fn an_undo_follows_every_outcome_but_a_value_and_a_proof_of_not_running() {
     let reset = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
     assert!(may_have_run(&Err(Lost::Broken(reset))));
 }
+
+#[test]
+fn an_evalsha_is_packed_as_redis_packs_it() {
+    let script = Script::new("t", "return 1");
+    let keys = KeySet::from_keys(["{a}:1", "{a}:2"]).unwrap();
+    let long = vec![b'v'; 100];
+    let args: Vec<Vec<u8>> = vec![b"10".to_vec(), Vec::new(), long];
+    let mut theirs = redis::cmd("EVALSHA");
+    theirs
+        .arg(script.sha1())
+        .arg(2)
+        .arg("{a}:1")
+        .arg("{a}:2")
+        .arg(&args);
+    assert_eq!(
+        evalsha(&script, &keys, &args).get_packed_command(),
+        theirs.get_packed_command()
+    );
+}
