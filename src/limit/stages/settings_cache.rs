@@ -8,8 +8,9 @@
 //! [plain commands](crate::limit#plain-commands) sends an `MGET` beside
 //! its count — one command in three. A subject is remembered when a check
 //! found neither; from then on its script check is sent in the one-key
-//! form a migrating slot uses (the values given as empty, `KEYS` the state
-//! key alone), and its plain check without the `MGET`.
+//! form a migrating slot uses (`KEYS` the state key alone, and neither
+//! value sent: the check's `ARGV` of three keys, its one key saying it is
+//! inline), and its plain check without the `MGET`.
 //!
 //! Every write of an override or a block (and every reset, unblock,
 //! penalty, reward) is announced on the subject's slot channel by the
@@ -113,8 +114,9 @@ impl std::fmt::Debug for SettingsCache {
 
 /// The one-key form of a check of one limit (`specs`) by `script` of
 /// `subject` for `cost`, for a subject known to have no settings: its
-/// `KEYS` (the state key alone) and `ARGV`, the override and block given
-/// as empty. Built without the whole check's three keys.
+/// `KEYS` (the state key alone) and `ARGV`, with neither the override's
+/// nor the block's value (see `Invocation::inline_args`). Built without the
+/// whole check's three keys.
 pub(crate) fn one_key_form(
     keys: &KeyBuilder,
     script: &Script,
