@@ -203,15 +203,7 @@ impl<'a> Pipeline<'a> {
     /// Exactly what a check of `subject` for `cost` sends.
     pub(crate) fn invocation(&self, subject: &[u8], cost: u32) -> Result<Invocation> {
         let specs = self.specs();
-        let round = Round::new(*self, &specs, true);
-        Invocation::new(
-            self.cluster().keys(),
-            round.script,
-            &specs,
-            subject,
-            cost,
-            true,
-        )
+        Round::new(*self, &specs, true).invocation(subject, cost)
     }
 }
 
