@@ -139,13 +139,11 @@ pub(crate) fn fingerprint(specs: &[Arc<LimitSpec>]) -> u64 {
 /// `max_entries` as a deny cache's size: at least one entry, else the
 /// `deny_cache` line's error.
 pub(crate) fn room(max_entries: u64) -> crate::error::Result<u64> {
-    if max_entries == 0 {
-        return Err(crate::error::Error::Config {
-            field: "deny_cache",
-            reason: "a deny cache needs room for at least one entry".into(),
-        });
-    }
-    Ok(max_entries)
+    super::at_least_one(
+        max_entries,
+        "deny_cache",
+        "a deny cache needs room for at least one entry",
+    )
 }
 
 impl DenyCache {
