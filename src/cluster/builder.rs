@@ -435,6 +435,9 @@ impl ClusterBuilder {
                 }
             }
         }
+        if self.deployment == Deployment::Sentinel {
+            router.listen_for_switches();
+        }
         Ok(Cluster {
             inner: Arc::new(Inner {
                 router,

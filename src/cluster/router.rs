@@ -70,6 +70,10 @@ pub(crate) struct Router {
     /// The last refresh failed because the nodes refused us (TLS,
     /// credentials); cleared by a successful one.
     refusal: Mutex<Option<redis::RedisError>>,
+    /// Wakes a refresh waiting out its spacing (`refresh_now`).
+    wake: Arc<tokio::sync::Notify>,
+    /// The last switch of the primary the sentinels announced.
+    switch: Mutex<Option<sentinel::Switch>>,
     this: Weak<Router>,
 }
 
@@ -140,6 +144,8 @@ impl Router {
             nodes: Mutex::new(HashMap::new()),
             refresh: Mutex::new(RefreshState::default()),
             refusal: Mutex::new(None),
+            wake: Arc::new(tokio::sync::Notify::new()),
+            switch: Mutex::new(None),
             this: this.clone(),
         }))
     }
@@ -286,6 +292,17 @@ impl Router {
         drop(state);
         let this = self.this.clone();
         tokio::spawn(refresh::refresh_loop(this));
+    }
+
+    /// Asks for a refresh at once: no spacing after the last one, no
+    /// backoff from failed ones (the sentinels announced a switch).
+    pub(crate) fn refresh_now(&self) {
+        let mut state = self.refresh_state();
+        state.failures = 0;
+        state.next_allowed = None;
+        drop(state);
+        self.wake.notify_one();
+        self.request_refresh();
     }
 
     /// Reads the topology now (build time): the seeds in order, each within

@@ -2,8 +2,8 @@
 //! sentinels): the behaviour suite every deployment runs (`tests/behaviour`:
 //! every algorithm, a batch of scripts, a `replica_ack` lock, lease, counter,
 //! scanner, health, the CLI, the deny cache), plus what is Sentinel's own:
-//! discovery, the configuration errors, and the fault test, which kills the
-//! primary under load.
+//! discovery, the configuration errors, and the fault tests: the primary
+//! killed under load, and switched over and back (`fault_switchover`).
 //! `#[ignore]`d so the cluster run skips them; run with
 //!
 //! ```text
@@ -21,6 +21,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::behaviour;
+
+mod fault_switchover;
 
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -14,6 +14,10 @@
 //! server (cluster support disabled) that answers every script with a
 //! `MOVED`, which a real one never does.
 //!
+//! [`FakeNode::start_stale_sentinel`] plays a sentinel that has not heard
+//! of a failover: it names a fixed address as the primary, whatever
+//! happened since.
+//!
 //! [`FakeNode::start_sharing`] claims only the slots below a bound and names
 //! a real master as the owner of the rest: a client that learns the
 //! topology from it sends some calls to the fake node and some to the real
@@ -63,11 +67,32 @@ impl FakeNode {
         Self::start_as(None, false, Some((first_elsewhere, others.to_owned()))).await
     }
 
+    /// A sentinel that answers `SENTINEL GET-MASTER-ADDR-BY-NAME` for any
+    /// service with `primary` (`host:port`), and nothing else.
+    pub async fn start_stale_sentinel(primary: &str) -> FakeNode {
+        let (host, port) = primary.rsplit_once(':').unwrap();
+        let reply = format!(
+            "*2\r\n${}\r\n{host}\r\n${}\r\n{port}\r\n",
+            host.len(),
+            port.len()
+        );
+        Self::start_with(None, Plays::Sentinel(reply)).await
+    }
+
     async fn start_as(
         password: Option<&str>,
         standalone: bool,
         shared: Option<(u16, String)>,
     ) -> FakeNode {
+        let plays = if standalone {
+            Plays::Standalone
+        } else {
+            Plays::Cluster(shared)
+        };
+        Self::start_with(password, plays).await
+    }
+
+    async fn start_with(password: Option<&str>, plays: Plays) -> FakeNode {
         let password = password.map(str::to_owned);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -77,7 +102,11 @@ impl FakeNode {
         let accept = tokio::spawn({
             let (dark, tasks, password) = (dark.clone(), tasks.clone(), password.clone());
             let commands = commands.clone();
-            let slots = cluster_slots(port, shared.as_ref());
+            let (slots, standalone, sentinel) = match plays {
+                Plays::Cluster(shared) => (cluster_slots(port, shared.as_ref()), false, None),
+                Plays::Standalone => (cluster_slots(port, None), true, None),
+                Plays::Sentinel(reply) => (cluster_slots(port, None), false, Some(reply)),
+            };
             async move {
                 while let Ok((stream, _)) = listener.accept().await {
                     let task = tokio::spawn(serve(
@@ -87,6 +116,7 @@ impl FakeNode {
                         commands.clone(),
                         password.clone(),
                         standalone,
+                        sentinel.clone(),
                     ));
                     tasks.lock().unwrap().push(task);
                 }
@@ -132,6 +162,16 @@ impl FakeNode {
     }
 }
 
+/// What a fake node plays.
+enum Plays {
+    /// A cluster node, owning every slot or those below a bound.
+    Cluster(Option<(u16, String)>),
+    /// A standalone server that redirects every script.
+    Standalone,
+    /// A sentinel, with its one `GET-MASTER-ADDR-BY-NAME` reply.
+    Sentinel(String),
+}
+
 impl Drop for FakeNode {
     fn drop(&mut self) {
         self.shut_down();
@@ -169,6 +209,7 @@ async fn serve(
     commands: Arc<AtomicUsize>,
     password: Option<String>,
     standalone: bool,
+    sentinel: Option<String>,
 ) {
     let mut authed = password.is_none();
     let (read, mut write) = stream.into_split();
@@ -195,6 +236,9 @@ async fn serve(
             ("CLIENT", _) => "+OK\r\n".to_owned(),
             _ if !authed => "-NOAUTH Authentication required.\r\n".to_owned(),
             ("PING", _) => "+PONG\r\n".to_owned(),
+            ("SENTINEL", Some("GET-MASTER-ADDR-BY-NAME")) if sentinel.is_some() => {
+                sentinel.clone().unwrap_or_default()
+            }
             ("CLUSTER", _) if standalone => {
                 "-ERR This instance has cluster support disabled\r\n".to_owned()
             }

@@ -46,7 +46,16 @@ pub(super) async fn refresh_loop(this: Weak<Router>) {
                 at.saturating_duration_since(Instant::now())
             })
         };
-        tokio::time::sleep(wait).await;
+        if !wait.is_zero() {
+            let Some(wake) = this.upgrade().map(|router| router.wake.clone()) else {
+                return;
+            };
+            // A switch the sentinels announce cuts the wait short.
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = wake.notified() => {}
+            }
+        }
         let Some(router) = this.upgrade() else { return };
         let result = match router.fetch().await {
             Ok(topology) => router.install(&topology),

@@ -11,10 +11,17 @@
 //! refresh asks the sentinels again every `refresh_interval` until they
 //! name the promoted replica — without the growing backoff of a failed
 //! refresh, which would add seconds to every failover.
+//!
+//! A switch with no fault to show it (the old primary alive) is heard from
+//! the sentinels' `+switch-master` announcements instead (`switches`).
 
 use std::sync::Arc;
 
 use redis::Value;
+
+mod switches;
+
+pub(super) use switches::Switch;
 
 use super::{Router, SLOTS, host_port};
 use crate::cluster::call::{Request, node_request};
@@ -39,6 +46,9 @@ impl Router {
         let mut last: Option<Error> = None;
         // Sentinels that answered they do not monitor the service.
         let mut unaware: Vec<String> = Vec::new();
+        // The primary the last switch heard promoted, with its replicas,
+        // once a sentinel named the one it demoted while it says `master`.
+        let mut promoted: Option<Topology> = None;
         for seed in &self.seeds {
             let Some((host, port)) = host_port(seed.addr()) else {
                 continue;
@@ -55,6 +65,10 @@ impl Router {
                     continue;
                 }
             };
+            if let Some(topology) = self.demoted_by_a_switch(&master_host, master_port).await? {
+                promoted = Some(topology);
+                continue;
+            }
             let master = self.node(&master_host, master_port)?;
             let replicas = match self.role(&master).await {
                 Ok(Role::Master { replicas }) => replicas,
@@ -76,6 +90,12 @@ impl Router {
             };
             return Ok(one_shard(master_host, master_port, replicas));
         }
+        if let Some(topology) = promoted {
+            // Every sentinel that named a primary named the demoted one:
+            // none has heard of the switch yet but the one that announced
+            // it, which did not answer now.
+            return Ok(topology);
+        }
         if last.is_none() && !unaware.is_empty() {
             // Every sentinel reached answered, and none knows the service:
             // a wrong name, which asking again will not fix.
@@ -94,6 +114,25 @@ impl Router {
                 Some(other) => std::io::Error::other(other.to_string()).into(),
                 None => std::io::Error::other("no sentinel to ask").into(),
             },
+        })
+    }
+
+    /// If `host:port` is the primary the last switch heard demoted, and
+    /// the one it promoted still says `master`: that primary, as the
+    /// topology to install should no sentinel name it (see `switches`).
+    async fn demoted_by_a_switch(&self, host: &str, port: u16) -> Result<Option<Topology>> {
+        let Some(switch) = self.last_switch() else {
+            return Ok(None);
+        };
+        if switch.from.0 != host || switch.from.1 != port {
+            return Ok(None);
+        }
+        let (to_host, to_port) = switch.to;
+        let promoted = self.node(&to_host, to_port)?;
+        Ok(match self.role(&promoted).await {
+            Ok(Role::Master { replicas }) => Some(one_shard(to_host, to_port, replicas)),
+            // Demoted in turn, or gone: the sentinel may well be right.
+            Ok(Role::Other(_)) | Err(_) => None,
         })
     }
 
