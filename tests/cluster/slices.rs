@@ -24,25 +24,25 @@ fn sliced(cluster: &Cluster, name: &str, quota: Quota, slices: Slices) -> RateLi
         .unwrap()
 }
 
+/// The members (`<id>:<units>`) and units of the outstanding slices in
+/// the value of a slices key: entries `<id>:<units>:<expires>`.
+fn parse_slices(value: Option<String>) -> Vec<(String, u64)> {
+    value
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(|entry| {
+            let (member, _expires) = entry.rsplit_once(':').unwrap();
+            let units = member.rsplit(':').next().unwrap().parse().unwrap();
+            (member.to_owned(), units)
+        })
+        .collect()
+}
+
 /// The members of `subject`'s outstanding slices, read on its master.
 async fn members(limiter: &RateLimiter, subject: &str) -> Vec<(String, u64)> {
     let mut key = limiter.key(subject).unwrap();
     key.extend_from_slice(b":slices");
-    let raw: Vec<(String, f64)> = common::on_owner(
-        &key,
-        redis::cmd("ZRANGE")
-            .arg(&key)
-            .arg(0)
-            .arg(-1)
-            .arg("WITHSCORES"),
-    )
-    .await;
-    raw.into_iter()
-        .map(|(m, _)| {
-            let units = m.rsplit(':').next().unwrap().parse().unwrap();
-            (m, units)
-        })
-        .collect()
+    parse_slices(common::on_owner(&key, redis::cmd("GET").arg(&key)).await)
 }
 
 #[tokio::test]
@@ -145,17 +145,12 @@ async fn the_declared_bound_holds_across_handles_at_random_rates() {
     let mut samples = 0;
     let mut most = 0;
     while start.elapsed() < run_for {
-        let held: Vec<String> = redis::cmd("ZRANGE")
+        let held: Option<String> = redis::cmd("GET")
             .arg(&key)
-            .arg(0)
-            .arg(-1)
             .query_async(&mut owner)
             .await
             .unwrap();
-        let held: u64 = held
-            .iter()
-            .map(|m| m.rsplit(':').next().unwrap().parse::<u64>().unwrap())
-            .sum();
+        let held: u64 = parse_slices(held).iter().map(|m| m.1).sum();
         most = most.max(held);
         assert!(
             held <= u64::from(bound),
@@ -365,6 +360,78 @@ async fn script_calls(addr: &str) -> u64 {
             rest.split(',').next()?.parse::<u64>().ok()
         })
         .sum()
+}
+
+/// Commands the node at `addr` has run so far: every one but `INFO`,
+/// those scripts call included (`INFO commandstats`, as the skewed bench
+/// counts Redis work).
+async fn commands_run(addr: &str) -> u64 {
+    let info = common::cmd(addr, &["INFO", "commandstats"]).await;
+    let info: String = redis::from_redis_value(info).unwrap();
+    info.lines()
+        .filter(|l| !l.starts_with("cmdstat_info:"))
+        .filter_map(|l| {
+            let rest = l.strip_prefix("cmdstat_")?.split_once(":calls=")?.1;
+            rest.split(',').next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+/// A take runs a handful of commands in Redis, about two exact checks'
+/// worth (each `EVALSHA`, `TIME`, a read and a write), whether it gives a
+/// slice back or not: `TIME`, one `MGET` of the state, override, block
+/// and slices, one write of the slices and one of the state (and a
+/// `PUBLISH` when units came back in all). A sliced subject costs Redis
+/// a take per slice, so this is what slicing a subject checked a few
+/// times a lifetime costs: a take was 10 to 14 commands (the slices a
+/// sorted set, the give-back a reward of its own, reading and writing
+/// the state again).
+#[tokio::test]
+async fn a_take_runs_a_handful_of_commands() {
+    let (namespace, holder, _) = holder_and_other("slices-commands").await;
+    // The least over a few subjects of each step's commands: other tests'
+    // commands on the same master only add to a count.
+    let mut least = [u64::MAX; 4];
+    for i in 0..12 {
+        let subject = format!("t{i}");
+        let owner = common::owner(shardlimit::keys::slot(&holder.key(&subject).unwrap())).await;
+        let run = async || commands_run(&owner.addr).await;
+        let at_start = run().await;
+        // The first take: no rate known yet, a slice of the one unit asked
+        // for.
+        assert!(holder.check(&subject).await.unwrap().sliced);
+        let first = run().await;
+        // The next gives that one back, used, and takes a slice sized from
+        // the rate it was used at.
+        assert!(holder.check(&subject).await.unwrap().sliced);
+        let used = run().await;
+        // A reset in this process ends the slice at once: the next take
+        // gives back its unused units.
+        holder.reset(&subject).await.unwrap();
+        let reset = run().await;
+        assert!(holder.check(&subject).await.unwrap().sliced);
+        let unused = run().await;
+        // Given back alone, with its unused units.
+        holder.return_slices().await.unwrap();
+        let alone = run().await;
+        let steps = [
+            first - at_start,
+            used - first,
+            unused - reset,
+            alone - unused,
+        ];
+        for (least, step) in least.iter_mut().zip(steps) {
+            *least = (*least).min(step);
+        }
+    }
+    let [first, used, unused, alone] = least;
+    assert!(
+        first <= 5 && used <= 5 && unused <= 6 && alone <= 6,
+        "commands run: the first take {first}, a take giving back a used slice {used}, \
+         one giving back unused units {unused}, a give-back alone {alone}"
+    );
+    assert!(members(&holder, "t0").await.is_empty());
+    common::assert_every_key_has_ttl(&namespace).await;
 }
 
 /// A take that finds the limit spent is followed by local denials for a

@@ -79,6 +79,15 @@ end
 
 -- [adjust]: penalize and reward (limit_adjust.lua), GCRA's slices; the
 -- checks are assembled without what follows (src/limit/algorithm/assemble.rs).
+
+-- The TAT `tat` (us, not before `now`) with `units` given back at `limit`
+-- per `period`, rounded up as it is stored: never past a full bucket (a
+-- TAT of `now`). A reward; the slices' give-back, which writes it with
+-- the take of the same call (slice.lua).
+local function given_back(now, tat, limit, period, units)
+  return math.max(math.ceil(tat - units * (period / limit)), now)
+end
+
 local function adjust(key, limit, period, burst, delta)
   local interval = period / limit
   local tat = math.max(tonumber(redis.call('GET', key) or 0), NOW_US)
@@ -87,7 +96,7 @@ local function adjust(key, limit, period, burst, delta)
     -- Never past an empty bucket (a TAT a tolerance ahead), nor back.
     new_tat = math.min(tat + delta * interval, math.max(tat, NOW_US + interval * burst))
   else
-    new_tat = math.max(tat + delta * interval, NOW_US)
+    new_tat = given_back(NOW_US, tat, limit, period, -delta)
   end
   if new_tat <= NOW_US then
     redis.call('DEL', key)
