@@ -434,6 +434,55 @@ async fn a_take_runs_a_handful_of_commands() {
     common::assert_every_key_has_ttl(&namespace).await;
 }
 
+/// A subject this process checks too slowly for a lifetime's slice to
+/// hold 8 units (`Slices::DEFAULT_UNITS_PER_SLICE`) takes a slice that
+/// lasts until it would, up to 10 lifetimes: a take costs Redis about two
+/// exact checks, and a slice of a unit or two, a lifetime's worth, cost
+/// more than it saved. Here 100 ms slices and a check every 150 ms or
+/// more: the first slice (one unit, no rate known) ends before the next
+/// check, and the sweep, every 50 ms, gives it back — the rate it was
+/// used at still sizes the next take: about 7 units lasting 1 s (fewer if
+/// the checks came slower), counted in Redis for twice that. Before, one
+/// unit counted for 200 ms; and once the sweep had given a slice back,
+/// the next was sized as if no rate were known. Automatic slicing, hot
+/// from the first check (a threshold of 1 a second): a subject stays in
+/// the table, rate and all, while it is hot (with every subject sliced,
+/// one idle is forgotten once its slice is given back).
+#[tokio::test]
+async fn a_slowly_checked_subject_takes_a_slice_lasting_until_it_would_hold_a_takes_worth() {
+    let cluster = common::cluster("slices-lasting").await;
+    let lifetime = Duration::from_millis(100);
+    let limiter = sliced(
+        &cluster,
+        "api",
+        Quota::per_second(2000),
+        Slices::up_to(0.1).lasting(lifetime).when_hot_above(1.0),
+    );
+    // A first call loads the script and connects: a slice's rate is
+    // counted from its reply, its life from when its take was sent.
+    assert!(limiter.check("warm").await.unwrap().allowed);
+    let pace = Duration::from_millis(150);
+    assert!(limiter.check("s").await.unwrap().sliced);
+    tokio::time::sleep(pace).await;
+    assert!(limiter.check("s").await.unwrap().sliced);
+    let mut key = limiter.key("s").unwrap();
+    key.extend_from_slice(b":slices");
+    let pttl = common::pttl(&key).await;
+    let held = members(&limiter, "s").await;
+    assert!(
+        held.len() == 1 && held[0].1 >= 4 && pttl > 3 * lifetime.as_millis() as i64,
+        "held {held:?}, counted for {pttl} ms more: a lifetime's worth of a slow subject"
+    );
+    // Decided from it for several lifetimes, the next three checks.
+    for _ in 0..3 {
+        tokio::time::sleep(pace).await;
+        assert!(limiter.check("s").await.unwrap().sliced);
+    }
+    assert_eq!(members(&limiter, "s").await, held);
+    limiter.return_slices().await.unwrap();
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
 /// A take that finds the limit spent is followed by local denials for a
 /// while (a sixteenth of the lifetime here), not by a take per request once
 /// a unit has come back: under overload a hot subject costs Redis a take

@@ -58,6 +58,14 @@ pub struct Slices {
     slicing: Slicing,
 }
 
+/// What a take asks for: a slice of up to `units`, decided from for
+/// `lasting` (see [`Slices::ask`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Ask {
+    pub(crate) units: u32,
+    pub(crate) lasting: Duration,
+}
+
 /// Which subjects a limiter with slices slices.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Slicing {
@@ -82,6 +90,13 @@ impl Slices {
     /// With [`when_hot`](Self::when_hot), a subject's rate is counted over
     /// windows of this many lifetimes (1 s at the default 100 ms).
     pub const HOT_WINDOW_LIFETIMES: u32 = 10;
+    /// The longest a slice lasts, in lifetimes: a process that used its
+    /// last slice of a subject too slowly for one lifetime's worth to hold
+    /// [`DEFAULT_UNITS_PER_SLICE`](Self::DEFAULT_UNITS_PER_SLICE) units
+    /// takes a slice that lasts until it would, up to this many lifetimes
+    /// (1 s at the default 100 ms; never past
+    /// [`MAX_LIFETIME`](Self::MAX_LIFETIME)).
+    pub const LONGEST_SLICE_LIFETIMES: u32 = 10;
 
     /// Slices whose sum per subject is at most `fraction` of the limit
     /// (more than 0, at most 1; checked by
@@ -172,6 +187,16 @@ impl Slices {
         }
     }
 
+    /// How long the longest slice lasts:
+    /// [`LONGEST_SLICE_LIFETIMES`](Self::LONGEST_SLICE_LIFETIMES)
+    /// lifetimes, at most [`MAX_LIFETIME`](Self::MAX_LIFETIME) (or the
+    /// lifetime, if that is longer).
+    fn longest_lasting(&self) -> Duration {
+        self.lifetime
+            .saturating_mul(Self::LONGEST_SLICE_LIFETIMES)
+            .min(Self::MAX_LIFETIME.max(self.lifetime))
+    }
+
     /// With automatic slicing, how long each rate is counted over:
     /// [`HOT_WINDOW_LIFETIMES`](Self::HOT_WINDOW_LIFETIMES) lifetimes.
     pub(crate) fn hot_window(&self) -> Duration {
@@ -180,10 +205,17 @@ impl Slices {
 
     /// How long a process decides from a slice before it must take a new
     /// one ([`MIN_LIFETIME`](Self::MIN_LIFETIME) to
-    /// [`MAX_LIFETIME`](Self::MAX_LIFETIME)). Redis counts a slice against
-    /// the bound until it is given back, or for twice its lifetime if it
-    /// never is (a process that died holding it loses at most that slice).
-    /// Default 100 ms.
+    /// [`MAX_LIFETIME`](Self::MAX_LIFETIME)), for a subject this process
+    /// checks at least
+    /// [`DEFAULT_UNITS_PER_SLICE`](Self::DEFAULT_UNITS_PER_SLICE) times a
+    /// lifetime; a slice of a subject checked less often lasts until it
+    /// would hold that many at the rate its last slice was used, up to
+    /// [`LONGEST_SLICE_LIFETIMES`](Self::LONGEST_SLICE_LIFETIMES)
+    /// lifetimes (each take costs Redis about two exact checks: a slice
+    /// of a unit or two would cost more than it saves). Redis counts a
+    /// slice against the bound until it is given back, or for twice its
+    /// own lifetime if it never is (a process that died holding it loses
+    /// at most that slice). Default 100 ms.
     pub fn lasting(mut self, lifetime: Duration) -> Self {
         self.lifetime = lifetime;
         self
@@ -231,6 +263,35 @@ impl Slices {
     /// least one unit).
     pub(crate) fn max_slice(&self, limit: u32) -> u32 {
         (self.bound(limit) / 2).max(1)
+    }
+
+    /// What a take asks for when this process used its last slice of the
+    /// subject at `rate` units per second (0: none known), for a request
+    /// of `cost` under `limit`: a slice that lasts a lifetime, or longer
+    /// (up to [`LONGEST_SLICE_LIFETIMES`](Self::LONGEST_SLICE_LIFETIMES))
+    /// until it would hold
+    /// [`DEFAULT_UNITS_PER_SLICE`](Self::DEFAULT_UNITS_PER_SLICE) units,
+    /// of the units the rate uses in that time (at least `cost`, at most
+    /// the largest slice). The bound does not depend on how long a slice
+    /// lasts: Redis counts it as long as the process may use it.
+    pub(crate) fn ask(&self, rate: f64, limit: u32, cost: u32) -> Ask {
+        let lifetime = self.lifetime.as_secs_f64();
+        let longest = self.longest_lasting();
+        let lasting = if rate > 0.0 {
+            let worth = f64::from(Self::DEFAULT_UNITS_PER_SLICE) / rate;
+            Duration::try_from_secs_f64(worth.max(lifetime)).map_or(longest, |d| d.min(longest))
+        } else {
+            self.lifetime
+        };
+        let max = self.max_slice(limit).max(cost);
+        let want = (rate * lasting.as_secs_f64()).ceil();
+        let units = if want >= f64::from(max) {
+            max
+        } else {
+            // In [0, max): exact in a u32.
+            (want as u32).max(cost)
+        };
+        Ask { units, lasting }
     }
 
     /// Refuses what quota slices cannot be sound for (see
@@ -333,6 +394,30 @@ mod tests {
         let set = Slices::up_to(0.1).when_hot_above(5.0).when_hot();
         assert_eq!(set.hot_threshold(), Some(5.0));
         assert!(set.validate(&spec(Algorithm::Gcra, 100)).is_ok());
+    }
+
+    #[test]
+    fn a_slice_lasts_until_it_would_hold_a_takes_worth() {
+        let s = Slices::up_to(0.1); // 100 ms
+        // (rate per second, cost) -> (units, ms): 80 a second or more, a
+        // lifetime's worth, at most the largest slice (half the bound: 100
+        // of 2,000); slower, until it would hold 8 units, at most 10
+        // lifetimes; no rate known, the request's cost for a lifetime.
+        for (rate, cost, units, ms) in [
+            (80.0, 1, 8, 100),
+            (500.0, 1, 50, 100),
+            (5000.0, 1, 100, 100),
+            (20.0, 1, 8, 400),
+            (10.0, 1, 8, 800),
+            (4.0, 1, 4, 1000),
+            (0.0, 3, 3, 100),
+        ] {
+            let lasting = Duration::from_millis(ms);
+            assert_eq!(s.ask(rate, 2000, cost), Ask { units, lasting }, "{rate}");
+        }
+        // Never past the longest lifetime a slice may have.
+        let long = Slices::up_to(0.1).lasting(Slices::MAX_LIFETIME);
+        assert_eq!(long.ask(0.01, 2000, 1).lasting, Slices::MAX_LIFETIME);
     }
 
     #[test]

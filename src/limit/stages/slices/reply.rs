@@ -60,6 +60,20 @@ pub(crate) struct Held {
     pub(crate) heat: Heat,
 }
 
+impl Held {
+    /// Takes the slice out of use (to give back), keeping the rate it was
+    /// used at, which sizes the next one: whether the next take or the
+    /// sweep ends it (a slowly checked subject's slice often ends before
+    /// its next check, and the sweep gives it back).
+    pub(crate) fn retire(&mut self, now: Instant) -> Option<Slice> {
+        let slice = self.slice.take()?;
+        let used = f64::from(slice.granted - slice.left);
+        let age = now.duration_since(slice.taken).as_secs_f64().max(1e-4);
+        self.rate = used / age;
+        Some(slice)
+    }
+}
+
 /// `slice.lua`'s reply to a take.
 pub(crate) struct TakeReply {
     pub(crate) granted: u32,

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 
-use super::Slices;
 use super::hot::{Heat, HotSubjects};
 use super::reply::{Denial, Held, Slice, TakeReply, admitted, denied, local, revoke, spent};
+use super::{Ask, Slices};
 use crate::cluster::Cluster;
 use crate::error::Result;
 use crate::keys::{KeyId, KeySet, subject_slot};
@@ -208,37 +208,28 @@ impl SliceTable {
             }
             self.prepare(&mut held, spec.quota.limit().get(), cost)
         };
-        let Some((old, generation, wanted)) = prepared else {
+        let Some((old, generation, ask)) = prepared else {
             return Ok(Next::Exact);
         };
         let sent = Instant::now();
-        let reply = self.take(spec, subject, cost, wanted, old.as_ref()).await?;
-        Ok(self.taken(&entry, reply, generation, sent, cost))
+        let reply = self.take(spec, subject, cost, ask, old.as_ref()).await?;
+        Ok(self.taken(&entry, reply, generation, sent, ask, cost))
     }
 
-    /// Before a take: the slice to give back, the generation and the units
-    /// to ask for (from the rate this process used the last slice at);
+    /// Before a take: the slice to give back, the generation and what to
+    /// ask for (from the rate this process used the last slice at);
     /// `None` while takes pause (exact checks instead).
-    fn prepare(&self, held: &mut Held, limit: u32, cost: u32) -> Option<(Option<Slice>, u64, u32)> {
+    fn prepare(&self, held: &mut Held, limit: u32, cost: u32) -> Option<(Option<Slice>, u64, Ask)> {
         let now = Instant::now();
         if held.exact_until.is_some_and(|t| now < t) {
             return None;
         }
-        let old = held.slice.take();
-        if let Some(s) = &old {
-            let used = f64::from(s.granted - s.left);
-            let age = now.duration_since(s.taken).as_secs_f64().max(1e-4);
-            held.rate = used / age;
-        }
-        let max = self.config.max_slice(limit).max(cost);
-        let want = (held.rate * self.config.lifetime().as_secs_f64()).ceil();
-        let wanted = if want >= f64::from(max) {
-            max
-        } else {
-            // In [0, max): exact in a u32.
-            (want as u32).max(cost)
-        };
-        Some((old, held.generation, wanted))
+        let old = held.retire(now);
+        Some((
+            old,
+            held.generation,
+            self.config.ask(held.rate, limit, cost),
+        ))
     }
 
     /// What a take's reply means for the subject's state and this request.
@@ -248,11 +239,12 @@ impl SliceTable {
         reply: TakeReply,
         generation: u64,
         sent: Instant,
+        ask: Ask,
         cost: u32,
     ) -> Next {
         let lifetime = self.config.lifetime();
         let mut held = lock(&entry.held);
-        let until = sent + lifetime;
+        let until = sent + ask.lasting;
         held.takes += 1;
         if let Some((_, units)) = &mut held.since_spent {
             *units = units.saturating_add(reply.granted);
@@ -375,12 +367,12 @@ impl SliceTable {
         spec: &LimitSpec,
         subject: &[u8],
         cost: u32,
-        wanted: u32,
+        ask: Ask,
         old: Option<&Slice>,
     ) -> Result<TakeReply> {
         let keys = self.keys(subject)?;
         let id = format!("{:016x}", rand::rng().random::<u64>());
-        let args = self.args(&keys, "take", &id, wanted, cost, spec.quota, old);
+        let args = self.args(&keys, Some((&id, ask)), cost, spec.quota, old);
         let reply: Vec<i64> = self.cluster.eval(&algorithm::SLICE, &keys, args).await?;
         TakeReply::parse(&reply, &id, spec)
     }
@@ -388,18 +380,17 @@ impl SliceTable {
     /// One `return` call: gives back what `slice` did not use.
     async fn give_back(&self, subject: &[u8], slice: &Slice) -> Result<()> {
         let keys = self.keys(subject)?;
-        let args = self.args(&keys, "return", "", 0, 0, slice.quota, Some(slice));
+        let args = self.args(&keys, None, 0, slice.quota, Some(slice));
         let _: Vec<i64> = self.cluster.eval(&algorithm::SLICE, &keys, args).await?;
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// The script's ARGV: a take of `new` (the new slice's id and what it
+    /// asks for), or with none a return of `old`.
     fn args(
         &self,
         keys: &KeySet,
-        op: &str,
-        id: &str,
-        wanted: u32,
+        new: Option<(&str, Ask)>,
         cost: u32,
         quota: Quota,
         old: Option<&Slice>,
@@ -412,7 +403,12 @@ impl SliceTable {
             (s.quota.limit().to_string(), micros(s.quota).to_string())
         });
         let period = micros(quota);
-        let lifetime = u64::try_from(self.config.lifetime().as_micros() * 2).unwrap_or(u64::MAX);
+        let (op, id, wanted, lasting) = match new {
+            Some((id, ask)) => ("take", id, ask.units, ask.lasting),
+            None => ("return", "", 0, Duration::ZERO),
+        };
+        // Counted in Redis for twice as long as it is decided from.
+        let lifetime = u64::try_from(lasting.as_micros() * 2).unwrap_or(u64::MAX);
         vec![
             op.into(),
             id.into(),
@@ -467,7 +463,7 @@ impl SliceTable {
                 }
             };
             if held.slice.as_ref().is_some_and(|s| give_back || pick(s))
-                && let Some(slice) = held.slice.take()
+                && let Some(slice) = held.retire(now)
             {
                 out.push((subject.clone(), slice));
             }
