@@ -76,11 +76,12 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 4)]
     pub(crate) skewed_handles: usize,
     /// With `--workload skewed`: how long a slice lasts, ms (the default
-    /// threshold is 8 units per lifetime).
+    /// threshold is 8 units per longest slice, 10 lifetimes).
     #[arg(long, default_value_t = 100)]
     pub(crate) skewed_lifetime_ms: u64,
     /// With `--workload skewed`: the hot threshold, checks per second per
-    /// process (default: the library's, 8 units per lifetime).
+    /// process (default: the library's, 8 units per longest slice, 10
+    /// lifetimes).
     #[arg(long)]
     pub(crate) skewed_threshold: Option<f64>,
     /// With `--workload attack`: the attackers' share of the requests.

@@ -6,7 +6,8 @@
 //! limiters of the same quota under different names: `auto` with
 //! automatic slicing (`Slices::up_to(--skewed-bound).when_hot()`, slices
 //! of `--skewed-lifetime-ms` (100), the library's default threshold of 8
-//! units per lifetime unless `--skewed-threshold` sets one: nobody says
+//! units per longest slice (10 lifetimes: 8 checks a second) unless
+//! `--skewed-threshold` sets one: nobody says
 //! which subjects are hot), `exact` without; rounds interleaved (auto,
 //! exact, auto, …), the same subjects in every round, as a service's
 //! tenants would be.

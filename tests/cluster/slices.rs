@@ -802,6 +802,30 @@ async fn automatic_slicing_finds_a_hot_subject_before_its_window_ends() {
     common::assert_every_key_has_ttl(cluster.namespace()).await;
 }
 
+/// The default threshold is 8 units per longest slice (10 lifetimes): 8
+/// checks a second with 100 ms slices, at which a slice of 8 units lasts
+/// a second. A subject one process checks 20 times a second is sliced
+/// within a window (its 8th check); the threshold was 80 a second, a
+/// lifetime's slice of 8 units, and such a subject was never sliced.
+#[tokio::test]
+async fn automatic_slicing_by_default_slices_a_subject_checked_20_times_a_second() {
+    let cluster = common::cluster("slices-auto-default").await;
+    let slices = Slices::up_to(0.1).when_hot();
+    assert_eq!(slices.hot_threshold(), Some(8.0));
+    let limiter = sliced(&cluster, "api", Quota::per_second(1000), slices);
+    let mut checks = 0;
+    while !limiter.check("tenant").await.unwrap().sliced {
+        checks += 1;
+        assert!(
+            checks < 40,
+            "not sliced after {checks} checks at 20 a second"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    limiter.return_slices().await.unwrap();
+    common::assert_every_key_has_ttl(cluster.namespace()).await;
+}
+
 /// A subject checked below the threshold is never sliced while another is
 /// hot beside it, and a limiter without slices never slices, however hot
 /// the subject.

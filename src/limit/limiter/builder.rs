@@ -159,8 +159,9 @@ impl RateLimiterBuilder {
     /// **Which subjects**: every subject checked (up to
     /// [`Slices::max_subjects`]), or, with [`Slices::when_hot`]
     /// (automatic slicing), only those this process checks above a
-    /// threshold (default 8 units per lifetime: 80 checks a second with
-    /// 100 ms slices), each only while it stays above half of it — nobody
+    /// threshold (default 8 units per longest slice, 10 lifetimes: 8 checks
+    /// a second with 100 ms slices), each only while it stays above half
+    /// of it — nobody
     /// needs to know beforehand which subjects are hot. With automatic
     /// slicing every other check is exact and counted in a sketch of this
     /// limiter's checks (a mutex and a hash lookup on a check that goes to

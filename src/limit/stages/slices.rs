@@ -82,10 +82,14 @@ impl Slices {
     pub const MIN_LIFETIME: Duration = Duration::from_millis(1);
     /// The longest slice lifetime.
     pub const MAX_LIFETIME: Duration = Duration::from_secs(60);
-    /// With [`when_hot`](Self::when_hot), the default threshold is the rate
-    /// at which a slice sized for one lifetime holds this many units:
-    /// `8 / lifetime` checks per second (80 per second at the default
-    /// 100 ms).
+    /// The units a slice should hold to be worth its take (a take costs
+    /// Redis about two exact checks): a slice lasts at least until it
+    /// would (see [`lasting`](Self::lasting)), and with
+    /// [`when_hot`](Self::when_hot) the default threshold is the rate at
+    /// which the longest slice
+    /// ([`LONGEST_SLICE_LIFETIMES`](Self::LONGEST_SLICE_LIFETIMES)
+    /// lifetimes) holds this many: `8 / (10 × lifetime)` checks per second
+    /// (8 per second at the default 100 ms).
     pub const DEFAULT_UNITS_PER_SLICE: u32 = 8;
     /// With [`when_hot`](Self::when_hot), a subject's rate is counted over
     /// windows of this many lifetimes (1 s at the default 100 ms).
@@ -130,9 +134,12 @@ impl Slices {
     /// the window's worth of checks — the hysteresis that keeps a subject
     /// near the threshold from flapping — and its slice is then given back
     /// at once. The threshold is [`DEFAULT_UNITS_PER_SLICE`]
-    /// (8) units per lifetime, `8 / lifetime` checks per second (80/s at
-    /// the default 100 ms): below it a slice, sized from the rate, would
-    /// serve too few decisions to pay for its take; set another with
+    /// (8) units per longest slice
+    /// ([`LONGEST_SLICE_LIFETIMES`](Self::LONGEST_SLICE_LIFETIMES) (10)
+    /// lifetimes), `8 / (10 × lifetime)` checks per second (8/s at the
+    /// default 100 ms): at it a slice holds 8 units, serving 8 decisions
+    /// for a take that costs Redis about two exact checks, and at the
+    /// hysteresis floor 4; set another with
     /// [`when_hot_above`](Self::when_hot_above) (which `when_hot` called
     /// after it keeps). The rate is this process's, not the fleet's: each
     /// process decides for itself, so a subject spread over many processes
@@ -182,7 +189,8 @@ impl Slices {
             Slicing::Every => None,
             Slicing::Hot(Some(rate)) => Some(rate),
             Slicing::Hot(None) => Some(
-                f64::from(Self::DEFAULT_UNITS_PER_SLICE) / self.lifetime.as_secs_f64().max(1e-9),
+                f64::from(Self::DEFAULT_UNITS_PER_SLICE)
+                    / self.longest_lasting().as_secs_f64().max(1e-9),
             ),
         }
     }
@@ -379,12 +387,16 @@ mod tests {
     #[test]
     fn the_default_threshold_follows_the_lifetime() {
         assert_eq!(Slices::up_to(0.1).hot_threshold(), None);
+        // 8 units per longest slice, 10 lifetimes.
         let hot = Slices::up_to(0.1).when_hot();
-        assert_eq!(hot.hot_threshold(), Some(80.0));
+        assert_eq!(hot.hot_threshold(), Some(8.0));
         assert_eq!(hot.hot_window(), Duration::from_secs(1));
         // Set before or after the lifetime: the same.
         let short = hot.lasting(Duration::from_millis(10));
-        assert_eq!(short.hot_threshold(), Some(800.0));
+        assert_eq!(short.hot_threshold(), Some(80.0));
+        // The longest slice lasts at most a minute.
+        let long = hot.lasting(Duration::from_secs(30));
+        assert_eq!(long.hot_threshold(), Some(8.0 / 60.0));
         assert_eq!(
             short,
             Slices::up_to(0.1)

@@ -17,9 +17,10 @@ use crate::throttled::sketch::SpaceSaving;
 pub(crate) const SKETCH_CAPACITY: usize = 1024;
 
 /// The fewest checks in a window that make a subject hot before the
-/// window's end (two slices' worth at the default threshold): fewer say
-/// too little of a rate — a subject checked at half the threshold reaches
-/// a handful within a few lifetimes often enough.
+/// window's end (two slices' worth): fewer say too little of a rate — a
+/// subject checked at half the threshold reaches a handful within a few
+/// lifetimes often enough. At the default threshold a whole window's
+/// worth is less (8 checks), and that is what makes a subject hot.
 const FEWEST_CHECKS: u64 = 2 * Slices::DEFAULT_UNITS_PER_SLICE as u64;
 
 /// The hot subjects of one limiter in this process.
@@ -159,7 +160,8 @@ mod tests {
     fn every_subject_sliced_needs_no_detector() {
         assert!(HotSubjects::new(&Slices::up_to(0.1), Instant::now()).is_none());
         let default = HotSubjects::new(&Slices::up_to(0.1).when_hot(), Instant::now()).unwrap();
-        assert_eq!((default.enter, default.cool), (80, 40.0));
+        // 8 a second over windows of 1 s.
+        assert_eq!((default.enter, default.cool), (8, 4.0));
     }
 
     #[test]
