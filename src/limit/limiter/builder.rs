@@ -127,7 +127,9 @@ impl RateLimiterBuilder {
     /// checks): [`check`](RateLimiter::check) and
     /// [`check_n`](RateLimiter::check_n) take a slice of the subject's
     /// quota from Redis in one script call — sized from this process's
-    /// recent rate for the subject, at most half the declared bound —
+    /// recent rate for the subject, at most half the declared bound, and
+    /// lasting a [lifetime](Slices::lasting), or longer for a subject
+    /// checked too slowly for that to hold a take's worth —
     /// decide from it locally, and give back what they did not use when
     /// the slice ends (one call, combined with the next take). The slices
     /// of a subject held by all processes never sum past the declared
