@@ -95,6 +95,8 @@ fn parse_switch(payload: &[u8], service: &str) -> Option<Switch> {
 /// asks for a refresh, since a switch may have come meanwhile.
 async fn listen(this: Weak<Router>, seed: ConnectionInfo) {
     let mut backoff: Option<Backoff> = None;
+    // A refusal is logged as a warning once, then at debug level.
+    let mut warned = false;
     loop {
         let Some((node, service, connect_timeout, min, max)) = this.upgrade().and_then(|r| {
             let (host, port) = host_port(seed.addr())?;
@@ -121,8 +123,10 @@ async fn listen(this: Weak<Router>, seed: ConnectionInfo) {
             failed => {
                 match failed {
                     // Refused (an ACL without `+subscribe`, a password):
-                    // asking again will not help, and switches go unheard.
-                    Ok(Err(err)) if !crate::error::is_transient_redis(&err) => {
+                    // switches go unheard until that is fixed. Said once;
+                    // asked again with the backoff, in case it is.
+                    Ok(Err(err)) if !crate::error::is_transient_redis(&err) && !warned => {
+                        warned = true;
                         tracing::warn!(sentinel = node.addr(), error = %err,
                             "shardlimit: the sentinel refused the subscription to its \
                              switches; a switch of the primary is followed only on a fault");
