@@ -153,6 +153,44 @@ async fn bad_sentinel_configuration_is_refused() {
     );
 }
 
+/// A sentinel that refuses the `+switch-master` subscription (here one
+/// that knows no `SUBSCRIBE`; in production an ACL without it) is said
+/// once, as a warning, however often the listener asks it again.
+#[tokio::test]
+#[ignore = "needs cluster-compose/up.sh --sentinel"]
+async fn a_sentinel_refusing_the_switch_subscription_is_warned_about_once() {
+    let primary = primary_port().await.unwrap();
+    let refusing =
+        crate::fake_node::FakeNode::start_stale_sentinel(&format!("127.0.0.1:{primary}")).await;
+    let (logs, _guard) = crate::common::LogLines::capture();
+    let mut seeds = vec![refusing.url()];
+    seeds.extend(sentinels());
+    let cluster = Cluster::builder(seeds)
+        .deployment(Deployment::Sentinel)
+        .sentinel_service(service())
+        .namespace(crate::common::unique_namespace("se-refuse"))
+        .reconnect_backoff(Duration::from_millis(20), Duration::from_millis(40))
+        .build()
+        .await
+        .unwrap();
+    let asked = refusing.commands();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Asked again and again meanwhile (connection set-up and SUBSCRIBE).
+    assert!(
+        refusing.commands() >= asked + 10,
+        "{} commands, {asked} at build",
+        refusing.commands()
+    );
+    let text = logs.text();
+    let warnings = logs.lines_with("refused the subscription");
+    assert_eq!(warnings.len(), 1, "{text}");
+    assert!(
+        warnings[0].contains("WARN") && warnings[0].contains(&refusing.addr()),
+        "{text}"
+    );
+    drop(cluster);
+}
+
 fn state_dir() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cluster-compose/.state-sentinel")
 }
