@@ -8,6 +8,7 @@
 //! the degraded local mode (its part in `stages/local/degraded.rs`), the
 //! report of a denial. A batch (`check_many`) is `check/batch.rs`.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -84,16 +85,16 @@ pub(crate) enum Prepared {
 }
 
 /// What a check sent as its script sends (see [`Round::script_call`]).
-enum ScriptCall {
+enum ScriptCall<'r> {
     /// The whole check.
     Whole(Invocation),
     /// The one-key form of a subject known to have no settings: `KEYS`
-    /// (the state key) and `ARGV`.
-    OneKey(KeySet, Vec<Vec<u8>>),
+    /// (the state key) and `ARGV` (with the defaults, its spec's fields).
+    OneKey(KeySet, Cow<'r, [Vec<u8>]>),
 }
 
-impl ScriptCall {
-    fn keys_and_args(&self) -> (&KeySet, &Vec<Vec<u8>>) {
+impl ScriptCall<'_> {
+    fn keys_and_args(&self) -> (&KeySet, &[Vec<u8>]) {
         match self {
             ScriptCall::Whole(invocation) => (&invocation.keys, &invocation.args),
             ScriptCall::OneKey(keys, args) => (keys, args),
@@ -296,7 +297,12 @@ impl<'r> Round<'r> {
     /// What the script check of `subject` for `cost` sends: its one-key
     /// form if the subject is known to have no settings (see
     /// `stages/settings_cache.rs`), else the whole check.
-    fn script_call(&self, subject: &[u8], cost: u32, settings: Settings<'r>) -> Result<ScriptCall> {
+    fn script_call(
+        &self,
+        subject: &[u8],
+        cost: u32,
+        settings: Settings<'r>,
+    ) -> Result<ScriptCall<'r>> {
         let keys = self.pipeline.cluster().keys();
         Ok(match settings {
             Settings::KnownNone => {
@@ -314,7 +320,7 @@ impl<'r> Round<'r> {
         &self,
         subject: &[u8],
         cost: u32,
-        call: &ScriptCall,
+        call: &ScriptCall<'_>,
     ) -> Result<Vec<i64>> {
         let cluster = self.pipeline.cluster();
         match call {

@@ -3,6 +3,7 @@
 //! sends ([`Invocation`], the only encoder of a check's arguments) and how
 //! its reply becomes decisions.
 
+use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,8 +38,10 @@ pub(crate) struct LimitSpec {
     /// Only the deny cache reads it.
     #[cfg_attr(not(feature = "deny-cache"), allow(dead_code))]
     pub(crate) fingerprint: u64,
-    /// `code, limit, period_us, burst, shadow`, formatted once.
-    args: [String; 5],
+    /// `code, limit, period_us, burst, shadow`, formatted once, as sent:
+    /// a check with the defaults sends `limit, period_us, burst` from here
+    /// as they are (see [`one_limit_args`]).
+    args: [Vec<u8>; 5],
 }
 
 /// The key part of a subject's override of a limit.
@@ -62,7 +65,8 @@ impl LimitSpec {
             period.to_string(),
             quota.burst().to_string(),
             u8::from(shadow).to_string(),
-        ];
+        ]
+        .map(String::into_bytes);
         let mut hasher = std::hash::DefaultHasher::new();
         (name, &args).hash(&mut hasher);
         Ok(LimitSpec {
@@ -166,16 +170,14 @@ impl Invocation {
         Invocation::refusal(specs, subject, cost)?;
         let keys = keys.key_set(subject, specs.iter().flat_map(|s| s.ids()))?;
         let args = match specs {
-            [one] if algorithm::is_one_limit(script) => one_limit_args(one, cost, consume),
+            [one] if algorithm::is_one_limit(script) => {
+                one_limit_args(one, cost, consume).into_owned()
+            }
             _ => {
                 let mut args = Vec::with_capacity(2 + 5 * specs.len());
                 args.push(cost.to_string().into_bytes());
                 args.push(if consume { b"1" } else { b"0" }.to_vec());
-                args.extend(
-                    specs
-                        .iter()
-                        .flat_map(|s| s.args.iter().map(|a| a.as_bytes().to_vec())),
-                );
+                args.extend(specs.iter().flat_map(|s| s.args.iter().cloned()));
                 args
             }
         };
@@ -220,7 +222,7 @@ impl Invocation {
         limits: std::ops::Range<usize>,
         consume: bool,
     ) -> Vec<Vec<u8>> {
-        inline_args(&self.script, specs, self.cost, optional, limits, consume)
+        inline_args(&self.script, specs, self.cost, optional, limits, consume).into_owned()
     }
 
     /// Sends the check (at most once); a check refused because its slot is
@@ -244,32 +246,34 @@ impl Invocation {
 /// A one-limit check's `ARGV` (see `one_limit.lua`): `limit, period_us,
 /// burst`, then `cost, mode, shadow` unless all three are their defaults
 /// (1, consume, not shadow), which are not sent: every argument costs Redis.
-fn one_limit_args(one: &LimitSpec, cost: u32, consume: bool) -> Vec<Vec<u8>> {
-    let mut args: Vec<Vec<u8>> = one.args[1..4]
-        .iter()
-        .map(|a| a.as_bytes().to_vec())
-        .collect();
-    if cost != 1 || !consume || one.shadow {
-        let mode: &[u8] = if consume { b"1" } else { b"0" };
-        args.extend([
-            cost.to_string().into_bytes(),
-            mode.to_vec(),
-            one.args[4].as_bytes().to_vec(),
-        ]);
+/// With the defaults (almost every check), the spec's own three fields,
+/// borrowed: nothing is built per check.
+fn one_limit_args(one: &LimitSpec, cost: u32, consume: bool) -> Cow<'_, [Vec<u8>]> {
+    let fields = &one.args[1..4];
+    if cost == 1 && consume && !one.shadow {
+        return Cow::Borrowed(fields);
     }
-    args
+    let mode: &[u8] = if consume { b"1" } else { b"0" };
+    let mut args = Vec::with_capacity(6);
+    args.extend_from_slice(fields);
+    args.extend([
+        cost.to_string().into_bytes(),
+        mode.to_vec(),
+        one.args[4].clone(),
+    ]);
+    Cow::Owned(args)
 }
 
 /// The `ARGV` in inline mode of a check of `specs` by `script` for
 /// `cost` (see [`Invocation::inline_args`]).
-pub(crate) fn inline_args(
+pub(crate) fn inline_args<'s>(
     script: &Script,
-    specs: &[Arc<LimitSpec>],
+    specs: &'s [Arc<LimitSpec>],
     cost: u32,
     optional: &[Vec<u8>],
     limits: std::ops::Range<usize>,
     consume: bool,
-) -> Vec<Vec<u8>> {
+) -> Cow<'s, [Vec<u8>]> {
     let values = |i: usize| [optional[2 * i].clone(), optional[2 * i + 1].clone()];
     if let [one] = specs
         && algorithm::is_one_limit(script)
@@ -279,23 +283,19 @@ pub(crate) fn inline_args(
         }
         let mode = if consume { b"i1" } else { b"i0" }.to_vec();
         let mut args: Vec<Vec<u8>> = Vec::with_capacity(8);
-        args.extend(one.args[1..4].iter().map(|a| a.as_bytes().to_vec()));
-        args.extend([
-            cost.to_string().into_bytes(),
-            mode,
-            one.args[4].as_bytes().to_vec(),
-        ]);
+        args.extend_from_slice(&one.args[1..4]);
+        args.extend([cost.to_string().into_bytes(), mode, one.args[4].clone()]);
         args.extend(values(0));
-        return args;
+        return Cow::Owned(args);
     }
     let mut args = Vec::with_capacity(2 + 7 * limits.len());
     args.push(cost.to_string().into_bytes());
     args.push(if consume { b"i1" } else { b"i0" }.to_vec());
     for i in limits {
-        args.extend(specs[i].args.iter().map(|a| a.as_bytes().to_vec()));
+        args.extend(specs[i].args.iter().cloned());
         args.extend(values(i));
     }
-    args
+    Cow::Owned(args)
 }
 
 /// Values per limit in a check's reply.
@@ -424,7 +424,10 @@ mod tests {
     #[test]
     fn spec_args_are_what_the_script_reads() {
         let s = spec(10);
-        assert_eq!(s.args, ["gcra", "10", "1000000", "10", "0"]);
+        assert_eq!(
+            s.args,
+            ["gcra", "10", "1000000", "10", "0"].map(|a| a.as_bytes().to_vec())
+        );
         assert_eq!(s.id.kind(), "gcra");
         assert_eq!(s.override_id.part(), Some("quota"));
         assert_eq!(s.block_id.part(), Some("block"));
@@ -433,7 +436,34 @@ mod tests {
         let shadow = s.with(s.quota, true).unwrap();
         assert_ne!(shadow.fingerprint, s.fingerprint);
         assert_eq!(s.with(s.quota, false).unwrap().fingerprint, s.fingerprint);
-        assert_eq!(shadow.args[4], "1");
+        assert_eq!(shadow.args[4], b"1");
+    }
+
+    #[test]
+    fn a_check_with_the_defaults_sends_its_specs_fields_unbuilt() {
+        let s = spec(10);
+        let text = |args: &[Vec<u8>]| -> Vec<String> {
+            args.iter()
+                .map(|a| String::from_utf8_lossy(a).into())
+                .collect()
+        };
+        let defaults = one_limit_args(&s, 1, true);
+        assert!(matches!(defaults, Cow::Borrowed(_)));
+        assert_eq!(text(&defaults), ["10", "1000000", "10"]);
+        // Any other cost, a peek or shadow mode sends all six.
+        assert_eq!(
+            text(&one_limit_args(&s, 2, true)),
+            ["10", "1000000", "10", "2", "1", "0"]
+        );
+        assert_eq!(
+            text(&one_limit_args(&s, 1, false)),
+            ["10", "1000000", "10", "1", "0", "0"]
+        );
+        let shadow = s.with(s.quota, true).unwrap();
+        assert_eq!(
+            text(&one_limit_args(&shadow, 1, true)),
+            ["10", "1000000", "10", "1", "1", "1"]
+        );
     }
 
     #[test]

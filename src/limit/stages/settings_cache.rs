@@ -25,6 +25,7 @@
 //! is in flight, which applies from the next check — at most one round
 //! trip late.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::cluster::Cluster;
@@ -115,16 +116,17 @@ impl std::fmt::Debug for SettingsCache {
 /// The one-key form of a check of one limit (`specs`) by `script` of
 /// `subject` for `cost`, for a subject known to have no settings: its
 /// `KEYS` (the state key alone) and `ARGV`, with neither the override's
-/// nor the block's value (see `Invocation::inline_args`). Built without the
-/// whole check's three keys.
-pub(crate) fn one_key_form(
+/// nor the block's value (see `Invocation::inline_args`) — with the
+/// defaults, the limit's own fields, borrowed from its spec. Built without
+/// the whole check's three keys.
+pub(crate) fn one_key_form<'s>(
     keys: &KeyBuilder,
     script: &Script,
-    specs: &[Arc<LimitSpec>],
+    specs: &'s [Arc<LimitSpec>],
     subject: &[u8],
     cost: u32,
     consume: bool,
-) -> Result<(KeySet, Vec<Vec<u8>>)> {
+) -> Result<(KeySet, Cow<'s, [Vec<u8>]>)> {
     let state = keys.key_set(subject, specs.iter().take(1).map(|s| &s.id))?;
     let none = [Vec::new(), Vec::new()];
     let args = inline_args(script, specs, cost, &none, 0..1, consume);
