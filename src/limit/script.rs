@@ -167,7 +167,8 @@ impl Invocation {
         cost: u32,
         consume: bool,
     ) -> Result<Self> {
-        Invocation::refusal(specs, subject, cost)?;
+        check_cost(specs, cost)?;
+        // Refuses a bad subject, as `refusal` does.
         let keys = keys.key_set(subject, specs.iter().flat_map(|s| s.ids()))?;
         let args = match specs {
             [one] if algorithm::is_one_limit(script) => {
