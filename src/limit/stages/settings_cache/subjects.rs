@@ -26,7 +26,7 @@
 //! its next check (what a miss costs), and remembered again.
 
 use std::hash::{BuildHasher, RandomState};
-use std::sync::{PoisonError, RwLock};
+use std::sync::{PoisonError, RwLock, RwLockWriteGuard};
 
 use hashbrown::HashTable;
 
@@ -82,11 +82,7 @@ impl Subjects {
     }
 
     pub(super) fn insert(&self, subject: &[u8]) {
-        let hash = self.hash(subject);
-        let mut shard = self
-            .shard(hash)
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let (hash, mut shard) = self.write(subject);
         if shard.current.find(hash, is(subject)).is_some() {
             return;
         }
@@ -110,11 +106,7 @@ impl Subjects {
     }
 
     pub(super) fn remove(&self, subject: &[u8]) {
-        let hash = self.hash(subject);
-        let mut shard = self
-            .shard(hash)
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let (hash, mut shard) = self.write(subject);
         if let Ok(kept) = shard.current.find_entry(hash, is(subject)) {
             kept.remove();
         }
@@ -128,6 +120,16 @@ impl Subjects {
             let mut shard = shard.write().unwrap_or_else(PoisonError::into_inner);
             *shard = Shard::default();
         }
+    }
+
+    /// `subject`'s hash, and its shard locked for writing.
+    fn write(&self, subject: &[u8]) -> (u64, RwLockWriteGuard<'_, Shard>) {
+        let hash = self.hash(subject);
+        let shard = self
+            .shard(hash)
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        (hash, shard)
     }
 
     fn hash(&self, subject: &[u8]) -> u64 {
