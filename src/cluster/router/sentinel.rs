@@ -65,9 +65,14 @@ impl Router {
                     continue;
                 }
             };
-            if let Some(topology) = self.demoted_by_a_switch(&master_host, master_port).await? {
-                promoted = Some(topology);
-                continue;
+            if let Some(switch) = self.demoted_by_last_switch(&master_host, master_port) {
+                // The promoted one's `ROLE` asked once per refresh.
+                if promoted.is_none() {
+                    promoted = self.still_promoted(switch).await?;
+                }
+                if promoted.is_some() {
+                    continue;
+                }
             }
             let master = self.node(&master_host, master_port)?;
             let replicas = match self.role(&master).await {
@@ -117,21 +122,21 @@ impl Router {
         })
     }
 
-    /// If `host:port` is the primary the last switch heard demoted, and
-    /// the one it promoted still says `master`: that primary, as the
-    /// topology to install should no sentinel name it (see `switches`).
-    async fn demoted_by_a_switch(&self, host: &str, port: u16) -> Result<Option<Topology>> {
-        let Some(switch) = self.last_switch() else {
-            return Ok(None);
-        };
-        if switch.from.0 != host || switch.from.1 != port {
-            return Ok(None);
-        }
-        let (to_host, to_port) = switch.to;
-        let promoted = self.node(&to_host, to_port)?;
+    /// The last switch heard, if it demoted `host:port`.
+    fn demoted_by_last_switch(&self, host: &str, port: u16) -> Option<Switch> {
+        self.last_switch()
+            .filter(|switch| switch.from.0 == host && switch.from.1 == port)
+    }
+
+    /// The primary `switch` promoted, as the topology to install, while it
+    /// says `master`; `None` once it is demoted in turn or gone (then a
+    /// sentinel naming the one it replaced may well be right; see
+    /// `switches`).
+    async fn still_promoted(&self, switch: Switch) -> Result<Option<Topology>> {
+        let (host, port) = switch.to;
+        let promoted = self.node(&host, port)?;
         Ok(match self.role(&promoted).await {
-            Ok(Role::Master { replicas }) => Some(one_shard(to_host, to_port, replicas)),
-            // Demoted in turn, or gone: the sentinel may well be right.
+            Ok(Role::Master { replicas }) => Some(one_shard(host, port, replicas)),
             Ok(Role::Other(_)) | Err(_) => None,
         })
     }

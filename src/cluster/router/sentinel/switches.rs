@@ -167,8 +167,7 @@ async fn listen(this: Weak<Router>, seed: ConnectionInfo) {
             }
         }
         // The connection ended: subscribe again after a first wait.
-        backoff = Some(Backoff::new(min, max));
-        let wait = backoff.as_mut().map_or(min, |b| b.next(max));
+        let wait = backoff.insert(Backoff::new(min, max)).next(max);
         tokio::time::sleep(wait).await;
     }
 }
