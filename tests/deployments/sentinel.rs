@@ -30,7 +30,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use behaviour::{SENTINEL_COMMAND_TIMEOUT as COMMAND_TIMEOUT, Setup, sentinels};
-use shardlimit::{Cluster, Counter, Error, Lock, cluster::Deployment};
+use shardlimit::cluster::{ClusterBuilder, Deployment};
+use shardlimit::{Cluster, Counter, Error, Lock};
+
+use crate::fake_node::FakeNode;
 
 behaviour::suite!(
     Setup::Sentinel,
@@ -153,22 +156,31 @@ async fn bad_sentinel_configuration_is_refused() {
     );
 }
 
+/// A fake sentinel that names the primary of now whatever happens next
+/// (one that missed a switch; it knows no `SUBSCRIBE` either), that
+/// primary's port, and a builder of a handle that asks the fake before
+/// the real sentinels, under a fresh namespace from `prefix`.
+async fn behind_a_stale_sentinel(prefix: &str) -> (FakeNode, u16, ClusterBuilder) {
+    let primary = primary_port().await.unwrap();
+    let stale = FakeNode::start_stale_sentinel(&format!("127.0.0.1:{primary}")).await;
+    let mut seeds = vec![stale.url()];
+    seeds.extend(sentinels());
+    let builder = Cluster::builder(seeds)
+        .deployment(Deployment::Sentinel)
+        .sentinel_service(service())
+        .namespace(crate::common::unique_namespace(prefix));
+    (stale, primary, builder)
+}
+
 /// A sentinel that refuses the `+switch-master` subscription (here one
 /// that knows no `SUBSCRIBE`; in production an ACL without it) is said
 /// once, as a warning, however often the listener asks it again.
 #[tokio::test]
 #[ignore = "needs cluster-compose/up.sh --sentinel"]
 async fn a_sentinel_refusing_the_switch_subscription_is_warned_about_once() {
-    let primary = primary_port().await.unwrap();
-    let refusing =
-        crate::fake_node::FakeNode::start_stale_sentinel(&format!("127.0.0.1:{primary}")).await;
     let (logs, _guard) = crate::common::LogLines::capture();
-    let mut seeds = vec![refusing.url()];
-    seeds.extend(sentinels());
-    let cluster = Cluster::builder(seeds)
-        .deployment(Deployment::Sentinel)
-        .sentinel_service(service())
-        .namespace(crate::common::unique_namespace("se-refuse"))
+    let (refusing, _, builder) = behind_a_stale_sentinel("se-refuse").await;
+    let cluster = builder
         .reconnect_backoff(Duration::from_millis(20), Duration::from_millis(40))
         .build()
         .await

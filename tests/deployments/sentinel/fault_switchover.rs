@@ -11,12 +11,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use shardlimit::cluster::Deployment;
-use shardlimit::{Cluster, Counter};
+use shardlimit::Counter;
 
-use super::{SCHEDULING_SLACK, primary_port, restore, sentinel, service};
+use super::{SCHEDULING_SLACK, behind_a_stale_sentinel, primary_port, restore, sentinel, service};
 use crate::behaviour::{SENTINEL_COMMAND_TIMEOUT as COMMAND_TIMEOUT, sentinels};
-use crate::fake_node::FakeNode;
 
 /// After a switch the sentinels name, the failures it causes must end
 /// within this: the demoted primary's connection ends at once, the client
@@ -291,14 +289,8 @@ async fn a_switchover_and_back_is_followed_each_time() {
 #[ignore = "fault injection: switches the Sentinel primary over; run alone"]
 async fn a_sentinel_that_missed_the_switch_is_not_followed_back() {
     restore();
-    let first = primary_port().await.unwrap();
-    let stale = FakeNode::start_stale_sentinel(&format!("127.0.0.1:{first}")).await;
-    let mut seeds = vec![stale.url()];
-    seeds.extend(sentinels());
-    let cluster = Cluster::builder(seeds)
-        .deployment(Deployment::Sentinel)
-        .sentinel_service(service())
-        .namespace(crate::common::unique_namespace("se-stale"))
+    let (stale, first, builder) = behind_a_stale_sentinel("se-stale").await;
+    let cluster = builder
         .command_timeout(COMMAND_TIMEOUT)
         .build()
         .await
