@@ -122,6 +122,12 @@ pub(crate) struct Args {
     /// `--rounds` / `--round-secs` are given.
     #[arg(long)]
     pub(crate) peers: bool,
+    /// With `--peers`: which of its sets to run, comma-separated among
+    /// `fixed-window` (against envoy), `gcra` (against redis_rate) and
+    /// `plain` (the plain-command shapes). All three by default.
+    #[arg(long, value_delimiter = ',', default_value = "fixed-window,gcra,plain",
+          value_parser = ["fixed-window", "gcra", "plain"])]
+    pub(crate) peers_sets: Vec<String>,
     /// Instead of a load run: print the Lua of the crate's script of this
     /// name as the crate sends it (`gcra`, `multi_limit`, ...), for
     /// benches/script_cost.sh.

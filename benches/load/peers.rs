@@ -72,6 +72,7 @@
 //! ```text
 //! cargo bench --bench load -- --peers
 //! cargo bench --bench load -- --peers --rounds 9 --round-secs 3
+//! cargo bench --bench load -- --peers --peers-sets gcra
 //! ```
 //!
 //! Default here (when `--rounds` / `--round-secs` are not given): 11
@@ -126,6 +127,10 @@ struct Set {
     /// The side the others are divided by: theirs, or plain shape (a).
     reference: usize,
 }
+
+const FIXED_WINDOW_SET: &str = "fixed window vs envoy-style plain commands";
+const GCRA_SET: &str = "GCRA vs redis_rate";
+const PLAIN_SET: &str = "plain shapes";
 
 const PLAIN_A: &str = "(a) INCRBY + PEXPIRE";
 const PLAIN_B: &str = "(b) MGET ovr blk + INCRBY + PEXPIREAT NX";
@@ -329,23 +334,28 @@ pub(crate) async fn peers(cluster: &Cluster, args: &Args) {
     ];
 
     // The skewed workload's sets (see `Subjects`) join these.
-    let sets = [
+    let sets: Vec<Set> = [
         Set {
-            what: "fixed window vs envoy-style plain commands",
+            what: FIXED_WINDOW_SET,
             sides: sides.drain(..2).collect(),
             reference: 1,
         },
         Set {
-            what: "GCRA vs redis_rate",
+            what: GCRA_SET,
             sides: sides.drain(..2).collect(),
             reference: 1,
         },
         Set {
-            what: "plain shapes",
+            what: PLAIN_SET,
             sides: std::mem::take(&mut sides),
             reference: 0,
         },
-    ];
+    ]
+    .into_iter()
+    .zip(["fixed-window", "gcra", "plain"])
+    .filter(|(_, flag)| args.peers_sets.iter().any(|s| s == flag))
+    .map(|(set, _)| set)
+    .collect();
 
     // Every subject once through each of our limiters, so that their
     // settings caches know all of them before anything is measured: the
@@ -447,7 +457,10 @@ pub(crate) async fn peers(cluster: &Cluster, args: &Args) {
     };
     println!();
     let mut plain = Vec::new();
-    for depth in DEPTHS {
+    for depth in DEPTHS
+        .into_iter()
+        .filter(|_| sets.iter().any(|s| s.what == PLAIN_SET))
+    {
         let (b, c, d) = (
             ratio(PLAIN_B, depth),
             ratio(PLAIN_C, depth),
@@ -458,7 +471,7 @@ pub(crate) async fn peers(cluster: &Cluster, args: &Args) {
     }
     let mut last = Vec::new();
     let mut ratios = Vec::new();
-    for set in &sets[..2] {
+    for set in sets.iter().filter(|s| s.what != PLAIN_SET) {
         for depth in DEPTHS {
             // The sets' ours is the side that is not the reference.
             let r = ratio(set.sides[1 - set.reference].name, depth);
