@@ -123,14 +123,12 @@ const REDIS_RATE_GCRA: &str = include_str!("redis_rate_gcra.lua");
 /// each divided by the reference side round by round.
 struct Set {
     what: &'static str,
+    /// Its name for `--peers-sets`.
+    flag: &'static str,
     sides: Vec<Side>,
     /// The side the others are divided by: theirs, or plain shape (a).
     reference: usize,
 }
-
-const FIXED_WINDOW_SET: &str = "fixed window vs envoy-style plain commands";
-const GCRA_SET: &str = "GCRA vs redis_rate";
-const PLAIN_SET: &str = "plain shapes";
 
 const PLAIN_A: &str = "(a) INCRBY + PEXPIRE";
 const PLAIN_B: &str = "(b) MGET ovr blk + INCRBY + PEXPIREAT NX";
@@ -336,25 +334,26 @@ pub(crate) async fn peers(cluster: &Cluster, args: &Args) {
     // The skewed workload's sets (see `Subjects`) join these.
     let sets: Vec<Set> = [
         Set {
-            what: FIXED_WINDOW_SET,
+            what: "fixed window vs envoy-style plain commands",
+            flag: "fixed-window",
             sides: sides.drain(..2).collect(),
             reference: 1,
         },
         Set {
-            what: GCRA_SET,
+            what: "GCRA vs redis_rate",
+            flag: "gcra",
             sides: sides.drain(..2).collect(),
             reference: 1,
         },
         Set {
-            what: PLAIN_SET,
+            what: "plain shapes",
+            flag: "plain",
             sides: std::mem::take(&mut sides),
             reference: 0,
         },
     ]
     .into_iter()
-    .zip(["fixed-window", "gcra", "plain"])
-    .filter(|(_, flag)| args.peers_sets.iter().any(|s| s == flag))
-    .map(|(set, _)| set)
+    .filter(|set| args.peers_sets.iter().any(|s| s == set.flag))
     .collect();
 
     // Every subject once through each of our limiters, so that their
@@ -459,7 +458,7 @@ pub(crate) async fn peers(cluster: &Cluster, args: &Args) {
     let mut plain = Vec::new();
     for depth in DEPTHS
         .into_iter()
-        .filter(|_| sets.iter().any(|s| s.what == PLAIN_SET))
+        .filter(|_| sets.iter().any(|s| s.flag == "plain"))
     {
         let (b, c, d) = (
             ratio(PLAIN_B, depth),
@@ -471,7 +470,7 @@ pub(crate) async fn peers(cluster: &Cluster, args: &Args) {
     }
     let mut last = Vec::new();
     let mut ratios = Vec::new();
-    for set in sets.iter().filter(|s| s.what != PLAIN_SET) {
+    for set in sets.iter().filter(|s| s.flag != "plain") {
         for depth in DEPTHS {
             // The sets' ours is the side that is not the reference.
             let r = ratio(set.sides[1 - set.reference].name, depth);

@@ -14,6 +14,13 @@ fn written(shared: &Shared) -> u64 {
     shared.written.load(Ordering::Relaxed)
 }
 
+/// Asserts that the far end of the stream received exactly `expected`.
+async fn received(far: &mut DuplexStream, expected: &[u8]) {
+    let mut seen = vec![0; expected.len()];
+    far.read_exact(&mut seen).await.unwrap();
+    assert_eq!(seen, expected);
+}
+
 /// Polls one write of `buf` once.
 async fn write_once(counted: &mut Counted, buf: &[u8]) -> Poll<io::Result<usize>> {
     poll_fn(|cx| Poll::Ready(Pin::new(&mut *counted).poll_write(cx, buf))).await
@@ -52,9 +59,7 @@ async fn a_held_write_is_not_written_until_the_next_turn() {
     drop(counted);
     assert_eq!(written(&shared), 18);
 
-    let mut seen = [0; 18];
-    far.read_exact(&mut seen).await.unwrap();
-    assert_eq!(&seen, b"PING\r\nPING\r\nPING\r\n");
+    received(&mut far, b"PING\r\nPING\r\nPING\r\n").await;
 }
 
 /// The server's reply to what `counted` wrote, read.
@@ -170,9 +175,7 @@ async fn over_plain_tcp_a_write_is_never_held() {
         panic!("written at once, though the reply to the first is due");
     };
     assert_eq!(written(&shared), 12);
-    let mut seen = [0; 12];
-    far.read_exact(&mut seen).await.unwrap();
-    assert_eq!(&seen, b"PING\r\nPING\r\n");
+    received(&mut far, b"PING\r\nPING\r\n").await;
 }
 
 /// A server that does not answer (hung, or busy with a slow script) keeps
@@ -195,9 +198,7 @@ async fn a_reply_that_never_comes_holds_a_write_back_only_briefly() {
         panic!("written once the wait for the reply is over");
     };
     assert_eq!(written(&shared), 16);
-    let mut seen = [0; 16];
-    far.read_exact(&mut seen).await.unwrap();
-    assert_eq!(&seen, b"PING\r\nDEL\r\nDEL\r\n");
+    received(&mut far, b"PING\r\nDEL\r\nDEL\r\n").await;
     // The next wait starts afresh: held again while a reply is due.
     counted.flush().await.unwrap();
     assert!(write_once(&mut counted, b"GET\r\n").await.is_pending());
