@@ -83,3 +83,97 @@ fn jitter_stays_within_half_to_all() {
         assert!(j >= Duration::from_millis(50) && j <= Duration::from_millis(100));
     }
 }
+
+/// Puts the running task at the back of the scheduler's queue, behind
+/// every task runnable now (`yield_now` defers it past them and the I/O
+/// driver instead).
+async fn requeue() {
+    let mut queued = false;
+    std::future::poll_fn(|cx| {
+        if queued {
+            return std::task::Poll::Ready(());
+        }
+        queued = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await;
+}
+
+/// Callers waiting while a connection attempt is under way learn its end
+/// together. The scheduler's queue is kept long, as a loaded service's is,
+/// and a ticker counts its passes: before, each waiter took the attempt's
+/// fair lock in turn, so the last of 40 was refused about 40 passes after
+/// the first (in a loaded service, 50 ms after the node was marked down:
+/// the fault suite's `a_dead_master_does_not_slow_the_healthy_ones`).
+#[tokio::test(flavor = "current_thread")]
+async fn a_node_going_down_refuses_every_waiting_caller_at_once() {
+    // A server that takes the first connection and answers nothing, so
+    // the attempt stays under way until the test closes it; nothing
+    // listens after that.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let info = redis::IntoConnectionInfo::into_connection_info(format!("redis://{addr}")).unwrap();
+    let node = Arc::new(Node::new(addr.to_string(), info, config()));
+    let opener = tokio::spawn({
+        let node = Arc::clone(&node);
+        async move { node.connection(Lane::Shared).await.map(drop) }
+    });
+    let (server_side, _) = listener.accept().await.unwrap();
+    drop(listener);
+
+    let passes = Arc::new(AtomicU64::new(0));
+    let mut busy: Vec<_> = (0..50)
+        .map(|_| {
+            tokio::spawn(async {
+                loop {
+                    requeue().await;
+                }
+            })
+        })
+        .collect();
+    busy.push(tokio::spawn({
+        let passes = Arc::clone(&passes);
+        async move {
+            loop {
+                passes.fetch_add(1, Ordering::Relaxed);
+                requeue().await;
+            }
+        }
+    }));
+    let waiters: Vec<_> = (0..40)
+        .map(|_| {
+            let (node, passes) = (Arc::clone(&node), Arc::clone(&passes));
+            tokio::spawn(async move {
+                let refused = matches!(
+                    node.connection(Lane::Shared).await,
+                    Err(Unavailable::Down { .. })
+                );
+                (refused, passes.load(Ordering::Relaxed))
+            })
+        })
+        .collect();
+    // Every waiter reaches the wait.
+    for _ in 0..3 {
+        requeue().await;
+    }
+    assert!(!node.is_down());
+    drop(server_side);
+
+    assert!(opener.await.unwrap().is_err(), "the attempt failed");
+    assert!(node.is_down());
+    let mut refused_at = Vec::new();
+    for waiter in waiters {
+        let (refused, pass) = waiter.await.unwrap();
+        assert!(refused, "a waiter was not refused");
+        refused_at.push(pass);
+    }
+    for task in busy {
+        task.abort();
+    }
+    let spread = refused_at.iter().max().unwrap() - refused_at.iter().min().unwrap();
+    assert!(
+        spread <= 2,
+        "the 40 waiters were refused over {spread} passes of the scheduler"
+    );
+}
