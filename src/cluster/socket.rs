@@ -14,9 +14,9 @@
 //! * the driver is spawned here and its end is recorded
 //!   ([`Socket::has_ended`], [`Socket::ended`]);
 //! * every byte the driver hands to the socket is counted
-//!   ([`Socket::written`]) by the stream between them, which also holds
-//!   each flush back for one turn of the scheduler so that requests
-//!   handed over together go out in one write (see `counted`).
+//!   ([`Socket::written`]) by the stream between them, which over TLS
+//!   also holds each flush back for one turn of the scheduler so that
+//!   requests handed over together go out in one write (see `counted`).
 //!
 //! A request that failed on a connection whose driver has ended, and whose
 //! socket took no byte after the request was handed over, was never
@@ -51,7 +51,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use self::counted::{Counted, Stream};
+use self::counted::{Counted, Holding, Stream};
 use crate::error::{Error, Result};
 
 /// Opens node sockets: plain TCP, or TLS with the deployment's settings.
@@ -99,7 +99,11 @@ impl Connector {
     ) -> RedisResult<(MultiplexedConnection, Socket)> {
         let stream = self.stream(info).await?;
         let shared = Shared::new();
-        let counted = Counted::new(Box::into_pin(stream), Arc::clone(&shared));
+        let holding = match info.addr() {
+            ConnectionAddr::TcpTls { .. } => Holding::TurnThenReply,
+            _ => Holding::Never,
+        };
+        let counted = Counted::new(Box::into_pin(stream), Arc::clone(&shared), holding);
         let (conn, driver) =
             MultiplexedConnection::new_with_config(info.redis_settings(), counted, config).await?;
         let ends = Ends(Arc::clone(&shared));

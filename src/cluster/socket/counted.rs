@@ -1,6 +1,7 @@
 //! The stream a node's connection writes to: it counts the bytes the
-//! socket takes, and holds each flush's first write back for one turn of
-//! the scheduler so that the requests handed over meanwhile go out with it.
+//! socket takes, and over TLS holds each flush's first write back for one
+//! turn of the scheduler so that the requests handed over meanwhile go out
+//! with it.
 //!
 //! redis-rs' connection driver encodes the requests it finds in its
 //! channel into one buffer and writes that buffer when the channel runs
@@ -12,7 +13,8 @@
 //! wake-up of the server (measured with the load bench: 0.77 writes per
 //! check over TLS, 0.60 plain, at 64 in flight).
 //!
-//! So the first write after a flush waits one turn of the scheduler, as
+//! So over TLS the first write after a flush waits one turn of the
+//! scheduler, as
 //! [`tokio::task::yield_now`] does: until every task runnable on the
 //! worker has run and the I/O driver was polled — so until those tasks
 //! handed over their requests — and then writes them all: one syscall, one
@@ -22,16 +24,33 @@
 //! +30 µs p50); so after held writes that nothing joined, the next few
 //! flushes go out at once ([`unheld_after`]).
 //!
-//! While replies are due on the connection, the held write also waits
-//! for the next of them to be read — Nagle's rule, with a reply for the
-//! acknowledgement: the server answers a connection's requests in order,
-//! so a request written now would mostly queue behind those anyway, and
-//! every request handed over until then joins the write. Without it the
-//! connection settled into small batches over TLS (measured at load
-//! average 4: about 2 replies per read against 10 plain, so every
-//! per-batch cost — a wake-up, a read, a decryption, a sealed record — was
-//! paid 4× as often), and holding made TLS/plain client CPU per decision
-//! 1.36 and 1.12 in two runs where the turn alone made it 2.05 and 1.32.
+//! Over TLS, while replies are due on the connection, the held write
+//! also waits for the next of them to be read — Nagle's rule, with a
+//! reply for the acknowledgement: the server answers a connection's
+//! requests in order, so a request written now would mostly queue behind
+//! those anyway, and every request handed over until then joins the
+//! write. Without it the connection settled into small batches over TLS
+//! (measured at load average 4: about 2 replies per read against 10
+//! plain, so every per-batch cost — a wake-up, a read, a decryption, a
+//! sealed record — was paid 4× as often), and holding made TLS/plain
+//! client CPU per decision 1.36 and 1.12 in two runs where the turn alone
+//! made it 2.05 and 1.32.
+//!
+//! Over plain TCP nothing is held ([`Holding`]): each flush is written
+//! as redis-rs' driver makes it, as bare redis-rs writes it. There the
+//! holds cost more than they saved: with the reply wait the server, done
+//! with what it had read, sat idle until the client had read the replies
+//! and written the next requests, where without it they had reached the
+//! server while it worked; the turn alone kept part of that. Where the
+//! server is the bottleneck (GCRA checks on one master, 64 in flight,
+//! against bare redis-rs on one connection, four runs of alternated
+//! rounds, each hold on its own connection in the same process), the
+//! ratio of decisions per second was 0.71–0.76 with both holds, 0.79–0.90
+//! with the turn alone and 0.89–0.96 with neither at depth 1; 0.84–0.96,
+//! 0.82–0.93 and 0.91–0.98 at depth 16 — at the same reads per decision
+//! on the server (0.033 at depth 1, 0.008 at 16) and client CPU per
+//! decision within 10% of each other. Over TLS it was not measured again:
+//! there every write is a sealed record, which the server decrypts.
 //!
 //! Two simpler holds measured worse. Waking the task's own waker queues
 //! it behind the runnable tasks too, but notifies an idle worker, which
@@ -93,11 +112,24 @@ fn unheld_after(lone_holds: u8) -> u8 {
 pub(super) trait Stream: AsyncRead + AsyncWrite + Send + Sync {}
 impl<S: AsyncRead + AsyncWrite + Send + Sync> Stream for S {}
 
-/// A stream that counts the bytes its socket accepts and holds each
-/// flush's first write back for one turn of the scheduler.
+/// Whether and how long a flush's first write is held back (see the
+/// module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Holding {
+    /// Never: over plain TCP.
+    Never,
+    /// One turn of the scheduler, then while replies are due until the
+    /// next of them is read (at most [`REPLY_WAIT`]): over TLS, where
+    /// each write is a sealed record.
+    TurnThenReply,
+}
+
+/// A stream that counts the bytes its socket accepts and, over TLS, holds
+/// each flush's first write back (see [`Holding`]).
 pub(super) struct Counted {
     inner: Pin<Box<dyn Stream>>,
     shared: Arc<Shared>,
+    holding: Holding,
     /// Whether this flush's writes were held back already.
     held: bool,
     /// The scheduler turn a held write waits for.
@@ -117,10 +149,11 @@ pub(super) struct Counted {
 }
 
 impl Counted {
-    pub(super) fn new(inner: Pin<Box<dyn Stream>>, shared: Arc<Shared>) -> Self {
+    pub(super) fn new(inner: Pin<Box<dyn Stream>>, shared: Arc<Shared>, holding: Holding) -> Self {
         Counted {
             inner,
             shared,
+            holding,
             held: false,
             turn: None,
             unheld: 0,
@@ -131,11 +164,11 @@ impl Counted {
         }
     }
 
-    /// `Pending` the first time a flush writes (unless the write fills a
-    /// record, or holding is off for now), until the tasks runnable on
-    /// this worker have run.
+    /// Over TLS, `Pending` the first time a flush writes (unless the write
+    /// fills a record, or holding is off for now), until the tasks
+    /// runnable on this worker have run.
     fn hold(&mut self, cx: &mut Context<'_>, len: usize) -> Poll<()> {
-        if self.held || len >= FULL_RECORD {
+        if self.held || len >= FULL_RECORD || self.holding == Holding::Never {
             return Poll::Ready(());
         }
         if self.unheld > 0 {

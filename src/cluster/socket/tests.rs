@@ -18,7 +18,7 @@ async fn every_byte_the_stream_accepts_is_counted() {
     let socket = socket(&state);
     // Room for 4 bytes until the far end reads.
     let (near, _far) = tokio::io::duplex(4);
-    let mut counted = Counted::new(Box::pin(near), Arc::clone(&state));
+    let mut counted = Counted::new(Box::pin(near), Arc::clone(&state), Holding::Never);
     assert_eq!(counted.write(b"PING\r\n").await.unwrap(), 4);
     assert_eq!(
         socket.written(),

@@ -14,6 +14,13 @@ fn written(shared: &Shared) -> u64 {
     shared.written.load(Ordering::Relaxed)
 }
 
+/// Asserts that the far end of the stream received exactly `expected`.
+async fn received(far: &mut DuplexStream, expected: &[u8]) {
+    let mut seen = vec![0; expected.len()];
+    far.read_exact(&mut seen).await.unwrap();
+    assert_eq!(seen, expected);
+}
+
 /// Polls one write of `buf` once.
 async fn write_once(counted: &mut Counted, buf: &[u8]) -> Poll<io::Result<usize>> {
     poll_fn(|cx| Poll::Ready(Pin::new(&mut *counted).poll_write(cx, buf))).await
@@ -23,7 +30,7 @@ async fn write_once(counted: &mut Counted, buf: &[u8]) -> Poll<io::Result<usize>
 async fn a_held_write_is_not_written_until_the_next_turn() {
     let shared = Shared::new();
     let (near, mut far) = tokio::io::duplex(64);
-    let mut counted = Counted::new(Box::pin(near), Arc::clone(&shared));
+    let mut counted = Counted::new(Box::pin(near), Arc::clone(&shared), Holding::TurnThenReply);
 
     assert!(
         write_once(&mut counted, b"PING\r\n").await.is_pending(),
@@ -52,9 +59,7 @@ async fn a_held_write_is_not_written_until_the_next_turn() {
     drop(counted);
     assert_eq!(written(&shared), 18);
 
-    let mut seen = [0; 18];
-    far.read_exact(&mut seen).await.unwrap();
-    assert_eq!(&seen, b"PING\r\nPING\r\nPING\r\n");
+    received(&mut far, b"PING\r\nPING\r\nPING\r\n").await;
 }
 
 /// The server's reply to what `counted` wrote, read.
@@ -91,7 +96,7 @@ async fn unheld_flushes(counted: &mut Counted, far: &mut DuplexStream) -> u8 {
 #[tokio::test]
 async fn lone_holds_in_a_row_turn_holding_off_for_more_and_more_flushes() {
     let (near, mut far) = tokio::io::duplex(1 << 16);
-    let mut counted = Counted::new(Box::pin(near), Shared::new());
+    let mut counted = Counted::new(Box::pin(near), Shared::new(), Holding::TurnThenReply);
     let (counted, far) = (&mut counted, &mut far);
     lone_hold(counted, far).await;
     assert_eq!(
@@ -117,12 +122,12 @@ async fn lone_holds_in_a_row_turn_holding_off_for_more_and_more_flushes() {
     assert_eq!(unheld_flushes(counted, far).await, 0);
 }
 
-/// A stream that wrote one request (after its turn) and flushed: its reply
-/// is due.
-async fn one_request_written() -> (Arc<Shared>, Counted, DuplexStream) {
+/// A stream holding its writes as `holding` says that wrote one request
+/// (after its turn) and flushed: its reply is due.
+async fn one_request_written(holding: Holding) -> (Arc<Shared>, Counted, DuplexStream) {
     let shared = Shared::new();
     let (near, far) = tokio::io::duplex(1024);
-    let mut counted = Counted::new(Box::pin(near), Arc::clone(&shared));
+    let mut counted = Counted::new(Box::pin(near), Arc::clone(&shared), holding);
     assert!(write_once(&mut counted, b"PING\r\n").await.is_pending());
     tokio::task::yield_now().await;
     assert!(write_once(&mut counted, b"PING\r\n").await.is_ready());
@@ -131,8 +136,8 @@ async fn one_request_written() -> (Arc<Shared>, Counted, DuplexStream) {
 }
 
 #[tokio::test]
-async fn while_a_reply_is_due_a_write_waits_for_it() {
-    let (shared, mut counted, mut far) = one_request_written().await;
+async fn over_tls_while_a_reply_is_due_a_write_waits_for_it() {
+    let (shared, mut counted, mut far) = one_request_written(Holding::TurnThenReply).await;
 
     // The next request: its turn passes, but the reply to the first is due.
     assert!(write_once(&mut counted, b"PING\r\n").await.is_pending());
@@ -151,6 +156,28 @@ async fn while_a_reply_is_due_a_write_waits_for_it() {
     assert_eq!(written(&shared), 18);
 }
 
+/// Over plain TCP a write is never held, not even while a reply is due:
+/// the server, done with what it read, would sit idle meanwhile (see the
+/// module docs). Before, a write waited for its turn and then for the
+/// reply here too.
+#[tokio::test]
+async fn over_plain_tcp_a_write_is_never_held() {
+    let shared = Shared::new();
+    let (near, mut far) = tokio::io::duplex(1024);
+    let mut counted = Counted::new(Box::pin(near), Arc::clone(&shared), Holding::Never);
+    let Poll::Ready(Ok(6)) = write_once(&mut counted, b"PING\r\n").await else {
+        panic!("the first write of a flush is written at once");
+    };
+    counted.flush().await.unwrap();
+    // The reply to it is due: the next request is written at once all the
+    // same.
+    let Poll::Ready(Ok(6)) = write_once(&mut counted, b"PING\r\n").await else {
+        panic!("written at once, though the reply to the first is due");
+    };
+    assert_eq!(written(&shared), 12);
+    received(&mut far, b"PING\r\nPING\r\n").await;
+}
+
 /// A server that does not answer (hung, or busy with a slow script) keeps
 /// a held write back for at most REPLY_WAIT: what was handed over reaches
 /// the wire, so a node that resumes runs it. Without the bound it stayed
@@ -158,7 +185,7 @@ async fn while_a_reply_is_due_a_write_waits_for_it() {
 /// behind a timed-out acquisition never reached the node.
 #[tokio::test(start_paused = true)]
 async fn a_reply_that_never_comes_holds_a_write_back_only_briefly() {
-    let (shared, mut counted, mut far) = one_request_written().await;
+    let (shared, mut counted, mut far) = one_request_written(Holding::TurnThenReply).await;
     // A reply is due and never comes: the next write waits for it...
     assert!(write_once(&mut counted, b"DEL\r\n").await.is_pending());
     tokio::task::yield_now().await;
@@ -171,9 +198,7 @@ async fn a_reply_that_never_comes_holds_a_write_back_only_briefly() {
         panic!("written once the wait for the reply is over");
     };
     assert_eq!(written(&shared), 16);
-    let mut seen = [0; 16];
-    far.read_exact(&mut seen).await.unwrap();
-    assert_eq!(&seen, b"PING\r\nDEL\r\nDEL\r\n");
+    received(&mut far, b"PING\r\nDEL\r\nDEL\r\n").await;
     // The next wait starts afresh: held again while a reply is due.
     counted.flush().await.unwrap();
     assert!(write_once(&mut counted, b"GET\r\n").await.is_pending());
@@ -185,7 +210,7 @@ async fn a_reply_that_never_comes_holds_a_write_back_only_briefly() {
 async fn a_full_record_is_not_held() {
     let shared = Shared::new();
     let (near, _far) = tokio::io::duplex(2 * FULL_RECORD);
-    let mut counted = Counted::new(Box::pin(near), Arc::clone(&shared));
+    let mut counted = Counted::new(Box::pin(near), Arc::clone(&shared), Holding::TurnThenReply);
     let big = vec![b'x'; FULL_RECORD];
     let first = write_once(&mut counted, &big).await;
     assert!(matches!(first, Poll::Ready(Ok(FULL_RECORD))), "{first:?}");
@@ -269,8 +294,9 @@ async fn answer_ok(mut stream: DuplexStream) {
     }
 }
 
-/// One worker, as the load bench's runtime has per core; tasks that each
-/// send a request as soon as their last one is answered, as the bench's.
+/// Over TLS (plain TCP holds nothing). One worker, as the load bench's
+/// runtime has per core; tasks that each send a request as soon as their
+/// last one is answered, as the bench's.
 /// Without the held write, each task handing over its request woke the
 /// driver into the LIFO slot, ahead of the other tasks the same replies
 /// woke, and almost every request was its own write.
@@ -288,7 +314,7 @@ async fn requests_handed_over_in_one_turn_go_out_in_one_write() {
     let info = "redis://127.0.0.1:1".into_connection_info().unwrap();
     let (conn, driver) = MultiplexedConnection::new_with_config(
         info.redis_settings(),
-        Counted::new(Box::pin(stream), Shared::new()),
+        Counted::new(Box::pin(stream), Shared::new(), Holding::TurnThenReply),
         AsyncConnectionConfig::new(),
     )
     .await
