@@ -62,12 +62,21 @@
 //! tasks on it, as on the library's). A side's `INFO` reads go through a
 //! connection of their own, outside the measured ones.
 //!
+//! **Settling.** After each round the bench waits until the master has
+//! finished the work that round left it (keys expiring, the AOF, the
+//! replication stream: until a stretch of 100 ms in which it used under a
+//! tenth of the CPU time), so that no side pays for the side before it
+//! (see `measured::settle`, which says what went wrong without it).
+//!
 //! Per side and depth: decisions per second (median of the rounds), and
 //! from the master's `INFO commandstats` diffed around each round, per
 //! decision: the commands Redis ran (those a script calls included), the
 //! script runs among them, and the master's microseconds (a script's own
 //! time, which includes its commands; for plain commands the sum of
-//! theirs). Medians of the rounds again.
+//! theirs); the master's CPU time per decision (`INFO cpu`, every thread,
+//! from the round's start until it was quiet again: what `us/dec` leaves
+//! out, expiring the keys and writing the AOF, included); and how long it
+//! took to settle. Medians of the rounds again.
 //!
 //! ```text
 //! cargo bench --bench load -- --peers
@@ -101,7 +110,7 @@ use crate::target::quota;
 
 mod measured;
 
-use self::measured::{Measured, Row, commandstats};
+use self::measured::{Measured, Row, commandstats, master_cpu, settle};
 
 /// Concurrent client tasks, on every side.
 const CLIENTS: usize = 64;
@@ -387,6 +396,8 @@ pub(crate) async fn peers(cluster: &Cluster, args: &Args) {
             let warmup = Duration::from_secs_f64(args.warmup_secs / 4.0);
             drive(side, &subjects, depth, warmup).await;
         }
+        // The first round starts on a quiet master too (see `settle`).
+        let _ = settle(&mut admin).await;
         let mut measured: Vec<Vec<Measured>> = sets
             .iter()
             .map(|s| s.sides.iter().map(|_| Measured::default()).collect())
@@ -400,10 +411,19 @@ pub(crate) async fn peers(cluster: &Cluster, args: &Args) {
                 for k in 0..n {
                     let i = (k + r) % n;
                     let before = commandstats(&mut admin).await;
+                    let cpu_before = master_cpu(&mut admin).await;
                     let (secs, decisions, denied) =
                         drive(&set.sides[i], &subjects, depth, round).await;
                     let calls = commandstats(&mut admin).await.since(&before);
-                    measured[i].add(secs, decisions, denied, &calls);
+                    let (quiet, settled) = settle(&mut admin).await;
+                    measured[i].add(
+                        secs,
+                        decisions,
+                        denied,
+                        &calls,
+                        (&cpu_before, &quiet),
+                        settled,
+                    );
                 }
             }
         }
@@ -430,13 +450,22 @@ pub(crate) async fn peers(cluster: &Cluster, args: &Args) {
         let reference = set.sides[set.reference].name;
         println!("\n{} (x ref: per round, over {reference})", set.what);
         println!(
-            "{:<42} {:>3} {:>9} {:>6} {:>9} {:>9} {:>8} {:>7}",
-            "side", "P", "dec/s", "x ref", "cmds/dec", "evals/dec", "us/dec", "denied"
+            "{:<42} {:>3} {:>9} {:>6} {:>9} {:>9} {:>8} {:>8} {:>7} {:>7}",
+            "side",
+            "P",
+            "dec/s",
+            "x ref",
+            "cmds/dec",
+            "evals/dec",
+            "us/dec",
+            "cpu/dec",
+            "settle",
+            "denied"
         );
         for row in rows.iter().filter(|r| r.set == s) {
             let m = &row.m;
             println!(
-                "{:<42} {:>3} {:>9.0} {:>6.2} {:>9.2} {:>9.2} {:>8.2} {:>7}",
+                "{:<42} {:>3} {:>9.0} {:>6.2} {:>9.2} {:>9.2} {:>8.2} {:>8.2} {:>5}ms {:>7}",
                 row.name,
                 row.depth,
                 m.rate(),
@@ -444,6 +473,8 @@ pub(crate) async fn peers(cluster: &Cluster, args: &Args) {
                 median(&m.commands),
                 median(&m.scripts),
                 median(&m.usec),
+                median(&m.cpu_usec),
+                median(&m.settle_ms).round(),
                 m.denied
             );
         }

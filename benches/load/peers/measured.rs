@@ -2,6 +2,8 @@
 //! the commands and script runs the master ran and its microseconds, from
 //! `INFO commandstats` around each round; a row of the report.
 
+use std::time::{Duration, Instant};
+
 use redis::aio::MultiplexedConnection;
 use serde_json::json;
 
@@ -18,6 +20,95 @@ pub(super) async fn commandstats(conn: &mut MultiplexedConnection) -> Calls {
     Calls::of_info(&info)
 }
 
+/// How often [`settle`] samples the master's CPU time.
+const SAMPLE: Duration = Duration::from_millis(20);
+/// Samples a quiet stretch spans: 100 ms, a period of the server's cron
+/// (`hz` 10), which is where it expires keys when no client calls. A
+/// shorter stretch could fall between two runs of it.
+const WINDOW: usize = 5;
+/// The master is quiet when it used under this share of a stretch's time
+/// on the CPU (an idle one uses 1-3%; expiring keys when no client calls,
+/// up to a quarter).
+const QUIET: f64 = 0.1;
+/// [`settle`] gives up waiting after this long.
+const SETTLE_MAX: Duration = Duration::from_secs(3);
+
+/// Waits until the master has finished the work a side's round left it:
+/// until the first stretch of [`WINDOW`] samples in which it used under
+/// [`QUIET`] of the time on the CPU (its threads together) with no AOF
+/// rewrite running, at most [`SETTLE_MAX`]. Returns the sample that
+/// stretch starts with (its CPU time is what the master had used by then)
+/// and how long the wait was, up to that sample.
+///
+/// A round leaves work behind that its own time does not show: keys to
+/// expire (redis_rate's GCRA keys live a second at least; ours until their
+/// bucket is full again, a millisecond at the default quota), the AOF to
+/// write and rewrite (the test cluster appends every write), the
+/// replication stream. Left to the next round, that work is paid by
+/// whichever side runs next, and in an 11-round run with two sides
+/// alternating, one order comes 6 times and the other 5: the median of
+/// the rounds' ratios then fell in the one cluster or the other (a GCRA
+/// run at depth 16 measured the two sides' rounds alternating between
+/// about 80k and 45k decisions per second, in opposite phase, and printed
+/// 0.70 where the sides' mean rates were 1.19 apart the other way). So
+/// the next side starts on a quiet master, and what the work cost shows
+/// in the side's master CPU per decision, which runs to the quiet
+/// stretch. It is not in the side's rate: wall time is no measure of it
+/// (the server expires keys at a quarter of the CPU when no client calls).
+pub(super) async fn settle(conn: &mut MultiplexedConnection) -> (CpuSample, Duration) {
+    let started = Instant::now();
+    let mut samples = vec![master_cpu(conn).await];
+    loop {
+        tokio::time::sleep(SAMPLE).await;
+        samples.push(master_cpu(conn).await);
+        let quiet_from = samples.len().checked_sub(WINDOW + 1);
+        if let Some(stretch) = quiet_from.map(|i| &samples[i..]) {
+            let (first, last) = (&stretch[0], &stretch[WINDOW]);
+            let used = last.cpu_secs - first.cpu_secs;
+            let span = last.at.duration_since(first.at).as_secs_f64();
+            if used < QUIET * span && !stretch.iter().any(|s| s.rewriting) {
+                let waited = first.at.saturating_duration_since(started);
+                return (samples.swap_remove(quiet_from.unwrap_or(0)), waited);
+            }
+        }
+        if started.elapsed() >= SETTLE_MAX {
+            let waited = started.elapsed();
+            return (samples.pop().expect("sampled"), waited);
+        }
+    }
+}
+
+pub(super) struct CpuSample {
+    at: Instant,
+    /// `used_cpu_user` + `used_cpu_sys`: every thread of the server.
+    cpu_secs: f64,
+    /// An AOF rewrite (or RDB save) is running in a child process.
+    rewriting: bool,
+}
+
+pub(super) async fn master_cpu(conn: &mut MultiplexedConnection) -> CpuSample {
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .arg("persistence")
+        .query_async(conn)
+        .await
+        .unwrap();
+    let at = Instant::now();
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .unwrap_or_else(|| panic!("INFO has no {name}"))
+            .trim()
+    };
+    let secs = |name: &str| field(name).parse::<f64>().unwrap();
+    CpuSample {
+        at,
+        cpu_secs: secs("used_cpu_user") + secs("used_cpu_sys"),
+        rewriting: field("aof_rewrite_in_progress") == "1"
+            || field("rdb_bgsave_in_progress") == "1",
+    }
+}
+
 /// One side's rounds at one depth.
 #[derive(Default)]
 pub(super) struct Measured {
@@ -27,13 +118,33 @@ pub(super) struct Measured {
     pub(super) commands: Vec<f64>,
     pub(super) scripts: Vec<f64>,
     pub(super) usec: Vec<f64>,
+    /// The master's CPU time per decision from the round's start until it
+    /// was quiet again (see [`settle`]), microseconds: every thread, and
+    /// the work the round left, which `usec` leaves out.
+    pub(super) cpu_usec: Vec<f64>,
+    /// How long the master went on working after each round, ms.
+    pub(super) settle_ms: Vec<f64>,
     pub(super) denied: u64,
 }
 
 impl Measured {
-    pub(super) fn add(&mut self, secs: f64, decisions: u64, denied: u64, calls: &Calls) {
+    /// A round of `secs` with `decisions`: `calls` from `INFO commandstats`
+    /// around it, the master's CPU time at its start and once it was quiet
+    /// again, `settled` after its end.
+    pub(super) fn add(
+        &mut self,
+        secs: f64,
+        decisions: u64,
+        denied: u64,
+        calls: &Calls,
+        cpu: (&CpuSample, &CpuSample),
+        settled: Duration,
+    ) {
         let per = |n: u64| n as f64 / decisions.max(1) as f64;
         self.rates.push(decisions as f64 / secs);
+        self.cpu_usec
+            .push((cpu.1.cpu_secs - cpu.0.cpu_secs) * 1e6 / decisions.max(1) as f64);
+        self.settle_ms.push(settled.as_secs_f64() * 1e3);
         self.commands.push(per(calls.total()));
         // A script's time includes the commands it calls, which count
         // again under their own names.
@@ -76,6 +187,8 @@ impl Row {
             "redis_commands_per_decision": median(&self.m.commands),
             "script_runs_per_decision": median(&self.m.scripts),
             "master_usec_per_decision": median(&self.m.usec),
+            "master_cpu_usec_per_decision": median(&self.m.cpu_usec),
+            "settle_ms_rounds": self.m.settle_ms,
             "denied": self.m.denied,
         })
     }
