@@ -65,8 +65,9 @@
 //! **Settling.** After each round the bench waits until the master has
 //! finished the work that round left it (keys expiring, the AOF, the
 //! replication stream: until a stretch of 100 ms in which it used under a
-//! tenth of the CPU time), so that no side pays for the side before it
-//! (see `measured::settle`, which says what went wrong without it).
+//! tenth of the CPU time, with the keys the round left to expire within
+//! 3 s expired), so that no side pays for the side before it (see
+//! `measured::settle`, which says what went wrong without it).
 //!
 //! Per side and depth: decisions per second (median of the rounds), and
 //! from the master's `INFO commandstats` diffed around each round, per
@@ -75,8 +76,9 @@
 //! time, which includes its commands; for plain commands the sum of
 //! theirs); the master's CPU time per decision (`INFO cpu`, every thread,
 //! from the round's start until it was quiet again: what `us/dec` leaves
-//! out, expiring the keys and writing the AOF, included); and how long it
-//! took to settle. Medians of the rounds again.
+//! out, expiring the keys and writing the AOF, included); the keys it
+//! expired per decision in that time (`INFO stats`); and how long it took
+//! to settle. Medians of the rounds again.
 //!
 //! ```text
 //! cargo bench --bench load -- --peers
@@ -397,7 +399,8 @@ pub(crate) async fn peers(cluster: &Cluster, args: &Args) {
             drive(side, &subjects, depth, warmup).await;
         }
         // The first round starts on a quiet master too (see `settle`).
-        let _ = settle(&mut admin).await;
+        let now = master_cpu(&mut admin).await;
+        let _ = settle(&mut admin, &now).await;
         let mut measured: Vec<Vec<Measured>> = sets
             .iter()
             .map(|s| s.sides.iter().map(|_| Measured::default()).collect())
@@ -415,7 +418,7 @@ pub(crate) async fn peers(cluster: &Cluster, args: &Args) {
                     let (secs, decisions, denied) =
                         drive(&set.sides[i], &subjects, depth, round).await;
                     let calls = commandstats(&mut admin).await.since(&before);
-                    let (quiet, settled) = settle(&mut admin).await;
+                    let (quiet, settled) = settle(&mut admin, &cpu_before).await;
                     measured[i].add(
                         secs,
                         decisions,
@@ -450,7 +453,7 @@ pub(crate) async fn peers(cluster: &Cluster, args: &Args) {
         let reference = set.sides[set.reference].name;
         println!("\n{} (x ref: per round, over {reference})", set.what);
         println!(
-            "{:<42} {:>3} {:>9} {:>6} {:>9} {:>9} {:>8} {:>8} {:>7} {:>7}",
+            "{:<42} {:>3} {:>9} {:>6} {:>9} {:>9} {:>8} {:>8} {:>8} {:>7} {:>7}",
             "side",
             "P",
             "dec/s",
@@ -459,13 +462,14 @@ pub(crate) async fn peers(cluster: &Cluster, args: &Args) {
             "evals/dec",
             "us/dec",
             "cpu/dec",
+            "expd/dec",
             "settle",
             "denied"
         );
         for row in rows.iter().filter(|r| r.set == s) {
             let m = &row.m;
             println!(
-                "{:<42} {:>3} {:>9.0} {:>6.2} {:>9.2} {:>9.2} {:>8.2} {:>8.2} {:>5}ms {:>7}",
+                "{:<42} {:>3} {:>9.0} {:>6.2} {:>9.2} {:>9.2} {:>8.2} {:>8.2} {:>8.2} {:>5}ms {:>7}",
                 row.name,
                 row.depth,
                 m.rate(),
@@ -474,6 +478,7 @@ pub(crate) async fn peers(cluster: &Cluster, args: &Args) {
                 median(&m.scripts),
                 median(&m.usec),
                 median(&m.cpu_usec),
+                median(&m.expired),
                 median(&m.settle_ms).round(),
                 m.denied
             );
