@@ -112,7 +112,7 @@ use crate::target::quota;
 
 mod measured;
 
-use self::measured::{Measured, Row, commandstats, master_cpu, settle};
+use self::measured::{Measured, Row, commandstats, master_sample, settle};
 
 /// Concurrent client tasks, on every side.
 const CLIENTS: usize = 64;
@@ -399,7 +399,7 @@ pub(crate) async fn peers(cluster: &Cluster, args: &Args) {
             drive(side, &subjects, depth, warmup).await;
         }
         // The first round starts on a quiet master too (see `settle`).
-        let now = master_cpu(&mut admin).await;
+        let now = master_sample(&mut admin).await;
         let _ = settle(&mut admin, &now).await;
         let mut measured: Vec<Vec<Measured>> = sets
             .iter()
@@ -414,7 +414,7 @@ pub(crate) async fn peers(cluster: &Cluster, args: &Args) {
                 for k in 0..n {
                     let i = (k + r) % n;
                     let before = commandstats(&mut admin).await;
-                    let cpu_before = master_cpu(&mut admin).await;
+                    let cpu_before = master_sample(&mut admin).await;
                     let (secs, decisions, denied) =
                         drive(&set.sides[i], &subjects, depth, round).await;
                     let calls = commandstats(&mut admin).await.since(&before);

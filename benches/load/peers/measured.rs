@@ -70,15 +70,15 @@ const SETTLE_MAX: Duration = Duration::from_secs(3);
 /// (the server expires keys at a quarter of the CPU when no client calls).
 pub(super) async fn settle(
     conn: &mut MultiplexedConnection,
-    start: &CpuSample,
-) -> (CpuSample, Duration) {
+    start: &ServerSample,
+) -> (ServerSample, Duration) {
     let started = Instant::now();
-    let mut samples = vec![master_cpu(conn).await];
+    let mut samples = vec![master_sample(conn).await];
     loop {
         tokio::time::sleep(SAMPLE).await;
-        samples.push(master_cpu(conn).await);
-        let quiet_from = samples.len().checked_sub(WINDOW + 1);
-        if let Some(stretch) = quiet_from.map(|i| &samples[i..]) {
+        samples.push(master_sample(conn).await);
+        if let Some(from) = samples.len().checked_sub(WINDOW + 1) {
+            let stretch = &samples[from..];
             let (first, last) = (&stretch[0], &stretch[WINDOW]);
             let used = last.cpu_secs - first.cpu_secs;
             let span = last.at.duration_since(first.at).as_secs_f64();
@@ -90,7 +90,7 @@ pub(super) async fn settle(
                 && !stretch.iter().any(|s| s.rewriting)
             {
                 let waited = first.at.saturating_duration_since(started);
-                return (samples.swap_remove(quiet_from.unwrap_or(0)), waited);
+                return (samples.swap_remove(from), waited);
             }
         }
         if started.elapsed() >= SETTLE_MAX {
@@ -100,7 +100,8 @@ pub(super) async fn settle(
     }
 }
 
-pub(super) struct CpuSample {
+/// What [`settle`] reads of the master at one moment.
+pub(super) struct ServerSample {
     at: Instant,
     /// `used_cpu_user` + `used_cpu_sys`: every thread of the server.
     cpu_secs: f64,
@@ -112,7 +113,7 @@ pub(super) struct CpuSample {
     expires: u64,
 }
 
-pub(super) async fn master_cpu(conn: &mut MultiplexedConnection) -> CpuSample {
+pub(super) async fn master_sample(conn: &mut MultiplexedConnection) -> ServerSample {
     let info: String = redis::cmd("INFO")
         .arg("cpu")
         .arg("persistence")
@@ -129,7 +130,7 @@ pub(super) async fn master_cpu(conn: &mut MultiplexedConnection) -> CpuSample {
             .trim()
     };
     let secs = |name: &str| field(name).parse::<f64>().unwrap();
-    CpuSample {
+    ServerSample {
         at,
         cpu_secs: secs("used_cpu_user") + secs("used_cpu_sys"),
         rewriting: field("aof_rewrite_in_progress") == "1"
@@ -176,7 +177,7 @@ impl Measured {
         decisions: u64,
         denied: u64,
         calls: &Calls,
-        cpu: (&CpuSample, &CpuSample),
+        cpu: (&ServerSample, &ServerSample),
         settled: Duration,
     ) {
         let per = |n: u64| n as f64 / decisions.max(1) as f64;
